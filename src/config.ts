@@ -1,0 +1,119 @@
+// Environment → validated, frozen configuration. Every variable is checked once, at start-up,
+// and a bad value stops herald with a message that names the variable and what it expects.
+
+import path from 'node:path';
+import { ConfigError } from './errors.ts';
+
+export interface HeraldConfig {
+  port: number;
+  host: string;
+  /** Unset → embedded PGlite in `dataDir`. */
+  databaseUrl: string | undefined;
+  dataDir: string;
+  adminKey: string | undefined;
+  /** base64 of 32 bytes; unset in embedded mode → generated into the data dir. */
+  masterKey: string | undefined;
+  allowPrivateNetworks: readonly string[];
+  /** Seconds between attempts; attempts per cycle = length + 1. */
+  retrySchedule: readonly number[];
+  leaseSeconds: number;
+  disableAfterFailures: number;
+  attemptTimeoutMs: number;
+  /** How often an idle worker looks for due work when no wake-up arrives. */
+  pollIntervalMs: number;
+  /** Requests a worker keeps in flight at once (across endpoints; one per endpoint). */
+  workerConcurrency: number;
+  /** Largest accepted request body, in bytes (413 above it). */
+  maxBodyBytes: number;
+  /** PEM file of extra CAs trusted for destinations, beside the system store. */
+  extraCaFile: string | undefined;
+  logLevel: string;
+}
+
+type Env = Record<string, string | undefined>;
+
+const DEFAULT_RETRY_SCHEDULE = '5,300,1800,7200,18000,36000,36000';
+
+function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const value = Number(raw);
+  if (!Number.isInteger(value) || value < min || value > max) {
+    throw new ConfigError(name, `an integer from ${min} to ${max}`, raw);
+  }
+  return value;
+}
+
+function retrySchedule(env: Env): number[] {
+  const raw = env['HERALD_RETRY_SCHEDULE'] || DEFAULT_RETRY_SCHEDULE;
+  const steps = raw.split(',').map((part) => Number(part.trim()));
+  if (steps.length > 50 || steps.some((s) => !Number.isFinite(s) || s < 0 || s > 7 * 24 * 3600)) {
+    throw new ConfigError(
+      'HERALD_RETRY_SCHEDULE',
+      'a comma-separated list of at most 50 delays in seconds (0 to 604800)',
+      raw,
+    );
+  }
+  return steps;
+}
+
+function cidrList(env: Env, name: string): string[] {
+  const raw = env[name] ?? '';
+  const items = raw
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const item of items) {
+    if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(item)) {
+      throw new ConfigError(name, 'a comma-separated list of CIDRs such as 127.0.0.0/8,::1/128', raw);
+    }
+  }
+  return items;
+}
+
+export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
+  const leaseSeconds = integer(env, 'HERALD_LEASE_SECONDS', 60, 1, 3600);
+  const attemptTimeoutMs = integer(env, 'HERALD_ATTEMPT_TIMEOUT_MS', 15_000, 100, 300_000);
+  // The worker must be able to send and then record the outcome before its lease runs out;
+  // otherwise every slow attempt would be recovered as `unknown` while it is still running.
+  if (attemptTimeoutMs >= leaseSeconds * 1000) {
+    throw new ConfigError(
+      'HERALD_ATTEMPT_TIMEOUT_MS',
+      `less than HERALD_LEASE_SECONDS (${leaseSeconds} s) in milliseconds`,
+      String(attemptTimeoutMs),
+    );
+  }
+  const logLevel = env['LOG_LEVEL'] || 'info';
+  if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
+    throw new ConfigError('LOG_LEVEL', 'one of fatal, error, warn, info, debug, trace, silent', logLevel);
+  }
+  const masterKey = env['HERALD_MASTER_KEY'] || undefined;
+  const databaseUrl = env['DATABASE_URL'] || undefined;
+  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    throw new ConfigError('DATABASE_URL', 'a postgres:// or postgresql:// connection string');
+  }
+  if (databaseUrl && !masterKey) {
+    throw new ConfigError(
+      'HERALD_MASTER_KEY',
+      'a base64 32-byte key when DATABASE_URL is set (generate one with `herald keys master`)',
+    );
+  }
+  return Object.freeze({
+    port: integer(env, 'PORT', 8071, 0, 65535),
+    host: env['HOST'] || '127.0.0.1',
+    databaseUrl,
+    dataDir: path.resolve(env['HERALD_DATA_DIR'] || '.herald'),
+    adminKey: env['HERALD_ADMIN_KEY'] || undefined,
+    masterKey,
+    allowPrivateNetworks: Object.freeze(cidrList(env, 'HERALD_ALLOW_PRIVATE_NETWORKS')),
+    retrySchedule: Object.freeze(retrySchedule(env)),
+    leaseSeconds,
+    disableAfterFailures: integer(env, 'HERALD_DISABLE_AFTER_FAILURES', 5, 1, 1000),
+    attemptTimeoutMs,
+    pollIntervalMs: integer(env, 'HERALD_POLL_INTERVAL_MS', 1000, 10, 60_000),
+    workerConcurrency: integer(env, 'HERALD_WORKER_CONCURRENCY', 64, 1, 4096),
+    maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,
+    logLevel,
+  });
+}

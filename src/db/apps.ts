@@ -1,0 +1,63 @@
+// Applications (tenants). Every path that takes an app accepts its id or its uid.
+
+import type { Page, PageRequest } from './pagination.ts';
+import { pageQuery, toPage } from './pagination.ts';
+import type { Queryable } from './port.ts';
+
+export interface AppRow {
+  id: string;
+  uid: string | null;
+  name: string;
+  throttleRate: number | null;
+  metadata: Record<string, string>;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export interface AppFields {
+  uid: string | null;
+  name: string;
+  throttleRate: number | null;
+  metadata: Record<string, string>;
+}
+
+const COLUMNS = `id, uid, name, throttle_rate as "throttleRate", metadata, created_at as "createdAt",
+  updated_at as "updatedAt"`;
+
+export async function insertApp(db: Queryable, fields: AppFields): Promise<AppRow> {
+  const result = await db.query<AppRow>(
+    `insert into app (uid, name, throttle_rate, metadata) values ($1, $2, $3, $4) returning ${COLUMNS}`,
+    [fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata)],
+  );
+  return result.rows[0]!;
+}
+
+export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
+  const result = await db.query<AppRow>(`select ${COLUMNS} from app where id = $1 or uid = $1 limit 1`, [
+    idOrUid,
+  ]);
+  return result.rows[0] ?? null;
+}
+
+export async function listApps(db: Queryable, page: PageRequest, allowedAppIds: readonly string[] | null) {
+  const q = pageQuery('id', page, 1);
+  const result = await db.query<AppRow>(
+    `select ${COLUMNS} from app where ${q.condition} and ($2::text[] is null or id = any($2))
+      order by ${q.orderBy} limit ${q.fetch}`,
+    [q.param, allowedAppIds],
+  );
+  return toPage(result.rows, page, q, (r) => r.id) satisfies Page<AppRow>;
+}
+
+export async function updateApp(db: Queryable, id: string, fields: AppFields): Promise<AppRow> {
+  const result = await db.query<AppRow>(
+    `update app set uid = $2, name = $3, throttle_rate = $4, metadata = $5, updated_at = now()
+      where id = $1 returning ${COLUMNS}`,
+    [id, fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata)],
+  );
+  return result.rows[0]!;
+}
+
+export async function deleteApp(db: Queryable, id: string): Promise<void> {
+  await db.query('delete from app where id = $1', [id]);
+}

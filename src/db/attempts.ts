@@ -1,0 +1,133 @@
+// The attempt history: one row per request herald started, never rewritten once finished.
+
+import type { AttemptOutcome, DeliveryState } from '../domain/message-status.ts';
+import { type PageRequest, pageQuery, toPage } from './pagination.ts';
+import type { Queryable } from './port.ts';
+
+export interface AttemptRow {
+  id: string;
+  appId: string;
+  deliveryId: string;
+  messageId: string;
+  endpointId: string;
+  cycle: number;
+  trigger: 'scheduled' | 'manual';
+  url: string;
+  startedAt: Date;
+  finishedAt: Date | null;
+  outcome: AttemptOutcome | null;
+  statusCode: number | null;
+  responseClass: string | null;
+  responseBody: string | null;
+  durationMs: number | null;
+}
+
+const COLUMNS = `id, app_id as "appId", delivery_id as "deliveryId", message_id as "messageId",
+  endpoint_id as "endpointId", cycle, trigger, url, started_at as "startedAt", finished_at as "finishedAt",
+  outcome, status_code as "statusCode", response_class as "responseClass", response_body as "responseBody",
+  duration_ms as "durationMs"`;
+
+export interface AttemptFilter {
+  /** Svix MessageStatus to keep: 0 success, 1 pending, 2 fail, 3 sending. */
+  status: number | null;
+  endpointId: string | null;
+  before: Date | null;
+  after: Date | null;
+}
+
+const STATUS_CONDITION = `($3::int is null
+  or ($3 = 0 and outcome = 'success') or ($3 = 2 and outcome in ('failure', 'unknown'))
+  or ($3 = 3 and outcome is null))`;
+
+async function listAttemptsWhere(
+  db: Queryable,
+  appId: string,
+  column: 'message_id' | 'endpoint_id',
+  value: string,
+  page: PageRequest,
+  f: AttemptFilter,
+) {
+  const q = pageQuery('id', page, 7);
+  const result = await db.query<AttemptRow>(
+    `select ${COLUMNS} from attempt
+      where app_id = $1 and ${column} = $2 and ${STATUS_CONDITION}
+        and ($4::text is null or endpoint_id = $4)
+        and ($5::timestamptz is null or started_at < $5) and ($6::timestamptz is null or started_at > $6)
+        and ${q.condition}
+      order by ${q.orderBy} limit ${q.fetch}`,
+    [appId, value, f.status, f.endpointId, f.before, f.after, q.param],
+  );
+  return toPage(result.rows, page, q, (r) => r.id);
+}
+
+export const listAttemptsByMessage = (
+  db: Queryable,
+  appId: string,
+  messageId: string,
+  page: PageRequest,
+  f: AttemptFilter,
+) => listAttemptsWhere(db, appId, 'message_id', messageId, page, f);
+
+export const listAttemptsByEndpoint = (
+  db: Queryable,
+  appId: string,
+  endpointId: string,
+  page: PageRequest,
+  f: AttemptFilter,
+) => listAttemptsWhere(db, appId, 'endpoint_id', endpointId, page, f);
+
+export async function findAttempt(
+  db: Queryable,
+  appId: string,
+  messageId: string,
+  attemptId: string,
+): Promise<AttemptRow | null> {
+  const result = await db.query<AttemptRow>(
+    `select ${COLUMNS} from attempt where app_id = $1 and message_id = $2 and id = $3`,
+    [appId, messageId, attemptId],
+  );
+  return result.rows[0] ?? null;
+}
+
+export async function expungeAttemptResponse(
+  db: Queryable,
+  appId: string,
+  messageId: string,
+  attemptId: string,
+) {
+  const result = await db.query(
+    `update attempt set response_body = null where app_id = $1 and message_id = $2 and id = $3`,
+    [appId, messageId, attemptId],
+  );
+  return result.rowCount > 0;
+}
+
+export interface AttemptedMessageRow {
+  messageId: string;
+  eventType: string;
+  eventId: string | null;
+  payload: string | null;
+  channels: string[] | null;
+  createdAt: Date;
+  state: DeliveryState;
+  nextAttemptAt: Date | null;
+}
+
+/** The messages an endpoint was sent, newest first, with the delivery's current state. */
+export async function listAttemptedMessages(
+  db: Queryable,
+  appId: string,
+  endpointId: string,
+  page: PageRequest,
+) {
+  const q = pageQuery('m.id', page, 3);
+  const result = await db.query<AttemptedMessageRow>(
+    `select m.id as "messageId", m.event_type as "eventType", m.event_id as "eventId", m.payload, m.channels,
+            m.created_at as "createdAt", d.state, d.next_attempt_at as "nextAttemptAt"
+       from delivery d join message m on m.id = d.message_id
+      where d.app_id = $1 and d.endpoint_id = $2 and d.attempts_total > 0 and ${q.condition}
+      order by ${q.orderBy} limit ${q.fetch}`,
+    [appId, endpointId, q.param],
+  );
+  return toPage(result.rows, page, q, (r) => r.messageId);
+}

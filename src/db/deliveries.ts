@@ -1,0 +1,169 @@
+// Deliveries: the state machine's transitions (see migrations/0002_delivery_functions.sql for
+// claim, outcome recording and lease recovery) and the manual ones: resend and recover.
+
+import type { DeliveryState } from '../domain/message-status.ts';
+import type { Queryable } from './port.ts';
+
+export interface ClaimedDelivery {
+  deliveryId: string;
+  attemptId: string;
+  leaseToken: string;
+  leaseExpiresAt: Date;
+  appId: string;
+  messageId: string;
+  endpointId: string;
+  cycle: number;
+  attemptsInCycle: number;
+  trigger: 'scheduled' | 'manual';
+  url: string;
+  headers: Record<string, string>;
+  secretVersion: number;
+  eventType: string;
+  payload: string | null;
+  messageCreatedAt: Date;
+}
+
+export async function claimDeliveries(
+  db: Queryable,
+  batch: number,
+  leaseSeconds: number,
+  afterEndpoint: string,
+): Promise<ClaimedDelivery[]> {
+  const result = await db.query<ClaimedDelivery>(
+    `select delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
+            lease_expires_at as "leaseExpiresAt", app_id as "appId", message_id as "messageId",
+            endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
+            secret_version as "secretVersion", event_type as "eventType", payload,
+            message_created_at as "messageCreatedAt"
+       from herald_claim($1, make_interval(secs => $2), $3)`,
+    [batch, leaseSeconds, afterEndpoint],
+  );
+  return result.rows;
+}
+
+export interface AttemptResult {
+  deliveryId: string;
+  leaseToken: string;
+  outcome: 'success' | 'failure' | 'unknown';
+  statusCode: number | null;
+  responseClass: string;
+  responseBody: string;
+  durationMs: number;
+  /** null on a non-success: the cycle's budget is spent and the delivery fails. */
+  nextAttemptAt: Date | null;
+  /** Disable the endpoint now, whatever its failure count (a 410 Gone). */
+  disableEndpoint: 'gone' | null;
+}
+
+export interface RecordedOutcome {
+  deliveryId: string;
+  recorded: boolean;
+  endpointDisabled: boolean;
+}
+
+export async function recordOutcomes(
+  db: Queryable,
+  results: readonly AttemptResult[],
+  disableAfter: number,
+): Promise<RecordedOutcome[]> {
+  const items = results.map((r) => ({
+    delivery_id: r.deliveryId,
+    lease_token: r.leaseToken,
+    outcome: r.outcome,
+    status_code: r.statusCode,
+    response_class: r.responseClass,
+    response_body: r.responseBody,
+    duration_ms: r.durationMs,
+    next_attempt_at: r.nextAttemptAt?.toISOString() ?? null,
+    disable_endpoint: r.disableEndpoint,
+  }));
+  const result = await db.query<RecordedOutcome>(
+    `select delivery_id as "deliveryId", recorded, endpoint_disabled as "endpointDisabled"
+       from herald_record_outcomes($1::jsonb, $2)`,
+    [JSON.stringify(items), disableAfter],
+  );
+  return result.rows;
+}
+
+export interface RecoveredLease {
+  deliveryId: string;
+  endpointId: string;
+  leaseToken: string;
+}
+
+export async function recoverExpiredLeases(
+  db: Queryable,
+  maxAttempts: number,
+  batch = 500,
+): Promise<RecoveredLease[]> {
+  const result = await db.query<RecoveredLease>(
+    `select delivery_id as "deliveryId", endpoint_id as "endpointId", lease_token as "leaseToken"
+       from herald_recover_expired_leases($1, $2)`,
+    [maxAttempts, batch],
+  );
+  return result.rows;
+}
+
+/**
+ * Starts a new cycle for one message × endpoint, keeping its id and lifetime history. A delivery
+ * that is already pending is made due now; one in flight is left alone (its outcome is coming).
+ * The state guard sits in the UPDATE's WHERE clause, which PostgreSQL re-checks on the latest row
+ * version, so competing resends start exactly one new cycle. A message that was never routed to
+ * the endpoint (subscribed later) gets its delivery created here: an explicit resend is a request.
+ */
+export async function resendDelivery(
+  db: Queryable,
+  appId: string,
+  messageId: string,
+  endpointId: string,
+): Promise<void> {
+  await db.query(
+    `with created as (
+       insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
+       values ($1, $2, $3, now(), 'manual')
+       on conflict (message_id, endpoint_id) do nothing
+     ), restarted as (
+       update delivery
+          set cycle = cycle + case when state = 'pending' then 0 else 1 end,
+              attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
+              state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()
+        where message_id = $2 and endpoint_id = $3 and state <> 'sending'
+     )
+     select pg_notify('herald_work', $1)`,
+    [appId, messageId, endpointId],
+  );
+}
+
+/** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */
+export async function recoverFailedDeliveries(
+  db: Queryable,
+  endpointId: string,
+  since: Date,
+  until: Date | null,
+): Promise<number> {
+  const result = await db.query(
+    `update delivery
+        set state = 'pending', cycle = cycle + 1, attempts_in_cycle = 0, next_attempt_at = now(),
+            trigger = 'manual', updated_at = now()
+      where endpoint_id = $1 and state = 'failed' and created_at >= $2
+        and ($3::timestamptz is null or created_at < $3)`,
+    [endpointId, since, until],
+  );
+  if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
+  return result.rowCount;
+}
+
+export interface DestinationRow {
+  endpointId: string;
+  state: DeliveryState;
+  nextAttemptAt: Date | null;
+}
+
+export async function listDestinations(db: Queryable, messageId: string): Promise<DestinationRow[]> {
+  const result = await db.query<DestinationRow>(
+    `select endpoint_id as "endpointId", state, next_attempt_at as "nextAttemptAt"
+       from delivery where message_id = $1 order by endpoint_id`,
+    [messageId],
+  );
+  return result.rows;
+}

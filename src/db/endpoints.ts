@@ -1,0 +1,149 @@
+// Endpoints: where a tenant's messages go, and the state that guards them (disabled, failures).
+
+import { type PageRequest, pageQuery, toPage } from './pagination.ts';
+import type { Queryable } from './port.ts';
+
+export type DisabledReason = 'operator' | 'failures' | 'gone';
+
+export interface EndpointRow {
+  id: string;
+  appId: string;
+  uid: string | null;
+  url: string;
+  description: string;
+  version: number;
+  throttleRate: number | null;
+  filterTypes: string[] | null;
+  channels: string[] | null;
+  headers: Record<string, string>;
+  metadata: Record<string, string>;
+  disabled: boolean;
+  disabledReason: DisabledReason | null;
+  consecutiveFailures: number;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export interface EndpointFields {
+  uid: string | null;
+  url: string;
+  description: string;
+  version: number;
+  throttleRate: number | null;
+  filterTypes: string[] | null;
+  channels: string[] | null;
+  metadata: Record<string, string>;
+  disabled: boolean;
+}
+
+const COLUMNS = `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
+  filter_types as "filterTypes", channels, headers, metadata, disabled, disabled_reason as "disabledReason",
+  consecutive_failures as "consecutiveFailures", created_at as "createdAt", updated_at as "updatedAt"`;
+
+export async function insertEndpoint(
+  db: Queryable,
+  appId: string,
+  f: EndpointFields,
+  headers: Record<string, string> = {},
+): Promise<EndpointRow> {
+  const result = await db.query<EndpointRow>(
+    `insert into endpoint (app_id, uid, url, description, version, throttle_rate, filter_types, channels,
+        metadata, headers, disabled, disabled_reason)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, case when $11 then 'operator' end)
+     returning ${COLUMNS}`,
+    [
+      appId,
+      f.uid,
+      f.url,
+      f.description,
+      f.version,
+      f.throttleRate,
+      f.filterTypes,
+      f.channels,
+      JSON.stringify(f.metadata),
+      JSON.stringify(headers),
+      f.disabled,
+    ],
+  );
+  return result.rows[0]!;
+}
+
+export async function findEndpoint(
+  db: Queryable,
+  appId: string,
+  idOrUid: string,
+): Promise<EndpointRow | null> {
+  const result = await db.query<EndpointRow>(
+    `select ${COLUMNS} from endpoint where app_id = $1 and (id = $2 or uid = $2) limit 1`,
+    [appId, idOrUid],
+  );
+  return result.rows[0] ?? null;
+}
+
+export async function listEndpoints(db: Queryable, appId: string, page: PageRequest) {
+  const q = pageQuery('id', page, 2);
+  const result = await db.query<EndpointRow>(
+    `select ${COLUMNS} from endpoint where app_id = $1 and ${q.condition} order by ${q.orderBy} limit ${q.fetch}`,
+    [appId, q.param],
+  );
+  return toPage(result.rows, page, q, (r) => r.id);
+}
+
+/**
+ * Replaces the endpoint's settings. Enabling keeps the failure counter's meaning: a re-enabled
+ * endpoint starts counting afresh, while its deliveries keep their budgets. Disabling through the
+ * API records the operator as the reason; re-enabling clears any reason.
+ */
+export async function updateEndpoint(db: Queryable, id: string, f: EndpointFields): Promise<EndpointRow> {
+  const result = await db.query<EndpointRow>(
+    `update endpoint set uid = $2, url = $3, description = $4, version = $5, throttle_rate = $6,
+        filter_types = $7, channels = $8, metadata = $9,
+        disabled_reason = case when not $10 then null when disabled then disabled_reason else 'operator' end,
+        consecutive_failures = case when disabled and not $10 then 0 else consecutive_failures end,
+        disabled = $10, updated_at = now()
+      where id = $1 returning ${COLUMNS}`,
+    [
+      id,
+      f.uid,
+      f.url,
+      f.description,
+      f.version,
+      f.throttleRate,
+      f.filterTypes,
+      f.channels,
+      JSON.stringify(f.metadata),
+      f.disabled,
+    ],
+  );
+  return result.rows[0]!;
+}
+
+export async function setEndpointHeaders(db: Queryable, id: string, headers: Record<string, string>) {
+  await db.query('update endpoint set headers = $2, updated_at = now() where id = $1', [
+    id,
+    JSON.stringify(headers),
+  ]);
+}
+
+export async function deleteEndpoint(db: Queryable, id: string): Promise<void> {
+  await db.query('delete from endpoint where id = $1', [id]);
+}
+
+export interface EndpointStatsRow {
+  pending: number;
+  sending: number;
+  success: number;
+  fail: number;
+}
+
+export async function endpointStats(db: Queryable, endpointId: string): Promise<EndpointStatsRow> {
+  const result = await db.query<EndpointStatsRow>(
+    `select count(*) filter (where state = 'pending')::int as pending,
+            count(*) filter (where state = 'sending')::int as sending,
+            count(*) filter (where state = 'succeeded')::int as success,
+            count(*) filter (where state = 'failed')::int as fail
+       from delivery where endpoint_id = $1`,
+    [endpointId],
+  );
+  return result.rows[0]!;
+}

@@ -1,0 +1,75 @@
+// The embedded adapter: PGlite (PostgreSQL in WebAssembly) in a data directory. It has a single
+// connection, so one process owns the directory: `openEmbedded` takes an exclusive lock file.
+
+import fs from 'node:fs';
+import path from 'node:path';
+import { PGlite } from '@electric-sql/pglite';
+import type { Db, Transaction } from './port.ts';
+import { asQueryable } from './port.ts';
+
+export class DataDirBusyError extends Error {}
+
+const LOCK_FILE = 'herald.lock';
+
+/** Takes the data directory's lock, or explains who holds it. */
+function lockDataDir(dataDir: string): () => void {
+  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const lockPath = path.join(dataDir, LOCK_FILE);
+  for (let tries = 0; tries < 2; tries++) {
+    try {
+      fs.writeFileSync(lockPath, String(process.pid), { flag: 'wx', mode: 0o600 });
+      return () => fs.rmSync(lockPath, { force: true });
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      const holder = Number(fs.readFileSync(lockPath, 'utf8'));
+      if (holder && isAlive(holder)) {
+        throw new DataDirBusyError(
+          `the embedded database in ${dataDir} is in use by another herald process (pid ${holder}). ` +
+            'PGlite allows one process per data directory: use the running server’s API, stop it first, ' +
+            'or set DATABASE_URL to share a PostgreSQL server between processes.',
+        );
+      }
+      // The holder died without cleaning up; its lock is stale.
+      fs.rmSync(lockPath, { force: true });
+    }
+  }
+  throw new DataDirBusyError(`could not lock ${lockPath}`);
+}
+
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+export async function openEmbeddedDb(dataDir: string): Promise<Db> {
+  const unlock = lockDataDir(dataDir);
+  let pglite: PGlite;
+  try {
+    pglite = await PGlite.create(path.join(dataDir, 'pgdata'));
+  } catch (error) {
+    unlock();
+    throw error;
+  }
+  const queryable = asQueryable(pglite);
+  return {
+    kind: 'pglite',
+    query: queryable.query,
+    transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
+      return pglite.transaction((tx) =>
+        fn({ query: asQueryable(tx).query, script: async (sql) => void (await tx.exec(sql)) }),
+      );
+    },
+    async listen(channel, onNotify) {
+      const unlisten = await pglite.listen(channel, onNotify);
+      return () => unlisten();
+    },
+    async close() {
+      await pglite.close();
+      unlock();
+    },
+  };
+}

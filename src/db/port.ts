@@ -1,0 +1,47 @@
+// The Db port: the one seam between herald and its database. Two adapters implement it (pg Pool
+// for a PostgreSQL server, PGlite for the embedded default); everything above speaks only this.
+
+export interface QueryResult<R> {
+  rows: R[];
+  rowCount: number;
+}
+
+/** Anything that runs SQL: the pool, a transaction, or a caller's own pg client. */
+export interface Queryable {
+  query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<QueryResult<R>>;
+}
+
+/** A transaction handle; `script` runs several statements without parameters (migrations). */
+export interface Transaction extends Queryable {
+  script(sql: string): Promise<void>;
+}
+
+export interface Db extends Queryable {
+  readonly kind: 'pg' | 'pglite';
+  /** Runs `fn` in one transaction: COMMIT when it resolves, ROLLBACK when it throws. */
+  transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
+  /** Subscribes to NOTIFY on `channel`; resolves to an unsubscribe function. */
+  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+  close(): Promise<void>;
+}
+
+/** A pg client or PGlite result normalised to {rows, rowCount}. */
+export interface ForeignQueryable {
+  query(
+    text: string,
+    params?: unknown[],
+  ): Promise<{ rows: unknown[]; rowCount?: number | null; affectedRows?: number }>;
+}
+
+/** Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port. */
+export function asQueryable(client: ForeignQueryable): Queryable {
+  return {
+    async query<R>(text: string, params?: readonly unknown[]) {
+      const result = await client.query(text, params as unknown[] | undefined);
+      return {
+        rows: result.rows as R[],
+        rowCount: result.rowCount ?? result.affectedRows ?? result.rows.length,
+      };
+    },
+  };
+}

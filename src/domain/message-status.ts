@@ -1,0 +1,23 @@
+// Svix's integer status codes for deliveries and attempts, derived from herald's states.
+
+export type DeliveryState = 'pending' | 'sending' | 'succeeded' | 'failed';
+export type AttemptOutcome = 'success' | 'failure' | 'unknown';
+
+/** Svix MessageStatus: Success = 0, Pending = 1, Fail = 2, Sending = 3. */
+const DELIVERY_STATUS: Record<DeliveryState, { status: 0 | 1 | 2 | 3; statusText: string }> = {
+  succeeded: { status: 0, statusText: 'success' },
+  pending: { status: 1, statusText: 'pending' },
+  failed: { status: 2, statusText: 'fail' },
+  sending: { status: 3, statusText: 'sending' },
+};
+
+export const deliveryStatus = (state: DeliveryState) => DELIVERY_STATUS[state];
+
+/**
+ * An attempt still running is Sending; an `unknown` one is reported as Fail to Svix clients
+ * (whose enum has no "unknown"), and herald's own `outcome` field beside it says `unknown`.
+ */
+export function attemptStatus(outcome: AttemptOutcome | null) {
+  if (outcome === null) return DELIVERY_STATUS.sending;
+  return outcome === 'success' ? DELIVERY_STATUS.succeeded : DELIVERY_STATUS.failed;
+}

@@ -1,0 +1,64 @@
+// The one catalogue of errors herald reports. Every error that leaves the process (HTTP
+// response, CLI exit) carries one of these codes; the HTTP status lives here and nowhere else.
+// Response bodies follow Svix's shape: { code, detail }.
+
+export const ERRORS = {
+  validation: { status: 422, code: 'validation' },
+  bad_request: { status: 400, code: 'bad_request' },
+  unauthorized: { status: 401, code: 'authentication_failed' },
+  forbidden: { status: 403, code: 'insufficient_access' },
+  not_found: { status: 404, code: 'not_found' },
+  method_not_allowed: { status: 405, code: 'method_not_allowed' },
+  conflict: { status: 409, code: 'conflict' },
+  idempotency_conflict: { status: 409, code: 'idempotency_conflict' },
+  payload_too_large: { status: 413, code: 'payload_too_large' },
+  unsupported_media_type: { status: 415, code: 'unsupported_media_type' },
+  rate_limited: { status: 429, code: 'rate_limited' },
+  store_unavailable: { status: 503, code: 'store_unavailable' },
+  internal: { status: 500, code: 'internal_error' },
+} as const;
+
+export type ErrorKind = keyof typeof ERRORS;
+
+/** One field-level complaint, shaped like Svix's HTTPValidationError items. */
+export interface ValidationIssue {
+  loc: (string | number)[];
+  msg: string;
+  type: string;
+}
+
+export class HeraldError extends Error {
+  readonly kind: ErrorKind;
+  readonly status: number;
+  readonly code: string;
+  readonly issues: ValidationIssue[] | undefined;
+
+  constructor(kind: ErrorKind, detail: string, issues?: ValidationIssue[]) {
+    super(detail);
+    this.name = 'HeraldError';
+    this.kind = kind;
+    this.status = ERRORS[kind].status;
+    this.code = ERRORS[kind].code;
+    this.issues = issues;
+  }
+
+  /** The response body. Validation errors use Svix's `detail: [{loc, msg, type}]` form. */
+  toBody(): { code: string; detail: string | ValidationIssue[] } {
+    return { code: this.code, detail: this.issues ?? this.message };
+  }
+}
+
+export const notFound = (what: string): HeraldError => new HeraldError('not_found', `${what} not found`);
+
+export const invalidField = (path: (string | number)[], msg: string): HeraldError =>
+  new HeraldError('validation', `${path.join('.')}: ${msg}`, [
+    { loc: ['body', ...path], msg, type: 'value_error' },
+  ]);
+
+/** A configuration value that cannot be used; start-up stops with this message. */
+export class ConfigError extends Error {
+  constructor(variable: string, expected: string, got?: string) {
+    super(`${variable}: expected ${expected}${got === undefined ? '' : `, got ${JSON.stringify(got)}`}`);
+    this.name = 'ConfigError';
+  }
+}
