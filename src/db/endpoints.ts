@@ -80,11 +80,20 @@ export async function findEndpoint(
   return result.rows[0] ?? null;
 }
 
-export async function listEndpoints(db: Queryable, appId: string, page: PageRequest) {
+/** Lists an app's endpoints; with `messageId`, only those the message has a delivery for. */
+export async function listEndpoints(
+  db: Queryable,
+  appId: string,
+  page: PageRequest,
+  messageId: string | null = null,
+) {
   const q = pageQuery('id', page, 2);
   const result = await db.query<EndpointRow>(
-    `select ${COLUMNS} from endpoint where app_id = $1 and ${q.condition} order by ${q.orderBy} limit ${q.fetch}`,
-    [appId, q.param],
+    `select ${COLUMNS} from endpoint
+      where app_id = $1 and ${q.condition}
+        and ($3::text is null or id in (select endpoint_id from delivery where message_id = $3))
+      order by ${q.orderBy} limit ${q.fetch}`,
+    [appId, q.param, messageId],
   );
   return toPage(result.rows, page, q, (r) => r.id);
 }

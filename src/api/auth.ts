@@ -1,0 +1,44 @@
+// Bearer-token authentication and scope checks. Keys are looked up by their SHA-256 hash;
+// HERALD_ADMIN_KEY is compared in constant time. What a scope allows:
+//   admin   — everything
+//   publish — create messages (POST /api/v1/app/{app}/msg) and nothing else
+//   read    — GET and HEAD requests
+
+import crypto from 'node:crypto';
+import type { FastifyRequest } from 'fastify';
+import { hashApiKey } from '../crypto/api-key-token.ts';
+import { findLiveApiKeyByHash } from '../db/api-keys.ts';
+import type { Queryable } from '../db/port.ts';
+import type { Actor } from '../engine/core.ts';
+import { HeraldError } from '../errors.ts';
+
+export type Need = 'read' | 'publish' | 'admin';
+
+export async function authenticate(db: Queryable, adminKey: string | undefined, header: string | undefined) {
+  const token = header?.match(/^Bearer\s+(\S+)$/i)?.[1];
+  if (!token) throw new HeraldError('unauthorized', 'missing bearer token');
+  if (adminKey && constantTimeEqual(token, adminKey)) {
+    return { id: 'env-admin-key', scopes: ['admin'], appIds: null } satisfies Actor;
+  }
+  const key = await findLiveApiKeyByHash(db, hashApiKey(token));
+  if (!key) throw new HeraldError('unauthorized', 'invalid or revoked API key');
+  return { id: key.id, scopes: key.scopes, appIds: key.appIds } satisfies Actor;
+}
+
+function constantTimeEqual(a: string, b: string): boolean {
+  // Hashing first gives equal lengths, so timingSafeEqual never leaks the length either.
+  const ha = crypto.createHash('sha256').update(a).digest();
+  const hb = crypto.createHash('sha256').update(b).digest();
+  return crypto.timingSafeEqual(ha, hb);
+}
+
+export function requiredScope(request: FastifyRequest): Need {
+  if (request.method === 'GET' || request.method === 'HEAD') return 'read';
+  if (request.method === 'POST' && request.routeOptions.url === '/api/v1/app/:app_id/msg') return 'publish';
+  return 'admin';
+}
+
+export function assertScope(actor: Actor, need: Need): void {
+  if (actor.scopes.includes('admin') || actor.scopes.includes(need)) return;
+  throw new HeraldError('forbidden', `this API key lacks the '${need}' scope`);
+}

@@ -1,0 +1,95 @@
+// Rows → Svix response shapes. herald's own additions sit beside Svix's fields; clients that do
+// not know them ignore them.
+
+import type { AppRow } from '../db/apps.ts';
+import type { AttemptedMessageRow, AttemptRow } from '../db/attempts.ts';
+import type { DestinationRow } from '../db/deliveries.ts';
+import type { EndpointRow } from '../db/endpoints.ts';
+import type { EventTypeRow } from '../db/event-types.ts';
+import type { MessageRow } from '../db/messages.ts';
+import type { Page } from '../db/pagination.ts';
+import { attemptStatus, deliveryStatus } from '../domain/message-status.ts';
+
+export const presentPage = <T, O>(page: Page<T>, present: (row: T) => O) => ({
+  ...page,
+  data: page.data.map(present),
+});
+
+export const presentApp = (a: AppRow) => ({
+  id: a.id,
+  uid: a.uid,
+  name: a.name,
+  throttleRate: a.throttleRate,
+  rateLimit: a.throttleRate,
+  metadata: a.metadata,
+  createdAt: a.createdAt,
+  updatedAt: a.updatedAt,
+});
+
+export const presentEventType = (e: EventTypeRow) => ({ ...e });
+
+export const presentEndpoint = (e: EndpointRow) => ({
+  id: e.id,
+  uid: e.uid,
+  url: e.url,
+  description: e.description,
+  version: e.version,
+  throttleRate: e.throttleRate,
+  rateLimit: e.throttleRate,
+  filterTypes: e.filterTypes,
+  eventTypes: e.filterTypes,
+  channels: e.channels,
+  metadata: e.metadata,
+  disabled: e.disabled,
+  disabledReason: e.disabledReason,
+  createdAt: e.createdAt,
+  updatedAt: e.updatedAt,
+});
+
+/** An expunged or expired payload reads as an empty object, as in Svix. */
+const payloadOf = (payload: string | null) => (payload === null ? {} : JSON.parse(payload));
+
+export const presentMessage = (m: MessageRow, withContent = true) => ({
+  id: m.id,
+  eventType: m.eventType,
+  eventId: m.eventId,
+  payload: withContent ? payloadOf(m.payload) : {},
+  channels: m.channels,
+  tags: m.tags,
+  timestamp: m.createdAt,
+});
+
+export const presentAttempt = (a: AttemptRow) => ({
+  id: a.id,
+  msgId: a.messageId,
+  endpointId: a.endpointId,
+  url: a.url,
+  response: a.responseBody ?? '',
+  responseStatusCode: a.statusCode ?? 0,
+  responseDurationMs: a.durationMs ?? 0,
+  ...attemptStatus(a.outcome),
+  timestamp: a.startedAt,
+  triggerType: a.trigger === 'manual' ? 1 : 0,
+  // herald: what is really known about this attempt.
+  outcome: a.outcome,
+  responseClass: a.responseClass,
+  cycle: a.cycle,
+  finishedAt: a.finishedAt,
+});
+
+export const presentDestination = (e: EndpointRow, d: DestinationRow) => ({
+  ...presentEndpoint(e),
+  ...deliveryStatus(d.state),
+  nextAttempt: d.nextAttemptAt,
+});
+
+export const presentAttemptedMessage = (m: AttemptedMessageRow, withContent = true) => ({
+  id: m.messageId,
+  eventType: m.eventType,
+  eventId: m.eventId,
+  payload: withContent ? payloadOf(m.payload) : {},
+  channels: m.channels,
+  timestamp: m.createdAt,
+  ...deliveryStatus(m.state),
+  nextAttempt: m.nextAttemptAt,
+});

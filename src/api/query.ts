@@ -1,0 +1,34 @@
+// Query-string parsing shared by list routes: Svix's pagination and filters.
+
+import { z } from 'zod';
+import type { PageRequest } from '../db/pagination.ts';
+import { parseOrThrow } from '../schemas/validate.ts';
+
+const flag = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
+const date = z.iso.datetime({ offset: true }).transform((v) => new Date(v));
+
+const ListQuery = z.object({
+  limit: z.coerce.number().int().min(1).max(250).default(50),
+  iterator: z.string().max(256).nullish(),
+  order: z.enum(['ascending', 'descending']).optional(),
+  before: date.optional(),
+  after: date.optional(),
+  with_content: flag.default(true),
+  include_archived: flag.default(false),
+  channel: z.string().max(128).optional(),
+  endpoint_id: z.string().max(256).optional(),
+  status: z.coerce.number().int().min(0).max(3).optional(),
+  event_types: z.union([z.string(), z.array(z.string())]).optional(),
+});
+
+export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTypes: string[] | null };
+
+export function parseListQuery(query: unknown, naturalOrder: 'ascending' | 'descending'): ListQuery {
+  const q = parseOrThrow(ListQuery, query, 'query');
+  const eventTypes = q.event_types === undefined ? null : [q.event_types].flat().flatMap((t) => t.split(','));
+  return {
+    ...q,
+    eventTypes,
+    page: { limit: q.limit, iterator: q.iterator ?? null, order: q.order ?? naturalOrder },
+  };
+}

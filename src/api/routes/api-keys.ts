@@ -1,0 +1,57 @@
+// herald's addition: API key management under /api/v1/api-key (admin scope). The token is in
+// the creation response and nowhere else.
+
+import type { FastifyPluginAsync } from 'fastify';
+import { listApiKeys, revokeApiKey } from '../../db/api-keys.ts';
+import { findApp } from '../../db/apps.ts';
+import { recordAudit } from '../../db/audit.ts';
+import { createApiKey } from '../../engine/api-keys.ts';
+import type { Core } from '../../engine/core.ts';
+import { invalidField, notFound } from '../../errors.ts';
+import { ApiKeyIn } from '../../schemas/svix.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
+
+export const apiKeyRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    const { db } = core;
+
+    app.post('/api/v1/api-key', async (request, reply) => {
+      const input = parseOrThrow(ApiKeyIn, request.body);
+      const appIds: string[] = [];
+      for (const [index, idOrUid] of (input.apps ?? []).entries()) {
+        const found = await findApp(db, idOrUid);
+        if (!found) throw invalidField(['apps', index], `application ${idOrUid} not found`);
+        appIds.push(found.id);
+      }
+      const created = await db.transaction((tx) =>
+        createApiKey(tx, request.actor.id, {
+          name: input.name,
+          scopes: input.scopes,
+          appIds: input.apps ? appIds : null,
+        }),
+      );
+      return reply.status(201).send(created);
+    });
+
+    app.get('/api/v1/api-key', async () => ({
+      data: await listApiKeys(db),
+      done: true,
+      iterator: null,
+      prevIterator: null,
+    }));
+
+    app.delete<{ Params: { key_id: string } }>('/api/v1/api-key/:key_id', async (request, reply) => {
+      await db.transaction(async (tx) => {
+        if (!(await revokeApiKey(tx, request.params.key_id))) throw notFound('API key');
+        await recordAudit(tx, {
+          actor: request.actor.id,
+          action: 'api_key.revoked',
+          appId: null,
+          targetType: 'api_key',
+          targetId: request.params.key_id,
+        });
+      });
+      return reply.status(204).send();
+    });
+  };

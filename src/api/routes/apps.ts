@@ -1,0 +1,127 @@
+// Applications: /api/v1/app[/{app_id}] — id or uid in the path.
+
+import type { FastifyPluginAsync } from 'fastify';
+import { deleteApp, findApp, insertApp, listApps, updateApp } from '../../db/apps.ts';
+import { recordAudit } from '../../db/audit.ts';
+import { requireApp } from '../../engine/apps.ts';
+import type { Core } from '../../engine/core.ts';
+import { HeraldError } from '../../errors.ts';
+import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
+import { presentApp, presentPage } from '../present.ts';
+import { parseListQuery } from '../query.ts';
+
+type AppParams = { app_id: string };
+
+const isUniqueViolation = (error: unknown) => (error as { code?: string }).code === '23505';
+
+export const appRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    const { db } = core;
+
+    app.get('/api/v1/app', async (request) => {
+      const q = parseListQuery(request.query, 'ascending');
+      return presentPage(await listApps(db, q.page, request.actor.appIds), presentApp);
+    });
+
+    app.post('/api/v1/app', async (request, reply) => {
+      const input = parseOrThrow(ApplicationIn, request.body);
+      const getIfExists = (request.query as { get_if_exists?: string }).get_if_exists === 'true';
+      if (getIfExists && input.uid) {
+        const existing = await findApp(db, input.uid);
+        if (existing) return reply.status(200).send(presentApp(existing));
+      }
+      if (request.actor.appIds !== null)
+        throw new HeraldError('forbidden', 'this API key cannot create applications');
+      try {
+        const created = await db.transaction(async (tx) => {
+          const row = await insertApp(tx, {
+            uid: input.uid ?? null,
+            name: input.name,
+            throttleRate: input.throttleRate ?? null,
+            metadata: input.metadata ?? {},
+          });
+          await recordAudit(tx, {
+            actor: request.actor.id,
+            action: 'app.created',
+            appId: row.id,
+            targetType: 'app',
+            targetId: row.id,
+          });
+          return row;
+        });
+        return reply.status(201).send(presentApp(created));
+      } catch (error) {
+        if (!isUniqueViolation(error)) throw error;
+        // Two creators raced on one uid: with get_if_exists the loser gets the winner's app.
+        const existing = getIfExists && input.uid ? await findApp(db, input.uid) : null;
+        if (existing) return reply.status(200).send(presentApp(existing));
+        throw new HeraldError('conflict', 'an application with this uid already exists');
+      }
+    });
+
+    app.get<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) =>
+      presentApp(await requireApp(db, request.actor, request.params.app_id)),
+    );
+
+    app.put<{ Params: AppParams }>('/api/v1/app/:app_id', async (request, reply) => {
+      const input = parseOrThrow(ApplicationIn, request.body);
+      const existing = await findApp(db, request.params.app_id);
+      const fields = {
+        uid: input.uid ?? null,
+        name: input.name,
+        throttleRate: input.throttleRate ?? null,
+        metadata: input.metadata ?? {},
+      };
+      if (!existing) {
+        // Svix: PUT creates the app when it does not exist, using the path as its uid.
+        if (request.actor.appIds !== null)
+          throw new HeraldError('forbidden', 'this API key cannot create applications');
+        const created = await insertApp(db, { ...fields, uid: fields.uid ?? request.params.app_id });
+        return reply.status(201).send(presentApp(created));
+      }
+      await requireApp(db, request.actor, existing.id);
+      return presentApp(await guardUid(() => updateApp(db, existing.id, fields)));
+    });
+
+    app.patch<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) => {
+      const input = parseOrThrow(ApplicationPatch, request.body);
+      const current = await requireApp(db, request.actor, request.params.app_id);
+      return presentApp(
+        await guardUid(() =>
+          updateApp(db, current.id, {
+            uid: input.uid === undefined ? current.uid : input.uid,
+            name: input.name ?? current.name,
+            throttleRate: input.throttleRate === undefined ? current.throttleRate : input.throttleRate,
+            metadata: input.metadata ?? current.metadata,
+          }),
+        ),
+      );
+    });
+
+    app.delete<{ Params: AppParams }>('/api/v1/app/:app_id', async (request, reply) => {
+      const current = await requireApp(db, request.actor, request.params.app_id);
+      await db.transaction(async (tx) => {
+        await deleteApp(tx, current.id);
+        await recordAudit(tx, {
+          actor: request.actor.id,
+          action: 'app.deleted',
+          appId: current.id,
+          targetType: 'app',
+          targetId: current.id,
+        });
+      });
+      return reply.status(204).send();
+    });
+  };
+
+async function guardUid<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    if (isUniqueViolation(error))
+      throw new HeraldError('conflict', 'an application with this uid already exists');
+    throw error;
+  }
+}

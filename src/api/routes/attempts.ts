@@ -1,0 +1,79 @@
+// The attempt history: by message, by endpoint, one attempt, and the messages an endpoint got.
+
+import type { FastifyPluginAsync } from 'fastify';
+import {
+  findAttempt,
+  listAttemptedMessages,
+  listAttemptsByEndpoint,
+  listAttemptsByMessage,
+} from '../../db/attempts.ts';
+import { findMessage } from '../../db/messages.ts';
+import { requireApp } from '../../engine/apps.ts';
+import type { Core } from '../../engine/core.ts';
+import { requireEndpoint } from '../../engine/endpoints.ts';
+import { notFound } from '../../errors.ts';
+import { presentAttempt, presentAttemptedMessage, presentPage } from '../present.ts';
+import { type ListQuery, parseListQuery } from '../query.ts';
+
+const filterOf = (q: ListQuery) => ({
+  status: q.status ?? null,
+  endpointId: q.endpoint_id ?? null,
+  before: q.before ?? null,
+  after: q.after ?? null,
+});
+
+export const attemptRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    const { db } = core;
+
+    app.get<{ Params: { app_id: string; msg_id: string } }>(
+      '/api/v1/app/:app_id/attempt/msg/:msg_id',
+      async (request) => {
+        const application = await requireApp(db, request.actor, request.params.app_id);
+        const message = await findMessage(db, application.id, request.params.msg_id);
+        if (!message) throw notFound('message');
+        const q = parseListQuery(request.query, 'descending');
+        return presentPage(
+          await listAttemptsByMessage(db, application.id, message.id, q.page, filterOf(q)),
+          presentAttempt,
+        );
+      },
+    );
+
+    app.get<{ Params: { app_id: string; endpoint_id: string } }>(
+      '/api/v1/app/:app_id/attempt/endpoint/:endpoint_id',
+      async (request) => {
+        const application = await requireApp(db, request.actor, request.params.app_id);
+        const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
+        const q = parseListQuery(request.query, 'descending');
+        return presentPage(
+          await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q)),
+          presentAttempt,
+        );
+      },
+    );
+
+    app.get<{ Params: { app_id: string; msg_id: string; attempt_id: string } }>(
+      '/api/v1/app/:app_id/msg/:msg_id/attempt/:attempt_id',
+      async (request) => {
+        const application = await requireApp(db, request.actor, request.params.app_id);
+        const message = await findMessage(db, application.id, request.params.msg_id);
+        if (!message) throw notFound('message');
+        const attempt = await findAttempt(db, application.id, message.id, request.params.attempt_id);
+        if (!attempt) throw notFound('attempt');
+        return presentAttempt(attempt);
+      },
+    );
+
+    app.get<{ Params: { app_id: string; endpoint_id: string } }>(
+      '/api/v1/app/:app_id/endpoint/:endpoint_id/msg',
+      async (request) => {
+        const application = await requireApp(db, request.actor, request.params.app_id);
+        const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
+        const q = parseListQuery(request.query, 'descending');
+        const page = await listAttemptedMessages(db, application.id, endpoint.id, q.page);
+        return presentPage(page, (m) => presentAttemptedMessage(m, q.with_content));
+      },
+    );
+  };

@@ -1,0 +1,91 @@
+// Event types: /api/v1/event-type[/{event_type_name}].
+
+import type { FastifyPluginAsync } from 'fastify';
+import {
+  archiveEventType,
+  expungeEventType,
+  findEventType,
+  insertEventType,
+  listEventTypes,
+  upsertEventType,
+} from '../../db/event-types.ts';
+import type { Core } from '../../engine/core.ts';
+import { HeraldError, notFound } from '../../errors.ts';
+import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
+import { presentEventType, presentPage } from '../present.ts';
+import { parseListQuery } from '../query.ts';
+
+type Params = { event_type_name: string };
+
+export const eventTypeRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    const { db } = core;
+
+    app.get('/api/v1/event-type', async (request) => {
+      const q = parseListQuery(request.query, 'ascending');
+      return presentPage(await listEventTypes(db, q.page, q.include_archived), presentEventType);
+    });
+
+    app.post('/api/v1/event-type', async (request, reply) => {
+      const input = parseOrThrow(EventTypeIn, request.body);
+      const row = await insertEventType(db, {
+        name: input.name,
+        description: input.description,
+        schemas: input.schemas ?? null,
+        archived: input.archived ?? false,
+        deprecated: input.deprecated ?? false,
+        featureFlag: input.featureFlag ?? null,
+      });
+      if (!row) throw new HeraldError('conflict', `event type ${input.name} already exists`);
+      return reply.status(201).send(presentEventType(row));
+    });
+
+    app.get<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request) => {
+      const row = await findEventType(db, request.params.event_type_name);
+      if (!row) throw notFound('event type');
+      return presentEventType(row);
+    });
+
+    app.put<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request, reply) => {
+      const input = parseOrThrow(EventTypeUpdate, request.body);
+      const { row, created } = await upsertEventType(db, {
+        name: request.params.event_type_name,
+        description: input.description,
+        schemas: input.schemas ?? null,
+        archived: input.archived ?? false,
+        deprecated: input.deprecated ?? false,
+        featureFlag: input.featureFlag ?? null,
+      });
+      return reply.status(created ? 201 : 200).send(presentEventType(row));
+    });
+
+    app.patch<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request) => {
+      const input = parseOrThrow(EventTypePatch, request.body);
+      const current = await findEventType(db, request.params.event_type_name);
+      if (!current) throw notFound('event type');
+      const { row } = await upsertEventType(db, {
+        name: current.name,
+        description: input.description ?? current.description,
+        schemas: input.schemas === undefined ? current.schemas : input.schemas,
+        archived: input.archived ?? current.archived,
+        deprecated: input.deprecated ?? current.deprecated,
+        featureFlag: input.featureFlag === undefined ? current.featureFlag : input.featureFlag,
+      });
+      return presentEventType(row);
+    });
+
+    app.delete<{ Params: Params; Querystring: { expunge?: string } }>(
+      '/api/v1/event-type/:event_type_name',
+      async (request, reply) => {
+        const name = request.params.event_type_name;
+        const done =
+          request.query.expunge === 'true'
+            ? await expungeEventType(db, name)
+            : await archiveEventType(db, name);
+        if (!done) throw notFound('event type');
+        return reply.status(204).send();
+      },
+    );
+  };

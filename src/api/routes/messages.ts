@@ -1,0 +1,122 @@
+// Messages: publish, get, list, expunge content, destinations and resend.
+
+import type { FastifyPluginAsync } from 'fastify';
+import { expungeAttemptResponse } from '../../db/attempts.ts';
+import { recordAudit } from '../../db/audit.ts';
+import { listDestinations, resendDelivery } from '../../db/deliveries.ts';
+import { listEndpoints } from '../../db/endpoints.ts';
+import { expungeMessagePayload, findMessage, listMessages } from '../../db/messages.ts';
+import { requireApp } from '../../engine/apps.ts';
+import type { Core } from '../../engine/core.ts';
+import { requireEndpoint } from '../../engine/endpoints.ts';
+import { publish } from '../../engine/publish.ts';
+import { notFound } from '../../errors.ts';
+import { MessageIn } from '../../schemas/svix.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
+import { presentDestination, presentMessage, presentPage } from '../present.ts';
+import { parseListQuery } from '../query.ts';
+
+type AppParams = { app_id: string };
+type MsgParams = AppParams & { msg_id: string };
+
+export const messageRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    const { db } = core;
+    const loadMessage = async (actor: Parameters<typeof requireApp>[1], params: MsgParams) => {
+      const application = await requireApp(db, actor, params.app_id);
+      const message = await findMessage(db, application.id, params.msg_id);
+      if (!message) throw notFound('message');
+      return { application, message };
+    };
+
+    app.post<{ Params: AppParams; Querystring: { with_content?: string } }>(
+      '/api/v1/app/:app_id/msg',
+      async (request, reply) => {
+        const input = parseOrThrow(MessageIn, request.body);
+        const key = request.headers['idempotency-key'];
+        const { message } = await db.transaction((tx) =>
+          publish(core, tx, request.actor, request.params.app_id, input, {
+            idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
+          }),
+        );
+        // 202 only now, after COMMIT: acceptance is a database fact.
+        return reply.status(202).send(presentMessage(message, request.query.with_content !== 'false'));
+      },
+    );
+
+    app.get<{ Params: AppParams }>('/api/v1/app/:app_id/msg', async (request) => {
+      const application = await requireApp(db, request.actor, request.params.app_id);
+      const q = parseListQuery(request.query, 'descending');
+      const page = await listMessages(db, application.id, q.page, {
+        eventTypes: q.eventTypes,
+        channel: q.channel ?? null,
+        before: q.before ?? null,
+        after: q.after ?? null,
+      });
+      return presentPage(page, (m) => presentMessage(m, q.with_content));
+    });
+
+    app.get<{ Params: MsgParams; Querystring: { with_content?: string } }>(
+      '/api/v1/app/:app_id/msg/:msg_id',
+      async (request) =>
+        presentMessage(
+          (await loadMessage(request.actor, request.params)).message,
+          request.query.with_content !== 'false',
+        ),
+    );
+
+    app.delete<{ Params: MsgParams }>('/api/v1/app/:app_id/msg/:msg_id/content', async (request, reply) => {
+      const { application, message } = await loadMessage(request.actor, request.params);
+      await db.transaction(async (tx) => {
+        await expungeMessagePayload(tx, application.id, message.id);
+        await recordAudit(tx, {
+          actor: request.actor.id,
+          action: 'message.content_expunged',
+          appId: application.id,
+          targetType: 'message',
+          targetId: message.id,
+        });
+      });
+      return reply.status(204).send();
+    });
+
+    app.delete<{ Params: MsgParams & { attempt_id: string } }>(
+      '/api/v1/app/:app_id/msg/:msg_id/attempt/:attempt_id/content',
+      async (request, reply) => {
+        const { application, message } = await loadMessage(request.actor, request.params);
+        if (!(await expungeAttemptResponse(db, application.id, message.id, request.params.attempt_id))) {
+          throw notFound('attempt');
+        }
+        return reply.status(204).send();
+      },
+    );
+
+    app.get<{ Params: MsgParams }>('/api/v1/app/:app_id/msg/:msg_id/endpoint', async (request) => {
+      const { application, message } = await loadMessage(request.actor, request.params);
+      const q = parseListQuery(request.query, 'ascending');
+      const destinations = new Map((await listDestinations(db, message.id)).map((d) => [d.endpointId, d]));
+      const page = await listEndpoints(db, application.id, q.page, message.id);
+      return presentPage(page, (e) => presentDestination(e, destinations.get(e.id)!));
+    });
+
+    app.post<{ Params: MsgParams & { endpoint_id: string } }>(
+      '/api/v1/app/:app_id/msg/:msg_id/endpoint/:endpoint_id/resend',
+      async (request, reply) => {
+        const { application, message } = await loadMessage(request.actor, request.params);
+        const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
+        await db.transaction(async (tx) => {
+          await resendDelivery(tx, application.id, message.id, endpoint.id);
+          await recordAudit(tx, {
+            actor: request.actor.id,
+            action: 'message.resent',
+            appId: application.id,
+            targetType: 'message',
+            targetId: message.id,
+            details: { endpointId: endpoint.id },
+          });
+        });
+        return reply.status(202).send();
+      },
+    );
+  };

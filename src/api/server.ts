@@ -1,0 +1,97 @@
+// The HTTP face: a fastify server with the Svix-compatible API under /api/v1. Every error leaves
+// as { code, detail } with a status from the one catalogue in errors.ts; no stack traces.
+
+import Fastify, {
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  LogController,
+} from 'fastify';
+import type { Actor, Core } from '../engine/core.ts';
+import { HeraldError } from '../errors.ts';
+import { assertScope, authenticate, requiredScope } from './auth.ts';
+import { apiKeyRoutes } from './routes/api-keys.ts';
+import { appRoutes } from './routes/apps.ts';
+import { attemptRoutes } from './routes/attempts.ts';
+import { endpointRoutes } from './routes/endpoints.ts';
+import { eventTypeRoutes } from './routes/event-types.ts';
+import { healthRoutes } from './routes/health.ts';
+import { messageRoutes } from './routes/messages.ts';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    actor: Actor;
+  }
+}
+
+const PUBLIC_PATHS = new Set(['/api/v1/health', '/api/v1/health/ping']);
+
+/** Errors that mean the database could not be reached: the client should retry later. */
+function isStoreUnavailable(error: unknown): boolean {
+  const code = (error as { code?: string }).code ?? '';
+  return (
+    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P03', '53300'].includes(code) ||
+    code.startsWith('08') ||
+    /Connection terminated|connection timeout/i.test((error as Error).message ?? '')
+  );
+}
+
+function toHeraldError(error: FastifyError | Error): HeraldError {
+  if (error instanceof HeraldError) return error;
+  const fastifyCode = (error as FastifyError).code;
+  switch (fastifyCode) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new HeraldError('payload_too_large', error.message);
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new HeraldError('unsupported_media_type', 'expected content-type application/json');
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new HeraldError('bad_request', 'the request body is not valid JSON');
+  }
+  if ((error as FastifyError).statusCode === 400) return new HeraldError('bad_request', error.message);
+  if (isStoreUnavailable(error))
+    return new HeraldError('store_unavailable', 'the database is unavailable; retry later');
+  return new HeraldError('internal', 'internal error');
+}
+
+export async function buildApi(core: Core): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: core.log as FastifyBaseLogger,
+    bodyLimit: core.config.maxBodyBytes,
+    logController: new LogController({ disableRequestLogging: true }),
+    routerOptions: { ignoreTrailingSlash: true },
+  });
+  app.decorateRequest('actor', null as unknown as Actor);
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const herald = toHeraldError(error);
+    if (herald.kind === 'internal' || herald.kind === 'store_unavailable') {
+      request.log.error(
+        { err: { message: error.message, code: (error as FastifyError).code }, url: request.url },
+        'request failed',
+      );
+    }
+    if (herald.kind === 'store_unavailable') reply.header('retry-after', '1');
+    return reply.status(herald.status).send(herald.toBody());
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const error = new HeraldError('not_found', `no route for ${request.method} ${request.url.split('?')[0]}`);
+    return reply.status(error.status).send(error.toBody());
+  });
+
+  app.addHook('onRequest', async (request) => {
+    const path = request.routeOptions.url;
+    if (!path?.startsWith('/api/v1/') || PUBLIC_PATHS.has(path)) return;
+    request.actor = await authenticate(core.db, core.config.adminKey, request.headers.authorization);
+    assertScope(request.actor, requiredScope(request));
+  });
+
+  await app.register(healthRoutes(core));
+  await app.register(appRoutes(core));
+  await app.register(eventTypeRoutes(core));
+  await app.register(endpointRoutes(core));
+  await app.register(messageRoutes(core));
+  await app.register(attemptRoutes(core));
+  await app.register(apiKeyRoutes(core));
+  return app;
+}

@@ -1,0 +1,29 @@
+// What every use case needs: the database, the configuration, the secret box, the retry policy,
+// the destination policy and the logger. Built once by createHerald.
+
+import type { Logger } from 'pino';
+import type { HeraldConfig } from '../config.ts';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import type { Db } from '../db/port.ts';
+import type { RetryPolicy } from '../domain/retry-policy.ts';
+import type { AddressPolicy } from '../sender/destination.ts';
+
+export interface Core {
+  db: Db;
+  config: Readonly<HeraldConfig>;
+  box: SecretBox;
+  policy: RetryPolicy;
+  addressPolicy: AddressPolicy;
+  log: Logger;
+}
+
+/** Who is acting, for the audit log and for scope checks. */
+export interface Actor {
+  /** api key id, 'env-admin-key' or 'library'. */
+  id: string;
+  scopes: readonly ('admin' | 'publish' | 'read')[];
+  /** null: every app. */
+  appIds: readonly string[] | null;
+}
+
+export const LIBRARY_ACTOR: Actor = { id: 'library', scopes: ['admin'], appIds: null };

@@ -1,0 +1,183 @@
+// Endpoint administration: destination checks, sealed secrets, headers, and the audit trail.
+
+import type { z } from 'zod';
+import type { AppRow } from '../db/apps.ts';
+import { recordAudit } from '../db/audit.ts';
+import { currentSecret, insertCurrentSecret, rotateSecret } from '../db/endpoint-secrets.ts';
+import {
+  type EndpointFields,
+  type EndpointRow,
+  findEndpoint,
+  insertEndpoint,
+  setEndpointHeaders,
+  updateEndpoint,
+} from '../db/endpoints.ts';
+import type { Queryable } from '../db/port.ts';
+import { invalidField, notFound } from '../errors.ts';
+import type { EndpointIn, EndpointPatch, EndpointUpdate } from '../schemas/svix.ts';
+import { checkDestination } from '../sender/send.ts';
+import { generateEndpointSecret } from '../signing/standard-webhooks.ts';
+import type { Actor, Core } from './core.ts';
+
+/** Headers herald sets itself, or that would change how the request is framed. */
+const RESERVED_HEADER =
+  /^(webhook-|svix-|host$|content-length$|content-type$|connection$|transfer-encoding$|te$|upgrade$|keep-alive$|proxy-|expect$|idempotency-key$)/i;
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-zA-Z-]+$/;
+
+export const DEFAULT_GRACE_SECONDS = 24 * 3600;
+
+/** Refuses URLs herald would never send to, naming the reason (invariant 10). */
+async function assertDestination(core: Core, url: string): Promise<void> {
+  const verdict = await checkDestination(url, core.addressPolicy);
+  if (!verdict.ok) throw invalidField(['url'], verdict.reason);
+}
+
+type EndpointInput = z.infer<typeof EndpointUpdate>;
+
+function toFields(input: EndpointInput): EndpointFields {
+  return {
+    uid: input.uid ?? null,
+    url: input.url,
+    description: input.description ?? '',
+    version: input.version ?? 1,
+    throttleRate: input.throttleRate ?? input.rateLimit ?? null,
+    filterTypes: input.filterTypes ?? input.eventTypes ?? null,
+    channels: input.channels ?? null,
+    metadata: input.metadata ?? {},
+    disabled: input.disabled ?? false,
+  };
+}
+
+export async function createEndpoint(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  app: AppRow,
+  input: EndpointIn,
+): Promise<EndpointRow> {
+  await assertDestination(core, input.url);
+  const endpoint = await insertEndpoint(tx, app.id, toFields(input));
+  const secret = input.secret ?? generateEndpointSecret();
+  await insertCurrentSecret(tx, app.id, endpoint.id, core.box.seal(secret, endpoint.id));
+  await audit(tx, actor, 'endpoint.created', endpoint, { url: endpoint.url });
+  return endpoint;
+}
+
+export async function replaceEndpoint(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  current: EndpointRow,
+  input: EndpointInput,
+): Promise<EndpointRow> {
+  if (input.url !== current.url) await assertDestination(core, input.url);
+  const updated = await updateEndpoint(tx, current.id, toFields(input));
+  await audit(tx, actor, 'endpoint.updated', updated, changes(current, updated));
+  if (current.disabled !== updated.disabled) {
+    await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
+  }
+  return updated;
+}
+
+export function patchToUpdate(current: EndpointRow, patch: z.infer<typeof EndpointPatch>): EndpointInput {
+  return {
+    url: patch.url ?? current.url,
+    description: patch.description ?? current.description,
+    uid: patch.uid === undefined ? current.uid : patch.uid,
+    version: patch.version ?? current.version,
+    throttleRate: patch.throttleRate === undefined ? current.throttleRate : patch.throttleRate,
+    filterTypes:
+      patch.filterTypes !== undefined
+        ? patch.filterTypes
+        : patch.eventTypes !== undefined
+          ? patch.eventTypes
+          : current.filterTypes,
+    channels: patch.channels === undefined ? current.channels : patch.channels,
+    metadata: patch.metadata ?? current.metadata,
+    disabled: patch.disabled ?? current.disabled,
+  };
+}
+
+function changes(before: EndpointRow, after: EndpointRow): Record<string, unknown> {
+  const fields = [
+    'url',
+    'description',
+    'uid',
+    'filterTypes',
+    'channels',
+    'disabled',
+    'throttleRate',
+  ] as const;
+  return { changed: fields.filter((f) => JSON.stringify(before[f]) !== JSON.stringify(after[f])) };
+}
+
+export async function requireEndpoint(db: Queryable, app: AppRow, idOrUid: string): Promise<EndpointRow> {
+  const endpoint = await findEndpoint(db, app.id, idOrUid);
+  if (!endpoint) throw notFound('endpoint');
+  return endpoint;
+}
+
+export async function revealSecret(core: Core, db: Queryable, endpoint: EndpointRow): Promise<string> {
+  const sealed = await currentSecret(db, endpoint.id);
+  if (!sealed) throw notFound('endpoint secret');
+  return core.box.open(sealed, endpoint.id);
+}
+
+export async function rotateEndpointSecret(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  endpoint: EndpointRow,
+  newSecret: string | null,
+  graceSeconds: number | null,
+): Promise<void> {
+  const secret = newSecret ?? generateEndpointSecret();
+  await rotateSecret(
+    tx,
+    endpoint.appId,
+    endpoint.id,
+    core.box.seal(secret, endpoint.id),
+    graceSeconds ?? DEFAULT_GRACE_SECONDS,
+  );
+  await audit(tx, actor, 'endpoint.secret_rotated', endpoint, {
+    graceSeconds: graceSeconds ?? DEFAULT_GRACE_SECONDS,
+  });
+}
+
+export function validateHeaders(headers: Record<string, string | null>): void {
+  for (const [name, value] of Object.entries(headers)) {
+    if (!HEADER_NAME.test(name)) throw invalidField(['headers', name], 'not a valid header name');
+    if (RESERVED_HEADER.test(name)) throw invalidField(['headers', name], 'this header is set by herald');
+    if (value !== null && /[\r\n\0]/.test(value))
+      throw invalidField(['headers', name], 'value contains CR, LF or NUL');
+  }
+}
+
+export async function replaceHeaders(
+  tx: Queryable,
+  actor: Actor,
+  endpoint: EndpointRow,
+  headers: Record<string, string>,
+): Promise<void> {
+  validateHeaders(headers);
+  await setEndpointHeaders(tx, endpoint.id, headers);
+  // Header values often carry credentials: the audit keeps their names only.
+  await audit(tx, actor, 'endpoint.headers_updated', endpoint, { headers: Object.keys(headers) });
+}
+
+export async function audit(
+  tx: Queryable,
+  actor: Actor,
+  action: string,
+  endpoint: EndpointRow,
+  details: Record<string, unknown>,
+): Promise<void> {
+  await recordAudit(tx, {
+    actor: actor.id,
+    action,
+    appId: endpoint.appId,
+    targetType: 'endpoint',
+    targetId: endpoint.id,
+    details,
+  });
+}

@@ -1,0 +1,85 @@
+// Publishing: the one path by which a message enters herald, whether through the HTTP API or
+// the library inside the caller's own transaction.
+
+import crypto from 'node:crypto';
+import { insertApp } from '../db/apps.ts';
+import { type MessageRow, publishMessage } from '../db/messages.ts';
+import type { Queryable } from '../db/port.ts';
+import { HeraldError } from '../errors.ts';
+import type { MessageIn } from '../schemas/svix.ts';
+import { requireApp } from './apps.ts';
+import type { Actor, Core } from './core.ts';
+
+export const DEFAULT_RETENTION_DAYS = 90;
+
+export interface PublishOptions {
+  idempotencyKey?: string | null;
+}
+
+export interface Published {
+  message: MessageRow;
+  /** false when an earlier publish with the same idempotency key is returned. */
+  created: boolean;
+}
+
+export async function publish(
+  core: Core,
+  db: Queryable,
+  actor: Actor,
+  appIdOrUid: string,
+  input: MessageIn,
+  options: PublishOptions = {},
+): Promise<Published> {
+  const app = await resolveOrCreateApp(db, actor, appIdOrUid, input);
+  const payload = JSON.stringify(input.payload);
+  if (Buffer.byteLength(payload) > core.config.maxBodyBytes) {
+    throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
+  }
+  const key = options.idempotencyKey ?? null;
+  const result = await publishMessage(
+    db,
+    {
+      appId: app.id,
+      eventType: input.eventType,
+      eventId: input.eventId ?? null,
+      payload,
+      channels: input.channels ?? null,
+      idempotencyKey: key,
+      requestHash: key === null ? null : requestHash(input),
+      retentionDays: input.payloadRetentionPeriod ?? DEFAULT_RETENTION_DAYS,
+    },
+    actor.id,
+  );
+  if (result.kind === 'conflict') {
+    throw new HeraldError(
+      'idempotency_conflict',
+      'this idempotency-key was already used with different content',
+    );
+  }
+  return { message: result.message, created: result.kind === 'created' };
+}
+
+/** What makes two publishes "the same": everything the caller sent, in the order it sent it. */
+function requestHash(input: MessageIn): Buffer {
+  const { application: _ignored, ...content } = input;
+  return crypto.createHash('sha256').update(JSON.stringify(content)).digest();
+}
+
+/** Svix: `application` in the body creates the app when the path's id or uid does not exist. */
+async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: string, input: MessageIn) {
+  if (input.application) {
+    try {
+      return await requireApp(db, actor, appIdOrUid);
+    } catch (error) {
+      if (!(error instanceof HeraldError) || error.kind !== 'not_found') throw error;
+      if (actor.appIds !== null) throw error;
+      return insertApp(db, {
+        uid: input.application.uid ?? appIdOrUid,
+        name: input.application.name,
+        throttleRate: input.application.throttleRate ?? null,
+        metadata: input.application.metadata ?? {},
+      });
+    }
+  }
+  return requireApp(db, actor, appIdOrUid);
+}

@@ -1,0 +1,140 @@
+// createHerald(): the library face. It opens the database (PGlite in the data dir, or a
+// PostgreSQL server), applies migrations, and starts or stops the roles: the HTTP API and the
+// delivery worker. `publish(app, message, { db })` enqueues inside the caller's own transaction.
+
+import fs from 'node:fs';
+import pino, { type Logger } from 'pino';
+import { type HeraldConfig, loadConfig } from './config.ts';
+import { loadMasterKey } from './crypto/master-key.ts';
+import { createSecretBox } from './crypto/secret-box.ts';
+import { migrate } from './db/migrate.ts';
+import { createPgDb } from './db/pg-pool.ts';
+import { openEmbeddedDb } from './db/pglite.ts';
+import { asQueryable, type Db, type ForeignQueryable } from './db/port.ts';
+import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
+import { type Published, publish } from './engine/publish.ts';
+import { MessageIn } from './schemas/svix.ts';
+import { parseOrThrow } from './schemas/validate.ts';
+import { createAddressPolicy } from './sender/destination.ts';
+import { createSender } from './sender/send.ts';
+import { createWorker, type Worker } from './worker/worker.ts';
+
+export type { HeraldConfig } from './config.ts';
+export { HeraldError } from './errors.ts';
+
+export interface HeraldOptions {
+  /** Environment-style settings; defaults to process.env. */
+  env?: Record<string, string | undefined>;
+  /** A ready configuration; wins over `env`. */
+  config?: Readonly<HeraldConfig>;
+  logger?: Logger;
+  /** Apply pending migrations on open (default true). */
+  migrate?: boolean;
+}
+
+export interface Herald {
+  readonly core: Core;
+  /**
+   * Publishes a message. With `db`, the message, its deliveries and its audit entry are written
+   * through the caller's client inside the caller's transaction: roll it back and nothing is sent.
+   */
+  publish(
+    app: string,
+    message: unknown,
+    options?: { db?: ForeignQueryable; idempotencyKey?: string },
+  ): Promise<Published>;
+  startWorker(): Promise<Worker>;
+  close(): Promise<void>;
+}
+
+export function createLogger(level: string): Logger {
+  return pino({
+    level,
+    // Authorization and signatures must never reach a log line, whatever logs them.
+    redact: {
+      paths: [
+        'req.headers.authorization',
+        'req.headers["webhook-signature"]',
+        'req.headers["svix-signature"]',
+        'headers.authorization',
+        'headers["webhook-signature"]',
+      ],
+      censor: '[redacted]',
+    },
+  });
+}
+
+export async function openDb(config: Readonly<HeraldConfig>): Promise<Db> {
+  if (config.databaseUrl) return createPgDb({ connectionString: config.databaseUrl, max: 20 });
+  return openEmbeddedDb(config.dataDir);
+}
+
+export async function createHerald(options: HeraldOptions = {}): Promise<Herald> {
+  const config = options.config ?? loadConfig(options.env);
+  const log = options.logger ?? createLogger(config.logLevel);
+  const embedded = !config.databaseUrl;
+  const box = createSecretBox([loadMasterKey(config.masterKey, config.dataDir, embedded)]);
+  const extraCaPem = config.extraCaFile ? fs.readFileSync(config.extraCaFile, 'utf8') : undefined;
+  const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
+  if (config.allowPrivateNetworks.length > 0) {
+    log.warn(
+      { allowPrivateNetworks: config.allowPrivateNetworks },
+      'destinations may resolve to these private networks',
+    );
+  }
+  const db = await openDb(config);
+  try {
+    if (options.migrate !== false) await migrate(db);
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
+  const core: Core = {
+    db,
+    config,
+    box,
+    policy: { schedule: config.retrySchedule, jitter: 0.2 },
+    addressPolicy,
+    log,
+  };
+  const workers: Worker[] = [];
+  const senders: { close(): Promise<void> }[] = [];
+
+  return {
+    core,
+    async publish(app, message, publishOptions = {}) {
+      const input = parseOrThrow(MessageIn, message);
+      const target = publishOptions.db ? asQueryable(publishOptions.db) : db;
+      return publish(core, target, LIBRARY_ACTOR, app, input, {
+        idempotencyKey: publishOptions.idempotencyKey ?? null,
+      });
+    },
+    async startWorker() {
+      const sender = createSender({
+        allowPrivateNetworks: config.allowPrivateNetworks,
+        timeoutMs: config.attemptTimeoutMs,
+        extraCaPem,
+      });
+      senders.push(sender);
+      const worker = createWorker({
+        db,
+        box,
+        sender,
+        policy: core.policy,
+        log,
+        leaseSeconds: config.leaseSeconds,
+        disableAfterFailures: config.disableAfterFailures,
+        concurrency: config.workerConcurrency,
+        pollIntervalMs: config.pollIntervalMs,
+      });
+      await worker.start();
+      workers.push(worker);
+      return worker;
+    },
+    async close() {
+      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await Promise.all(senders.splice(0).map((s) => s.close()));
+      await db.close();
+    },
+  };
+}

@@ -1,0 +1,21 @@
+// Turns a zod failure into herald's validation error: 422, naming every offending field.
+
+import type { z } from 'zod';
+import { HeraldError } from '../errors.ts';
+
+export function parseOrThrow<S extends z.ZodType>(
+  schema: S,
+  value: unknown,
+  location: 'body' | 'query' = 'body',
+): z.infer<S> {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const issues = parsed.error.issues.map((issue) => ({
+    loc: [location, ...issue.path.map((p) => (typeof p === 'symbol' ? String(p) : p))],
+    msg: issue.message,
+    type: issue.code,
+  }));
+  const first = issues[0]!;
+  const where = first.loc.slice(1).join('.') || location;
+  throw new HeraldError('validation', `${where}: ${first.msg}`, issues);
+}

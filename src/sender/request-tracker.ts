@@ -1,0 +1,62 @@
+// Tells "the request may have reached the receiver" from "it cannot have" (invariant 6).
+//
+// The rule: a request counts as sent from the moment undici hands it to an established
+// connection — onRequestStart, returning without an abort. With HTTP/1.1 undici calls it on a
+// connected (and, for https, fully handshaken) socket and writes the request bytes right
+// after. Everything before it — waiting in the pool queue, DNS, TCP connect, TLS handshake —
+// cannot deliver a single byte of the request, so an error there is a known failure. Any
+// error after it (reset, close, timeout before the status) may follow a request the receiver
+// processed, so it is 'unknown', never 'failure'.
+
+import type { Dispatcher } from 'undici';
+
+export interface SendTracker {
+  requestSent: boolean;
+}
+
+/** Forwards every callback of undici's request API to the inner handler, watching the start. */
+class StartWatchingHandler implements Dispatcher.DispatchHandler {
+  readonly #inner: Dispatcher.DispatchHandler;
+  readonly #tracker: SendTracker;
+
+  constructor(inner: Dispatcher.DispatchHandler, tracker: SendTracker) {
+    this.#inner = inner;
+    this.#tracker = tracker;
+  }
+
+  onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
+    this.#inner.onRequestStart?.(controller, context);
+    // The inner handler aborts here when the deadline passed while the request was queued;
+    // undici then writes nothing.
+    if (!controller.aborted) this.#tracker.requestSent = true;
+  }
+
+  onResponseStart(
+    controller: Dispatcher.DispatchController,
+    statusCode: number,
+    headers: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>[2],
+    statusMessage?: string,
+  ): void {
+    this.#inner.onResponseStart?.(controller, statusCode, headers, statusMessage);
+  }
+
+  onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+    this.#inner.onResponseData?.(controller, chunk);
+  }
+
+  onResponseEnd(
+    controller: Dispatcher.DispatchController,
+    trailers: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseEnd']>>[1],
+  ): void {
+    this.#inner.onResponseEnd?.(controller, trailers);
+  }
+
+  onResponseError(controller: Dispatcher.DispatchController, error: Error): void {
+    this.#inner.onResponseError?.(controller, error);
+  }
+}
+
+/** An interceptor for one attempt, recording into `tracker` whether its request went out. */
+export function trackRequestStart(tracker: SendTracker): Dispatcher.DispatcherComposeInterceptor {
+  return (dispatch) => (opts, handler) => dispatch(opts, new StartWatchingHandler(handler, tracker));
+}

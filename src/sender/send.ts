@@ -1,0 +1,174 @@
+// The outbound HTTP sender: one attempt of one delivery, as the worker's step (b) — outside any
+// transaction, never touching the database, never logging headers or bodies.
+
+import { Agent } from 'undici';
+import { decodeStoredBody, readBodyPrefix } from './body.ts';
+import {
+  type AttemptOutcome,
+  classifyError,
+  classifyStatus,
+  type ResponseClass,
+  takesRetryAfter,
+} from './classify.ts';
+import { createPinnedConnector } from './connector.ts';
+import { checkDestinationUrl, createAddressPolicy, hostOf, isIpLiteral } from './destination.ts';
+import { DeadlineExceededError } from './errors.ts';
+import { type SendTracker, trackRequestStart } from './request-tracker.ts';
+import { type Resolver, systemResolver } from './resolve.ts';
+import { parseRetryAfter } from './retry-after.ts';
+
+export { checkDestination } from './check-destination.ts';
+export { RESPONSE_CLASSES } from './classify.ts';
+export type { AttemptOutcome, Resolver, ResponseClass };
+
+export interface SendResult {
+  outcome: AttemptOutcome;
+  statusCode: number | null;
+  responseClass: ResponseClass;
+  /** At most `storedResponseBytes` of the body, UTF-8 lossy. */
+  responseBody: string;
+  durationMs: number;
+  /** Retry-After in seconds, on 429/502/503/504 only. */
+  retryAfterSeconds: number | null;
+  /** Whether the request may have reached the receiver. */
+  requestSent: boolean;
+}
+
+export interface OutboundRequest {
+  url: string;
+  headers: Record<string, string>;
+  body: string;
+}
+
+export interface SenderOptions {
+  /** CIDRs destinations may resolve to despite the private-range guard. */
+  allowPrivateNetworks: readonly string[];
+  /** ONE deadline for DNS + connect + TLS + response headers + body. */
+  timeoutMs: number;
+  /** Read at most this much of a response body (default 64 KiB); the status still decides. */
+  maxResponseBytes?: number;
+  /** Keep this much of it in the result (default 4096). */
+  storedResponseBytes?: number;
+  /** Extra trusted CA certificates (PEM), added to Node's default trust. */
+  extraCaPem?: string;
+  resolve?: Resolver;
+  userAgent?: string;
+}
+
+export interface Sender {
+  send(req: OutboundRequest): Promise<SendResult>;
+  /** Waits for in-flight attempts, then closes every connection. */
+  close(): Promise<void>;
+}
+
+const CONNECTIONS_PER_ORIGIN = 8;
+const MAX_HEADER_BYTES = 16 * 1024;
+
+interface Settings {
+  agent: Agent;
+  isForbidden: (ip: string) => boolean;
+  timeoutMs: number;
+  maxResponseBytes: number;
+  storedResponseBytes: number;
+  userAgent: string;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new RangeError(`sender option ${name} must be a positive integer, got ${value}`);
+  }
+  return value;
+}
+
+/** Validates every option now, so a bad configuration fails at start-up, not at a delivery. */
+export function createSender(opts: SenderOptions): Sender {
+  const policy = createAddressPolicy(opts.allowPrivateNetworks);
+  const timeoutMs = positiveInteger('timeoutMs', opts.timeoutMs);
+  const settings: Settings = {
+    // One Agent per Sender: keep-alive connections are reused across attempts, at most
+    // CONNECTIONS_PER_ORIGIN per receiver. undici follows no redirects unless told to.
+    agent: new Agent({
+      connections: CONNECTIONS_PER_ORIGIN,
+      maxHeaderSize: MAX_HEADER_BYTES,
+      connect: createPinnedConnector({
+        policy,
+        resolve: opts.resolve ?? systemResolver,
+        timeoutMs,
+        extraCaPem: opts.extraCaPem,
+      }),
+    }),
+    isForbidden: (ip) => policy.isForbidden(ip),
+    timeoutMs,
+    maxResponseBytes: positiveInteger('maxResponseBytes', opts.maxResponseBytes ?? 64 * 1024),
+    storedResponseBytes: positiveInteger('storedResponseBytes', opts.storedResponseBytes ?? 4096),
+    userAgent: opts.userAgent ?? 'herald-webhooks/0.1',
+  };
+  return {
+    send: (req) => sendOnce(settings, req),
+    close: () => settings.agent.close(),
+  };
+}
+
+function hasHeader(headers: Record<string, string>, name: string): boolean {
+  return Object.keys(headers).some((key) => key.toLowerCase() === name);
+}
+
+async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendResult> {
+  const startedAt = performance.now();
+  const elapsedMs = () => Math.round(performance.now() - startedAt);
+  const notSent = (responseClass: ResponseClass): SendResult => ({
+    outcome: 'failure',
+    statusCode: null,
+    responseClass,
+    responseBody: '',
+    durationMs: elapsedMs(),
+    retryAfterSeconds: null,
+    requestSent: false,
+  });
+
+  const verdict = checkDestinationUrl(req.url);
+  if (!verdict.ok) return notSent('invalid_url');
+  const url = verdict.url;
+  const host = hostOf(url);
+  // Node skips the socket lookup for an IP literal, so the pinned lookup never sees it.
+  if (isIpLiteral(host) && settings.isForbidden(host)) return notSent('destination_forbidden');
+  // The Host header must name the host we resolved and verified; undici would send a caller's.
+  if (hasHeader(req.headers, 'host')) return notSent('invalid_request');
+
+  const deadline = new AbortController();
+  const timer = setTimeout(
+    () => deadline.abort(new DeadlineExceededError('attempt deadline passed')),
+    settings.timeoutMs,
+  );
+  const tracker: SendTracker = { requestSent: false };
+  try {
+    const response = await settings.agent.compose(trackRequestStart(tracker)).request({
+      origin: url.origin,
+      path: url.pathname + url.search,
+      method: 'POST',
+      headers: hasHeader(req.headers, 'user-agent')
+        ? req.headers
+        : { 'user-agent': settings.userAgent, ...req.headers },
+      body: req.body,
+      signal: deadline.signal,
+    });
+    const body = await readBodyPrefix(response.body, settings.maxResponseBytes, settings.storedResponseBytes);
+    const { outcome, responseClass } = classifyStatus(response.statusCode);
+    return {
+      outcome,
+      statusCode: response.statusCode,
+      responseClass,
+      responseBody: decodeStoredBody(body),
+      durationMs: elapsedMs(),
+      retryAfterSeconds: takesRetryAfter(response.statusCode)
+        ? parseRetryAfter(response.headers['retry-after'], Date.now())
+        : null,
+      requestSent: true,
+    };
+  } catch (err) {
+    const { outcome, responseClass } = classifyError(err, tracker.requestSent);
+    return { ...notSent(responseClass), outcome, requestSent: tracker.requestSent };
+  } finally {
+    clearTimeout(timer);
+  }
+}

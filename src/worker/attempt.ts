@@ -1,0 +1,79 @@
+// One attempt: build the signed Standard Webhooks request, send it with no transaction open, and
+// turn what happened into the delivery's next state. Nothing here touches the database.
+
+import type { AttemptResult, ClaimedDelivery } from '../db/deliveries.ts';
+import { nextAttemptAt, type RetryPolicy } from '../domain/retry-policy.ts';
+import type { Sender } from '../sender/send.ts';
+import { signPayload } from '../signing/standard-webhooks.ts';
+
+export interface AttemptContext {
+  sender: Sender;
+  policy: RetryPolicy;
+  now?: () => Date;
+  random?: () => number;
+}
+
+export function buildRequestHeaders(
+  claim: ClaimedDelivery,
+  body: string,
+  keys: readonly Buffer[],
+  timestampSeconds: number,
+): Record<string, string> {
+  return {
+    // Endpoint headers first, so that herald's own headers always win.
+    ...claim.headers,
+    'content-type': 'application/json',
+    'webhook-id': claim.messageId,
+    'webhook-timestamp': String(timestampSeconds),
+    'webhook-signature': signPayload({ msgId: claim.messageId, timestampSeconds, body, keys }),
+  };
+}
+
+export async function runAttempt(
+  ctx: AttemptContext,
+  claim: ClaimedDelivery,
+  keys: readonly Buffer[],
+): Promise<AttemptResult> {
+  const now = ctx.now ?? (() => new Date());
+  const base = { deliveryId: claim.deliveryId, leaseToken: claim.leaseToken };
+  if (claim.payload === null || keys.length === 0) {
+    // The payload passed its retention period (or the endpoint has no secret): there is nothing
+    // that could be sent, and retrying cannot change that.
+    return {
+      ...base,
+      outcome: 'failure',
+      statusCode: null,
+      responseClass: claim.payload === null ? 'payload_expired' : 'no_signing_secret',
+      responseBody: '',
+      durationMs: 0,
+      nextAttemptAt: null,
+      disableEndpoint: null,
+    };
+  }
+  const body = claim.payload;
+  const timestampSeconds = Math.floor(now().getTime() / 1000);
+  const sent = await ctx.sender.send({
+    url: claim.url,
+    headers: buildRequestHeaders(claim, body, keys, timestampSeconds),
+    body,
+  });
+  const next =
+    sent.outcome === 'success'
+      ? null
+      : nextAttemptAt(ctx.policy, {
+          attemptsInCycle: claim.attemptsInCycle,
+          now: now(),
+          random: (ctx.random ?? Math.random)(),
+          retryAfterSeconds: sent.retryAfterSeconds,
+        });
+  return {
+    ...base,
+    outcome: sent.outcome,
+    statusCode: sent.statusCode,
+    responseClass: sent.responseClass,
+    responseBody: sent.responseBody,
+    durationMs: sent.durationMs,
+    nextAttemptAt: next,
+    disableEndpoint: sent.statusCode === 410 ? 'gone' : null,
+  };
+}

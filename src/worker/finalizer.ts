@@ -1,0 +1,102 @@
+// Records attempt outcomes. Results that arrive while a write is under way are written together
+// in the next one (group commit), so a busy worker spends one round trip per batch, not per
+// attempt. A write that fails (database down, connection cut) is retried with backoff for as long
+// as the results' leases last; fencing makes a repeated write harmless, because an item whose
+// lease is no longer held is simply not applied.
+
+import type { Logger } from 'pino';
+import { type AttemptResult, type RecordedOutcome, recordOutcomes } from '../db/deliveries.ts';
+import type { Queryable } from '../db/port.ts';
+
+export interface PendingResult {
+  result: AttemptResult;
+  leaseExpiresAt: Date;
+  done: (recorded: RecordedOutcome | null) => void;
+}
+
+export interface FinalizerOptions {
+  db: Queryable;
+  disableAfter: number;
+  log: Logger;
+  maxBatch?: number;
+  onRetry?: () => void;
+}
+
+export interface Finalizer {
+  record(result: AttemptResult, leaseExpiresAt: Date): Promise<RecordedOutcome | null>;
+  /** Resolves once everything handed over so far is written or given up. */
+  drain(): Promise<void>;
+}
+
+const FIRST_BACKOFF_MS = 50;
+const MAX_BACKOFF_MS = 2000;
+
+export function createFinalizer(options: FinalizerOptions): Finalizer {
+  const queue: PendingResult[] = [];
+  const maxBatch = options.maxBatch ?? 500;
+  let running: Promise<void> | null = null;
+
+  async function writeWithRetry(batch: PendingResult[]): Promise<void> {
+    let backoff = FIRST_BACKOFF_MS;
+    let live = batch;
+    for (;;) {
+      try {
+        const recorded = await recordOutcomes(
+          options.db,
+          live.map((p) => p.result),
+          options.disableAfter,
+        );
+        const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
+        for (const p of live) {
+          const outcome = byDelivery.get(p.result.deliveryId) ?? null;
+          if (!outcome?.recorded) {
+            options.log.warn(
+              { deliveryId: p.result.deliveryId, outcome: p.result.outcome },
+              'lease lost before the outcome was recorded; result discarded',
+            );
+          }
+          p.done(outcome);
+        }
+        return;
+      } catch (error) {
+        options.onRetry?.();
+        const now = Date.now();
+        const expired = live.filter((p) => p.leaseExpiresAt.getTime() <= now + backoff);
+        for (const p of expired) {
+          options.log.error(
+            { deliveryId: p.result.deliveryId, outcome: p.result.outcome, err: (error as Error).message },
+            'could not record the outcome within the lease; lease recovery will mark the attempt unknown',
+          );
+          p.done(null);
+        }
+        live = live.filter((p) => !expired.includes(p));
+        if (live.length === 0) return;
+        options.log.warn(
+          { err: (error as Error).message, pending: live.length, backoff },
+          'retrying outcome write',
+        );
+        await new Promise((resolve) => setTimeout(resolve, backoff));
+        backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+      }
+    }
+  }
+
+  async function pump(): Promise<void> {
+    while (queue.length > 0) {
+      await writeWithRetry(queue.splice(0, maxBatch));
+    }
+    running = null;
+  }
+
+  return {
+    record(result, leaseExpiresAt) {
+      return new Promise((done) => {
+        queue.push({ result, leaseExpiresAt, done });
+        running ??= pump();
+      });
+    },
+    async drain() {
+      while (running) await running;
+    },
+  };
+}

@@ -1,0 +1,46 @@
+// Decrypted signing keys, cached per endpoint and secret version so that a worker opens each
+// sealed secret once, not once per attempt. Rotation bumps the version, which misses the cache.
+// The cache is bounded: the least recently used endpoint's keys are dropped first.
+
+import type { SecretBox } from '../crypto/secret-box.ts';
+import { liveSecrets } from '../db/endpoint-secrets.ts';
+import type { Queryable } from '../db/port.ts';
+import { decodeEndpointSecret } from '../signing/standard-webhooks.ts';
+
+export interface SigningKeyCache {
+  /** The raw HMAC keys for each endpoint, current first, at the given secret versions. */
+  keysFor(wanted: ReadonlyMap<string, number>): Promise<Map<string, Buffer[]>>;
+}
+
+export function createSigningKeyCache(db: Queryable, box: SecretBox, maxEndpoints = 10_000): SigningKeyCache {
+  const cache = new Map<string, { version: number; keys: Buffer[]; loadedAt: number }>();
+  // Keys of a rotated-out secret stop signing at its expiry; refresh now and then to notice it.
+  const maxAgeMs = 60_000;
+
+  return {
+    async keysFor(wanted) {
+      const now = Date.now();
+      const found = new Map<string, Buffer[]>();
+      const missing: string[] = [];
+      for (const [endpointId, version] of wanted) {
+        const hit = cache.get(endpointId);
+        if (hit && hit.version === version && now - hit.loadedAt < maxAgeMs) {
+          cache.delete(endpointId);
+          cache.set(endpointId, hit);
+          found.set(endpointId, hit.keys);
+        } else {
+          missing.push(endpointId);
+        }
+      }
+      if (missing.length === 0) return found;
+      const loaded = await liveSecrets(db, missing);
+      for (const [endpointId, entry] of loaded) {
+        const keys = entry.sealed.map((sealed) => decodeEndpointSecret(box.open(sealed, endpointId)));
+        cache.set(endpointId, { version: entry.version, keys, loadedAt: now });
+        found.set(endpointId, keys);
+      }
+      while (cache.size > maxEndpoints) cache.delete(cache.keys().next().value!);
+      return found;
+    },
+  };
+}
