@@ -23,6 +23,8 @@ export interface HeraldConfig {
   pollIntervalMs: number;
   /** Requests a worker keeps in flight at once (across endpoints; one per endpoint). */
   workerConcurrency: number;
+  /** Connections this process keeps to a PostgreSQL server (server mode). */
+  dbPoolSize: number;
   /** Largest accepted request body, in bytes (413 above it). */
   maxBodyBytes: number;
   /** PEM file of extra CAs trusted for destinations, beside the system store. */
@@ -112,6 +114,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     attemptTimeoutMs,
     pollIntervalMs: integer(env, 'HERALD_POLL_INTERVAL_MS', 1000, 10, 60_000),
     workerConcurrency: integer(env, 'HERALD_WORKER_CONCURRENCY', 64, 1, 4096),
+    dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,
     logLevel,

@@ -65,7 +65,7 @@ export function createLogger(level: string): Logger {
 }
 
 export async function openDb(config: Readonly<HeraldConfig>): Promise<Db> {
-  if (config.databaseUrl) return createPgDb({ connectionString: config.databaseUrl, max: 20 });
+  if (config.databaseUrl) return createPgDb({ connectionString: config.databaseUrl, max: config.dbPoolSize });
   return openEmbeddedDb(config.dataDir);
 }
 

@@ -135,6 +135,9 @@ describe('checkDestinationUrl', () => {
     ['carriage return', 'https://example.com/\r\nX-Injected: 1'],
     ['tab', 'https://exa\tmple.com/'],
     ['space', 'https://example.com/a b'],
+    ['a leading NUL', '\u0000https://example.com/'],
+    ['a control character', 'https://example.com/\u0007'],
+    ['DEL', 'https://example.com/\u007f'],
     ['too long', `https://example.com/${'a'.repeat(2048)}`],
   ];
   for (const [why, url] of REJECTED) {

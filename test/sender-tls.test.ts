@@ -149,7 +149,10 @@ describe('sender over TLS', () => {
     const lastYear = ['-startdate', '20200101000000Z', '-enddate', '20200201000000Z'];
     ports.expired = await serve(httpsServer(ca.issue('expired', 'localhost', lastYear)));
     // Plain TCP that answers garbage: https to something that does not speak TLS.
-    ports.plain = await serve(net.createServer((socket) => socket.end('HTTP/1.1 400 Bad Request\r\n\r\n')));
+    // resume() reads (and drops) the ClientHello, so the client's close is seen and the server can close.
+    ports.plain = await serve(
+      net.createServer((socket) => socket.resume().end('HTTP/1.1 400 Bad Request\r\n\r\n')),
+    );
   });
 
   after(async () => {
@@ -181,13 +184,20 @@ describe('sender over TLS', () => {
     await s.close();
   });
 
-  const FAILURES: ReadonlyArray<[what: string, port: () => number, options: Partial<SenderOptions>]> = [
-    ['a certificate for another name', () => ports.wrongName, {}],
-    ['an expired certificate', () => ports.expired, {}],
-    ['a CA the sender does not trust (no extraCaPem)', () => ports.valid, { extraCaPem: undefined }],
-    ['a server that does not speak TLS', () => ports.plain, {}],
+  const FAILURES: ReadonlyArray<
+    [what: string, port: () => number, options: Partial<SenderOptions>, errorCode: string | RegExp]
+  > = [
+    ['a certificate for another name', () => ports.wrongName, {}, 'ERR_TLS_CERT_ALTNAME_INVALID'],
+    ['an expired certificate', () => ports.expired, {}, 'CERT_HAS_EXPIRED'],
+    [
+      'a CA the sender does not trust (no extraCaPem)',
+      () => ports.valid,
+      { extraCaPem: undefined },
+      'UNABLE_TO_VERIFY_LEAF_SIGNATURE',
+    ],
+    ['a server that does not speak TLS', () => ports.plain, {}, /^ERR_SSL_/],
   ];
-  for (const [what, port, options] of FAILURES) {
+  for (const [what, port, options, errorCode] of FAILURES) {
     it(`fails before sending on ${what}`, async () => {
       requests = 0;
       const s = sender(options);
@@ -196,6 +206,10 @@ describe('sender over TLS', () => {
       assert.equal(result.responseClass, 'tls_error');
       assert.equal(result.requestSent, false);
       assert.equal(result.statusCode, null);
+      assert.match(
+        result.errorCode ?? '',
+        errorCode instanceof RegExp ? errorCode : new RegExp(`^${errorCode}$`),
+      );
       assert.equal(requests, 0);
       await s.close();
     });

@@ -49,6 +49,16 @@ function toHeraldError(error: FastifyError | Error): HeraldError {
       return new HeraldError('bad_request', 'the request body is not valid JSON');
   }
   if ((error as FastifyError).statusCode === 400) return new HeraldError('bad_request', error.message);
+  // Safety nets for input the schemas let through: the database's verdict on the caller's data.
+  switch (fastifyCode as string | undefined) {
+    case '23505': // unique_violation: e.g. two creators racing on one uid
+      return new HeraldError('conflict', 'this conflicts with an existing object');
+    case '22021': // a text value with U+0000 (character_not_in_repertoire)
+    case '22P05': // the same inside jsonb (untranslatable_character)
+      return new HeraldError('validation', 'a text value contains a NUL character, which cannot be stored');
+    case '22003': // numeric_value_out_of_range
+      return new HeraldError('validation', 'a number is out of range');
+  }
   if (isStoreUnavailable(error))
     return new HeraldError('store_unavailable', 'the database is unavailable; retry later');
   return new HeraldError('internal', 'internal error');
@@ -62,6 +72,8 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     routerOptions: { ignoreTrailingSlash: true },
   });
   app.decorateRequest('actor', null as unknown as Actor);
+  // The API speaks JSON only: anything else is 415, not a string that fails validation later.
+  app.removeContentTypeParser('text/plain');
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const herald = toHeraldError(error);

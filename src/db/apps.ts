@@ -32,6 +32,16 @@ export async function insertApp(db: Queryable, fields: AppFields): Promise<AppRo
   return result.rows[0]!;
 }
 
+/** Inserts unless the uid is taken; null when it was (a concurrent creator won). */
+export async function insertAppIfAbsent(db: Queryable, fields: AppFields): Promise<AppRow | null> {
+  const result = await db.query<AppRow>(
+    `insert into app (uid, name, throttle_rate, metadata) values ($1, $2, $3, $4)
+     on conflict (uid) do nothing returning ${COLUMNS}`,
+    [fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata)],
+  );
+  return result.rows[0] ?? null;
+}
+
 export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
   const result = await db.query<AppRow>(`select ${COLUMNS} from app where id = $1 or uid = $1 limit 1`, [
     idOrUid,

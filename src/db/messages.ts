@@ -24,6 +24,7 @@ export interface NewMessage {
   eventId: string | null;
   payload: string;
   channels: string[] | null;
+  tags: string[] | null;
   idempotencyKey: string | null;
   requestHash: Buffer | null;
   retentionDays: number;
@@ -46,9 +47,9 @@ export type PublishResult =
 export async function publishMessage(db: Queryable, m: NewMessage, actor: string): Promise<PublishResult> {
   const inserted = await db.query<MessageRow & { deliveries: number }>(
     `with msg as (
-       insert into message (app_id, event_type, event_id, payload, channels, idempotency_key, request_hash,
+       insert into message (app_id, event_type, event_id, payload, channels, tags, idempotency_key, request_hash,
                             payload_expires_at)
-       values ($1, $2, $3, $4, $5, $6, $7, now() + make_interval(days => $8))
+       values ($1, $2, $3, $4, $5, $10, $6, $7, now() + make_interval(days => $8))
        on conflict (app_id, idempotency_key) do nothing
        returning ${COLUMNS}
      ), fanout as (
@@ -73,6 +74,7 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
       m.requestHash,
       m.retentionDays,
       actor,
+      m.tags,
     ],
   );
   const row = inserted.rows[0];

@@ -2,7 +2,7 @@
 // the library inside the caller's own transaction.
 
 import crypto from 'node:crypto';
-import { insertApp } from '../db/apps.ts';
+import { findApp, insertAppIfAbsent } from '../db/apps.ts';
 import { type MessageRow, publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError } from '../errors.ts';
@@ -44,6 +44,7 @@ export async function publish(
       eventId: input.eventId ?? null,
       payload,
       channels: input.channels ?? null,
+      tags: input.tags ?? null,
       idempotencyKey: key,
       requestHash: key === null ? null : requestHash(input),
       retentionDays: input.payloadRetentionPeriod ?? DEFAULT_RETENTION_DAYS,
@@ -73,12 +74,18 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
     } catch (error) {
       if (!(error instanceof HeraldError) || error.kind !== 'not_found') throw error;
       if (actor.appIds !== null) throw error;
-      return insertApp(db, {
+      const created = await insertAppIfAbsent(db, {
         uid: input.application.uid ?? appIdOrUid,
         name: input.application.name,
-        throttleRate: input.application.throttleRate ?? null,
+        throttleRate: input.application.throttleRate ?? input.application.rateLimit ?? null,
         metadata: input.application.metadata ?? {},
       });
+      if (created) return created;
+      // The uid is taken: by a concurrent publisher creating this same app (use theirs), or by
+      // another app altogether (a conflict — never publish into an app the path did not name).
+      const raced = await findApp(db, appIdOrUid);
+      if (raced) return raced;
+      throw new HeraldError('conflict', 'an application with this uid already exists');
     }
   }
   return requireApp(db, actor, appIdOrUid);

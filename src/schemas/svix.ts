@@ -2,34 +2,55 @@
 // with the same schemas, so a message is judged the same way however it arrives.
 
 import { z } from 'zod';
+import { isValidEndpointSecret } from '../signing/standard-webhooks.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
 const ident = (max: number) => z.string().min(1).max(max).regex(IDENT, 'only letters, digits, - _ and .');
-const metadata = z.record(z.string(), z.string());
-const SECRET = /^(whsec_)?[a-zA-Z0-9+/=]{32,100}$/;
+/** A uid: what a path segment must look like when PUT creates an object under it. */
+export const Uid = ident(256);
+// PostgreSQL text and jsonb cannot hold U+0000: refuse it here, naming the field, not in the INSERT.
+const NO_NUL = /^[^\0]*$/;
+const text = () => z.string().regex(NO_NUL, 'must not contain NUL characters');
+const metadata = z.record(text(), text());
+// The pattern alone lets through text that is not canonical base64 (e.g. 33 'A's), which no
+// worker could decode into a signing key: require what signing needs (24 to 64 bytes).
+const secret = () =>
+  z.string().refine(isValidEndpointSecret, 'expected whsec_ followed by the base64 of 24 to 64 random bytes');
+const hasNul = (value: unknown): boolean =>
+  typeof value === 'string'
+    ? value.includes('\0')
+    : typeof value === 'object' && value !== null
+      ? Object.entries(value).some(([k, v]) => k.includes('\0') || hasNul(v))
+      : false;
 
 export const ApplicationIn = z.object({
-  name: z.string().min(1).max(256),
+  name: text().min(1).max(256),
   uid: ident(256).nullish(),
   throttleRate: z.number().int().min(1).max(65535).nullish(),
+  // The official SDKs' newer name for throttleRate.
+  rateLimit: z.number().int().min(1).max(65535).nullish(),
   metadata: metadata.optional(),
 });
 export type ApplicationIn = z.infer<typeof ApplicationIn>;
 
 export const ApplicationPatch = z.object({
-  name: z.string().min(1).max(256).optional(),
+  name: text().min(1).max(256).optional(),
   uid: ident(256).nullish(),
   throttleRate: z.number().int().min(0).max(65535).nullish(),
+  rateLimit: z.number().int().min(0).max(65535).nullish(),
   metadata: metadata.optional(),
 });
 
 export const EventTypeIn = z.object({
   name: ident(256),
-  description: z.string().max(4096),
+  description: text().max(4096),
   archived: z.boolean().optional(),
   deprecated: z.boolean().optional(),
   featureFlag: ident(256).nullish(),
-  schemas: z.record(z.string(), z.record(z.string(), z.unknown())).nullish(),
+  schemas: z
+    .record(z.string(), z.record(z.string(), z.unknown()))
+    .refine((v) => !hasNul(v), 'must not contain NUL characters')
+    .nullish(),
 });
 export const EventTypeUpdate = EventTypeIn.omit({ name: true });
 export const EventTypePatch = EventTypeUpdate.partial();
@@ -39,9 +60,10 @@ const eventTypes = z.array(ident(256)).min(1);
 
 export const EndpointIn = z.object({
   url: z.string().min(1).max(65536),
-  description: z.string().max(4096).optional(),
+  description: text().max(4096).optional(),
   uid: ident(256).nullish(),
-  version: z.number().int().min(1).optional(),
+  // The official SDKs type version as `number | null`; the column is a PostgreSQL int.
+  version: z.number().int().min(1).max(2147483647).nullish(),
   throttleRate: z.number().int().min(1).max(65535).nullish(),
   // The Svix OSS contract calls the filter `eventTypes`; the official SDKs send `filterTypes`.
   filterTypes: eventTypes.nullish(),
@@ -49,16 +71,18 @@ export const EndpointIn = z.object({
   channels: channels(10).nullish(),
   metadata: metadata.optional(),
   disabled: z.boolean().optional(),
-  secret: z.string().regex(SECRET, 'expected whsec_ followed by 32 to 100 base64 characters').nullish(),
+  secret: secret().nullish(),
   rateLimit: z.number().int().min(1).max(65535).nullish(),
+  // Custom headers sent with every delivery (checked like PUT .../headers).
+  headers: z.record(z.string(), z.string()).nullish(),
 });
 export type EndpointIn = z.infer<typeof EndpointIn>;
-export const EndpointUpdate = EndpointIn.omit({ secret: true });
+export const EndpointUpdate = EndpointIn.omit({ secret: true, headers: true });
 export const EndpointPatch = z.object({
   url: z.string().min(1).max(65536).optional(),
-  description: z.string().max(4096).optional(),
+  description: text().max(4096).optional(),
   uid: ident(256).nullish(),
-  version: z.number().int().min(1).optional(),
+  version: z.number().int().min(1).max(2147483647).nullish(),
   throttleRate: z.number().int().min(0).max(65535).nullish(),
   filterTypes: z.array(ident(256)).nullish(),
   eventTypes: z.array(ident(256)).nullish(),
@@ -69,12 +93,16 @@ export const EndpointPatch = z.object({
 });
 
 export const EndpointSecretRotateIn = z.object({
-  key: z.string().regex(SECRET, 'expected whsec_ followed by 32 to 100 base64 characters').nullish(),
+  key: secret().nullish(),
   gracePeriodSeconds: z.number().int().min(0).max(604800).nullish(),
 });
 
 export const EndpointHeadersIn = z.object({ headers: z.record(z.string(), z.string()) });
-export const EndpointHeadersPatchIn = z.object({ headers: z.record(z.string(), z.string().nullable()) });
+// `deleteHeaders` is how the official SDKs remove headers; a null value does the same (herald).
+export const EndpointHeadersPatchIn = z.object({
+  headers: z.record(z.string(), z.string().nullable()),
+  deleteHeaders: z.array(z.string()).optional(),
+});
 
 export const RecoverIn = z.object({
   since: z.iso.datetime({ offset: true }),
@@ -93,7 +121,7 @@ export const MessageIn = z.object({
 export type MessageIn = z.infer<typeof MessageIn>;
 
 export const ApiKeyIn = z.object({
-  name: z.string().min(1).max(256),
+  name: text().min(1).max(256),
   scopes: z.array(z.enum(['admin', 'publish', 'read'])).min(1),
   apps: z.array(z.string().min(1)).min(1).nullish(),
 });

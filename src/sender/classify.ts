@@ -56,7 +56,7 @@ export function classifyStatus(statusCode: number): Classification {
   return failure('http_other');
 }
 
-/** Statuses whose Retry-After herald honours (RFC 9110 pairs it with 429 and 503). */
+/** Statuses whose Retry-After herald honours: throttled (429) or unavailable (502/503/504). */
 export function takesRetryAfter(statusCode: number): boolean {
   return statusCode === 429 || statusCode === 502 || statusCode === 503 || statusCode === 504;
 }
@@ -81,4 +81,22 @@ export function classifyError(err: unknown, requestSent: boolean): Classificatio
   if (err instanceof TlsHandshakeError) return failure('tls_error');
   if (err instanceof errors.InvalidArgumentError) return failure('invalid_request');
   return failure('connect_failed');
+}
+
+/**
+ * The most specific code in an error's cause chain (CERT_HAS_EXPIRED, ECONNREFUSED,
+ * ENOTFOUND, HPE_INVALID_CONSTANT, …): tells an operator which kind of `tls_error` or
+ * `connect_failed` it was. Codes name conditions, never data, so they are safe to store.
+ */
+export function errorCodeOf(err: unknown): string | null {
+  let code: string | null = null;
+  // Bounded, because nothing stops a cause chain from being circular.
+  for (
+    let current = err, depth = 0;
+    current instanceof Error && depth < 5;
+    current = current.cause, depth++
+  ) {
+    if ('code' in current && typeof current.code === 'string') code = current.code;
+  }
+  return code;
 }

@@ -14,11 +14,14 @@ const MAX_URL_LENGTH = 2048;
  * address policy only ever sees canonical literals.
  */
 export function checkDestinationUrl(raw: string): UrlVerdict {
-  if (raw.length > MAX_URL_LENGTH)
+  if (raw.length > MAX_URL_LENGTH) {
     return { ok: false, reason: `URL is longer than ${MAX_URL_LENGTH} characters` };
-  // WHATWG parsing silently strips tabs and newlines; refuse them instead, so the URL we
-  // store is the URL we send, and no header injection can ride on it.
-  if (/\s/.test(raw)) return { ok: false, reason: 'URL contains whitespace or control characters' };
+  }
+  // WHATWG parsing silently strips tabs, newlines and leading or trailing controls; refuse
+  // them instead, so the URL we store is the URL we send and no header injection rides on it.
+  if (/[\s\p{Cc}]/u.test(raw)) {
+    return { ok: false, reason: 'URL contains whitespace or control characters' };
+  }
   let url: URL;
   try {
     url = new URL(raw);
@@ -30,8 +33,9 @@ export function checkDestinationUrl(raw: string): UrlVerdict {
   }
   // Credentials in a URL end up in logs and in the attempt history; endpoints put secrets in
   // headers instead.
-  if (url.username !== '' || url.password !== '')
+  if (url.username !== '' || url.password !== '') {
     return { ok: false, reason: 'URL must not contain credentials' };
+  }
   if (url.hostname === '') return { ok: false, reason: 'URL must have a host' };
   return { ok: true, url };
 }

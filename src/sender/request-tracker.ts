@@ -10,11 +10,14 @@
 
 import type { Dispatcher } from 'undici';
 
+// undici's IncomingHttpHeaders, which its package index does not export.
+type IncomingHeaders = Record<string, string | string[] | undefined>;
+
 export interface SendTracker {
   requestSent: boolean;
 }
 
-/** Forwards every callback of undici's request API to the inner handler, watching the start. */
+/** Forwards the callbacks undici's request() handler implements, watching the start. */
 class StartWatchingHandler implements Dispatcher.DispatchHandler {
   readonly #inner: Dispatcher.DispatchHandler;
   readonly #tracker: SendTracker;
@@ -34,7 +37,7 @@ class StartWatchingHandler implements Dispatcher.DispatchHandler {
   onResponseStart(
     controller: Dispatcher.DispatchController,
     statusCode: number,
-    headers: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseStart']>>[2],
+    headers: IncomingHeaders,
     statusMessage?: string,
   ): void {
     this.#inner.onResponseStart?.(controller, statusCode, headers, statusMessage);
@@ -44,10 +47,7 @@ class StartWatchingHandler implements Dispatcher.DispatchHandler {
     this.#inner.onResponseData?.(controller, chunk);
   }
 
-  onResponseEnd(
-    controller: Dispatcher.DispatchController,
-    trailers: Parameters<NonNullable<Dispatcher.DispatchHandler['onResponseEnd']>>[1],
-  ): void {
+  onResponseEnd(controller: Dispatcher.DispatchController, trailers: IncomingHeaders): void {
     this.#inner.onResponseEnd?.(controller, trailers);
   }
 
@@ -56,7 +56,11 @@ class StartWatchingHandler implements Dispatcher.DispatchHandler {
   }
 }
 
-/** An interceptor for one attempt, recording into `tracker` whether its request went out. */
+/**
+ * An interceptor for one attempt, recording into `tracker` whether its request went out. It
+ * wraps undici's own request() handler rather than replacing it, so request()'s abort signal
+ * keeps its power to take a request that still waits for a connection out of the queue.
+ */
 export function trackRequestStart(tracker: SendTracker): Dispatcher.DispatcherComposeInterceptor {
   return (dispatch) => (opts, handler) => dispatch(opts, new StartWatchingHandler(handler, tracker));
 }

@@ -7,11 +7,18 @@ import {
   type AttemptOutcome,
   classifyError,
   classifyStatus,
+  errorCodeOf,
   type ResponseClass,
   takesRetryAfter,
 } from './classify.ts';
 import { createPinnedConnector } from './connector.ts';
-import { checkDestinationUrl, createAddressPolicy, hostOf, isIpLiteral } from './destination.ts';
+import {
+  type AddressPolicy,
+  checkDestinationUrl,
+  createAddressPolicy,
+  hostOf,
+  isIpLiteral,
+} from './destination.ts';
 import { DeadlineExceededError } from './errors.ts';
 import { type SendTracker, trackRequestStart } from './request-tracker.ts';
 import { type Resolver, systemResolver } from './resolve.ts';
@@ -32,6 +39,8 @@ export interface SendResult {
   retryAfterSeconds: number | null;
   /** Whether the request may have reached the receiver. */
   requestSent: boolean;
+  /** When no status arrived: the underlying error code (e.g. CERT_HAS_EXPIRED), if any. */
+  errorCode: string | null;
 }
 
 export interface OutboundRequest {
@@ -66,7 +75,7 @@ const MAX_HEADER_BYTES = 16 * 1024;
 
 interface Settings {
   agent: Agent;
-  isForbidden: (ip: string) => boolean;
+  policy: AddressPolicy;
   timeoutMs: number;
   maxResponseBytes: number;
   storedResponseBytes: number;
@@ -97,7 +106,7 @@ export function createSender(opts: SenderOptions): Sender {
         extraCaPem: opts.extraCaPem,
       }),
     }),
-    isForbidden: (ip) => policy.isForbidden(ip),
+    policy,
     timeoutMs,
     maxResponseBytes: positiveInteger('maxResponseBytes', opts.maxResponseBytes ?? 64 * 1024),
     storedResponseBytes: positiveInteger('storedResponseBytes', opts.storedResponseBytes ?? 4096),
@@ -124,6 +133,7 @@ async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendR
     durationMs: elapsedMs(),
     retryAfterSeconds: null,
     requestSent: false,
+    errorCode: null,
   });
 
   const verdict = checkDestinationUrl(req.url);
@@ -131,7 +141,7 @@ async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendR
   const url = verdict.url;
   const host = hostOf(url);
   // Node skips the socket lookup for an IP literal, so the pinned lookup never sees it.
-  if (isIpLiteral(host) && settings.isForbidden(host)) return notSent('destination_forbidden');
+  if (isIpLiteral(host) && settings.policy.isForbidden(host)) return notSent('destination_forbidden');
   // The Host header must name the host we resolved and verified; undici would send a caller's.
   if (hasHeader(req.headers, 'host')) return notSent('invalid_request');
 
@@ -164,10 +174,16 @@ async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendR
         ? parseRetryAfter(response.headers['retry-after'], Date.now())
         : null,
       requestSent: true,
+      errorCode: null,
     };
   } catch (err) {
     const { outcome, responseClass } = classifyError(err, tracker.requestSent);
-    return { ...notSent(responseClass), outcome, requestSent: tracker.requestSent };
+    return {
+      ...notSent(responseClass),
+      outcome,
+      requestSent: tracker.requestSent,
+      errorCode: errorCodeOf(err),
+    };
   } finally {
     clearTimeout(timer);
   }

@@ -12,7 +12,12 @@ export interface SigningKeyCache {
   keysFor(wanted: ReadonlyMap<string, number>): Promise<Map<string, Buffer[]>>;
 }
 
-export function createSigningKeyCache(db: Queryable, box: SecretBox, maxEndpoints = 10_000): SigningKeyCache {
+export function createSigningKeyCache(
+  db: Queryable,
+  box: SecretBox,
+  onUnreadable: (endpointId: string, error: Error) => void,
+  maxEndpoints = 10_000,
+): SigningKeyCache {
   const cache = new Map<string, { version: number; keys: Buffer[]; loadedAt: number }>();
   // Keys of a rotated-out secret stop signing at its expiry; refresh now and then to notice it.
   const maxAgeMs = 60_000;
@@ -35,7 +40,16 @@ export function createSigningKeyCache(db: Queryable, box: SecretBox, maxEndpoint
       if (missing.length === 0) return found;
       const loaded = await liveSecrets(db, missing);
       for (const [endpointId, entry] of loaded) {
-        const keys = entry.sealed.map((sealed) => decodeEndpointSecret(box.open(sealed, endpointId)));
+        const keys: Buffer[] = [];
+        for (const sealed of entry.sealed) {
+          // One unreadable secret must not hold up the other endpoints of the batch: that
+          // endpoint's attempt fails as `no_signing_secret` and the rest go out.
+          try {
+            keys.push(decodeEndpointSecret(box.open(sealed, endpointId)));
+          } catch (error) {
+            onUnreadable(endpointId, error as Error);
+          }
+        }
         cache.set(endpointId, { version: entry.version, keys, loadedAt: now });
         found.set(endpointId, keys);
       }

@@ -35,7 +35,9 @@ export interface Worker {
 
 export function createWorker(options: WorkerOptions): Worker {
   const { db, log } = options;
-  const keyCache = createSigningKeyCache(db, options.box);
+  const keyCache = createSigningKeyCache(db, options.box, (endpointId, error) =>
+    log.error({ endpointId, err: error.message }, 'an endpoint signing secret cannot be opened'),
+  );
   const finalizer = createFinalizer({ db, disableAfter: options.disableAfterFailures, log });
   const maxAttempts = attemptsPerCycle(options.policy);
   // Expired leases are looked for a few times per lease, so a dead worker's deliveries come back

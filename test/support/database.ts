@@ -67,7 +67,7 @@ export async function freshDatabase(label: string): Promise<TestDatabase> {
   const name = `herald_t_${label.replace(/[^a-z0-9]/gi, '_').toLowerCase()}_${crypto.randomBytes(4).toString('hex')}`;
   await withAdmin((admin) => admin.query(`create database ${name} template ${template}`));
   const url = urlFor(name);
-  const db = createPgDb({ connectionString: url, max: 20 });
+  const db = createPgDb({ connectionString: url, max: 4 });
   return {
     name,
     url,

@@ -22,6 +22,8 @@ export function testEnv(url: string, extra: Record<string, string> = {}): Record
     HERALD_LEASE_SECONDS: '10',
     LOG_LEVEL: process.env['LOG_LEVEL'] ?? 'silent',
     PORT: '0',
+    // Several test files run at once against one server with max_connections = 100.
+    HERALD_DB_POOL_SIZE: '6',
     ...extra,
   };
 }

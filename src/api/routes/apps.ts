@@ -6,7 +6,7 @@ import { recordAudit } from '../../db/audit.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
-import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
+import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { presentApp, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
@@ -39,7 +39,7 @@ export const appRoutes =
           const row = await insertApp(tx, {
             uid: input.uid ?? null,
             name: input.name,
-            throttleRate: input.throttleRate ?? null,
+            throttleRate: input.throttleRate ?? input.rateLimit ?? null,
             metadata: input.metadata ?? {},
           });
           await recordAudit(tx, {
@@ -71,14 +71,32 @@ export const appRoutes =
       const fields = {
         uid: input.uid ?? null,
         name: input.name,
-        throttleRate: input.throttleRate ?? null,
+        throttleRate: input.throttleRate ?? input.rateLimit ?? null,
         metadata: input.metadata ?? {},
       };
       if (!existing) {
         // Svix: PUT creates the app when it does not exist, using the path as its uid.
         if (request.actor.appIds !== null)
           throw new HeraldError('forbidden', 'this API key cannot create applications');
-        const created = await insertApp(db, { ...fields, uid: fields.uid ?? request.params.app_id });
+        const uid = fields.uid ?? request.params.app_id;
+        if (!Uid.safeParse(uid).success) {
+          throw new HeraldError('validation', 'app_id: not a valid uid for a new application', [
+            { loc: ['path', 'app_id'], msg: 'only letters, digits, - _ and .', type: 'value_error' },
+          ]);
+        }
+        const created = await guardUid(() =>
+          db.transaction(async (tx) => {
+            const row = await insertApp(tx, { ...fields, uid });
+            await recordAudit(tx, {
+              actor: request.actor.id,
+              action: 'app.created',
+              appId: row.id,
+              targetType: 'app',
+              targetId: row.id,
+            });
+            return row;
+          }),
+        );
         return reply.status(201).send(presentApp(created));
       }
       await requireApp(db, request.actor, existing.id);
@@ -88,12 +106,13 @@ export const appRoutes =
     app.patch<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) => {
       const input = parseOrThrow(ApplicationPatch, request.body);
       const current = await requireApp(db, request.actor, request.params.app_id);
+      const throttleRate = input.throttleRate !== undefined ? input.throttleRate : input.rateLimit;
       return presentApp(
         await guardUid(() =>
           updateApp(db, current.id, {
             uid: input.uid === undefined ? current.uid : input.uid,
             name: input.name ?? current.name,
-            throttleRate: input.throttleRate === undefined ? current.throttleRate : input.throttleRate,
+            throttleRate: throttleRate === undefined ? current.throttleRate : throttleRate,
             metadata: input.metadata ?? current.metadata,
           }),
         ),

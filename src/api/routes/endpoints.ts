@@ -25,6 +25,7 @@ import {
   EndpointSecretRotateIn,
   EndpointUpdate,
   RecoverIn,
+  Uid,
 } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { presentEndpoint, presentPage } from '../present.ts';
@@ -60,9 +61,15 @@ export const endpointRoutes =
 
     app.post<{ Params: AppParams }>('/api/v1/app/:app_id/endpoint', async (request, reply) => {
       const input = parseOrThrow(EndpointIn, request.body);
+      const headers = input.headers ?? {};
+      validateHeaders(headers);
       const application = await requireApp(db, request.actor, request.params.app_id);
       const created = await db
-        .transaction((tx) => createEndpoint(core, tx, request.actor, application, input))
+        .transaction(async (tx) => {
+          const endpoint = await createEndpoint(core, tx, request.actor, application, input);
+          if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
+          return endpoint;
+        })
         .catch(uidTaken);
       return reply.status(201).send(presentEndpoint(created));
     });
@@ -74,8 +81,16 @@ export const endpointRoutes =
     app.put<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request, reply) => {
       const input = parseOrThrow(EndpointUpdate, request.body);
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const current = await requireEndpoint(db, application, request.params.endpoint_id).catch(() => null);
+      const current = await requireEndpoint(db, application, request.params.endpoint_id).catch((error) => {
+        if (error instanceof HeraldError && error.kind === 'not_found') return null;
+        throw error;
+      });
       if (!current) {
+        if (!input.uid && !Uid.safeParse(request.params.endpoint_id).success) {
+          throw new HeraldError('validation', 'endpoint_id: not a valid uid for a new endpoint', [
+            { loc: ['path', 'endpoint_id'], msg: 'only letters, digits, - _ and .', type: 'value_error' },
+          ]);
+        }
         const created = await db
           .transaction((tx) =>
             createEndpoint(core, tx, request.actor, application, {
@@ -93,7 +108,12 @@ export const endpointRoutes =
     });
 
     app.patch<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request) => {
-      const patch = parseOrThrow(EndpointPatch, request.body);
+      const parsed = parseOrThrow(EndpointPatch, request.body);
+      // The official SDKs send the throttle as `rateLimit`.
+      const patch =
+        parsed.throttleRate === undefined && parsed.rateLimit !== undefined
+          ? { ...parsed, throttleRate: parsed.rateLimit }
+          : parsed;
       const { endpoint } = await load(request.actor, request.params);
       const updated = await db
         .transaction((tx) =>
@@ -172,6 +192,7 @@ export const endpointRoutes =
           if (value === null) delete merged[name];
           else merged[name] = value;
         }
+        for (const name of input.deleteHeaders ?? []) delete merged[name];
         await db.transaction((tx) => replaceHeaders(tx, request.actor, endpoint, merged));
         return reply.status(204).send();
       },

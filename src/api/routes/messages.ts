@@ -116,7 +116,8 @@ export const messageRoutes =
             details: { endpointId: endpoint.id },
           });
         });
-        return reply.status(202).send();
+        // Svix answers with an EmptyResponse (`{}`); the SDKs JSON-parse any non-204 body.
+        return reply.status(202).send({});
       },
     );
   };

@@ -1,0 +1,777 @@
+// Bad input gets a clear error and loses nothing: every rejection answers with a stable `code` and
+// a `detail` naming what was wrong (never a stack trace), and leaves every table as it was.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+
+const MAX_BODY = 2048;
+const TABLES = [
+  'app',
+  'event_type',
+  'endpoint',
+  'endpoint_secret',
+  'message',
+  'delivery',
+  'attempt',
+  'api_key',
+  'audit_entry',
+] as const;
+
+const EP_URL = 'http://127.0.0.1:9/hook';
+const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
+
+interface Answer {
+  status: number;
+  contentType: string | null;
+  text: string;
+  // biome-ignore lint/suspicious/noExplicitAny: error bodies are inspected loosely
+  body: any;
+}
+
+let t: TestHerald;
+let readKey: string;
+let appId: string;
+let endpointId: string;
+let messageId: string;
+
+/** A request with full control over body bytes and headers (admin bearer unless overridden). */
+async function send(
+  method: string,
+  path: string,
+  body?: unknown,
+  headers: Record<string, string | undefined> = {},
+): Promise<Answer> {
+  const all: Record<string, string> = {};
+  const merged: Record<string, string | undefined> = {
+    authorization: `Bearer ${ADMIN_KEY}`,
+    ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+    ...headers,
+  };
+  for (const [k, v] of Object.entries(merged)) if (v !== undefined) all[k] = v;
+  const response = await fetch(t.url + path, {
+    method,
+    headers: all,
+    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+  });
+  const text = await response.text();
+  let parsed: unknown = null;
+  try {
+    parsed = text ? JSON.parse(text) : null;
+  } catch {
+    parsed = undefined;
+  }
+  return { status: response.status, contentType: response.headers.get('content-type'), text, body: parsed };
+}
+
+async function counts(): Promise<Record<string, number>> {
+  const out: Record<string, number> = {};
+  for (const table of TABLES) {
+    const result = await t.database.db.query<{ n: number }>(`select count(*)::int as n from ${table}`);
+    out[table] = result.rows[0]!.n;
+  }
+  return out;
+}
+
+/** Every error: the status, a stable code, a detail, JSON, and nothing of herald's insides. */
+function assertError(answer: Answer, status: number, code: string): void {
+  const seen = `${answer.status} ${answer.text}`;
+  assert.equal(answer.status, status, seen);
+  assert.match(answer.contentType ?? '', /^application\/json/, seen);
+  assert.ok(answer.body && typeof answer.body === 'object', `a JSON object body: ${seen}`);
+  assert.equal(answer.body.code, code, seen);
+  const detail = answer.body.detail;
+  assert.ok(
+    (typeof detail === 'string' && detail.length > 0) || (Array.isArray(detail) && detail.length > 0),
+    `a detail: ${seen}`,
+  );
+  assert.doesNotMatch(answer.text, /\bat .+\(|\n\s+at /, `no stack lines: ${seen}`);
+  assert.doesNotMatch(answer.text, /node_modules|\/src\/|\.ts:\d+|stack/i, `no internals: ${seen}`);
+}
+
+/** A validation error that names the offending field, both in `detail[].loc` and in words. */
+function assertNames(answer: Answer, loc: (string | number)[]): void {
+  assertError(answer, 422, 'validation');
+  const issues = answer.body.detail as { loc: (string | number)[]; msg: string; type: string }[];
+  assert.ok(Array.isArray(issues), `detail lists the issues: ${answer.text}`);
+  assert.ok(
+    issues.some((i) => JSON.stringify(i.loc) === JSON.stringify(loc)),
+    `an issue at ${JSON.stringify(loc)}: ${answer.text}`,
+  );
+  for (const issue of issues) {
+    assert.equal(typeof issue.msg, 'string');
+    assert.ok(issue.msg.length > 0);
+    assert.equal(typeof issue.type, 'string');
+  }
+}
+
+/** Runs a rejected request and proves that no table changed. */
+async function rejected(request: () => Promise<Answer>): Promise<Answer> {
+  const before = await counts();
+  const answer = await request();
+  assert.deepEqual(await counts(), before, `nothing stored after ${answer.status} ${answer.text}`);
+  return answer;
+}
+
+before(async () => {
+  t = await startTestHerald('api_errors', {
+    worker: false,
+    env: { HERALD_MAX_BODY_BYTES: String(MAX_BODY) },
+  });
+  const app = await send('POST', '/api/v1/app', { name: 'Acme', uid: 'acme', metadata: { plan: 'pro' } });
+  assert.equal(app.status, 201, app.text);
+  appId = app.body.id;
+  const other = await send('POST', '/api/v1/app', { name: 'Other', uid: 'other' });
+  assert.equal(other.status, 201, other.text);
+  const endpoint = await send('POST', '/api/v1/app/acme/endpoint', {
+    url: EP_URL,
+    uid: 'ep-1',
+    secret: SECRET,
+  });
+  assert.equal(endpoint.status, 201, endpoint.text);
+  endpointId = endpoint.body.id;
+  const eventType = await send('POST', '/api/v1/event-type', { name: 'invoice.paid', description: 'Paid' });
+  assert.equal(eventType.status, 201, eventType.text);
+  const message = await send(
+    'POST',
+    '/api/v1/app/acme/msg',
+    { eventType: 'invoice.paid', payload: { n: 1 } },
+    { 'idempotency-key': 'invoice-1' },
+  );
+  assert.equal(message.status, 202, message.text);
+  messageId = message.body.id;
+  const key = await send('POST', '/api/v1/api-key', { name: 'reader', scopes: ['read'] });
+  assert.equal(key.status, 201, key.text);
+  readKey = key.body.key;
+});
+
+after(async () => {
+  await t?.close();
+});
+
+describe('validation failures: 422 naming the field, nothing stored', () => {
+  const cases: { name: string; method: string; path: string; body: unknown; loc: (string | number)[] }[] = [
+    { name: 'app without name', method: 'POST', path: '/api/v1/app', body: {}, loc: ['body', 'name'] },
+    {
+      name: 'app with empty name',
+      method: 'POST',
+      path: '/api/v1/app',
+      body: { name: '' },
+      loc: ['body', 'name'],
+    },
+    {
+      name: 'app uid with a space',
+      method: 'POST',
+      path: '/api/v1/app',
+      body: { name: 'x', uid: 'has space' },
+      loc: ['body', 'uid'],
+    },
+    {
+      name: 'app name with NUL',
+      method: 'POST',
+      path: '/api/v1/app',
+      body: { name: 'a\u0000b' },
+      loc: ['body', 'name'],
+    },
+    {
+      name: 'app metadata value not a string',
+      method: 'POST',
+      path: '/api/v1/app',
+      body: { name: 'x', metadata: { plan: 3 } },
+      loc: ['body', 'metadata', 'plan'],
+    },
+    {
+      name: 'app metadata value with NUL',
+      method: 'POST',
+      path: '/api/v1/app',
+      body: { name: 'x', metadata: { plan: 'a\u0000' } },
+      loc: ['body', 'metadata', 'plan'],
+    },
+    {
+      name: 'app throttleRate out of range',
+      method: 'POST',
+      path: '/api/v1/app',
+      body: { name: 'x', throttleRate: 70_000 },
+      loc: ['body', 'throttleRate'],
+    },
+    {
+      name: 'PUT creating an app under a path that is no uid',
+      method: 'PUT',
+      path: '/api/v1/app/has%20space',
+      body: { name: 'x' },
+      loc: ['path', 'app_id'],
+    },
+    {
+      name: 'endpoint with ftp url',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: 'ftp://x' },
+      loc: ['body', 'url'],
+    },
+    {
+      name: 'endpoint url that is no url',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: 'not a url' },
+      loc: ['body', 'url'],
+    },
+    {
+      name: 'endpoint url in a private range',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: 'http://10.1.2.3/hook' },
+      loc: ['body', 'url'],
+    },
+    {
+      name: 'endpoint url at the cloud metadata address',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: 'http://169.254.169.254/latest/meta-data' },
+      loc: ['body', 'url'],
+    },
+    {
+      name: 'endpoint missing url',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { description: 'x' },
+      loc: ['body', 'url'],
+    },
+    {
+      name: 'endpoint channel with bad characters',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, channels: ['ok', 'not ok!'] },
+      loc: ['body', 'channels', 1],
+    },
+    {
+      name: 'endpoint with eleven channels',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, channels: Array.from({ length: 11 }, (_, i) => `c${i}`) },
+      loc: ['body', 'channels'],
+    },
+    {
+      name: 'endpoint with empty filterTypes',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, filterTypes: [] },
+      loc: ['body', 'filterTypes'],
+    },
+    {
+      name: 'endpoint secret too short',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, secret: 'whsec_abc' },
+      loc: ['body', 'secret'],
+    },
+    {
+      // Matches Svix's pattern, but is not canonical base64: no worker could sign with it.
+      name: 'endpoint secret that is not canonical base64',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, secret: `whsec_${'A'.repeat(33)}` },
+      loc: ['body', 'secret'],
+    },
+    {
+      name: 'endpoint version beyond a PostgreSQL int',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, version: 3_000_000_000 },
+      loc: ['body', 'version'],
+    },
+    {
+      name: 'endpoint description with NUL',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, description: 'a\u0000' },
+      loc: ['body', 'description'],
+    },
+    {
+      name: 'endpoint created with a webhook-id header',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, headers: { 'webhook-id': 'forged' } },
+      loc: ['body', 'headers', 'webhook-id'],
+    },
+    {
+      name: 'endpoint created with a CRLF in a header value',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, headers: { 'x-tenant': 'a\r\nx-injected: 1' } },
+      loc: ['body', 'headers', 'x-tenant'],
+    },
+    {
+      name: 'endpoint update with ftp url',
+      method: 'PUT',
+      path: '/api/v1/app/acme/endpoint/ep-1',
+      body: { url: 'ftp://x' },
+      loc: ['body', 'url'],
+    },
+    {
+      name: 'endpoint patch with bad channel',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1',
+      body: { channels: ['a/b'] },
+      loc: ['body', 'channels', 0],
+    },
+    {
+      name: 'message without eventType',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { payload: { a: 1 } },
+      loc: ['body', 'eventType'],
+    },
+    {
+      name: 'message eventType with bad characters',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice paid', payload: {} },
+      loc: ['body', 'eventType'],
+    },
+    {
+      name: 'message without payload',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid' },
+      loc: ['body', 'payload'],
+    },
+    {
+      name: 'message payload that is an array',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: [1, 2] },
+      loc: ['body', 'payload'],
+    },
+    {
+      name: 'message channel with bad characters',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, channels: ['eu/west'] },
+      loc: ['body', 'channels', 0],
+    },
+    {
+      name: 'message with six channels',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, channels: ['a', 'b', 'c', 'd', 'e', 'f'] },
+      loc: ['body', 'channels'],
+    },
+    {
+      name: 'message retention beyond 90 days',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, payloadRetentionPeriod: 365 },
+      loc: ['body', 'payloadRetentionPeriod'],
+    },
+    {
+      name: 'event type name with a space',
+      method: 'POST',
+      path: '/api/v1/event-type',
+      body: { name: 'invoice voided', description: 'x' },
+      loc: ['body', 'name'],
+    },
+    {
+      name: 'event type without description',
+      method: 'POST',
+      path: '/api/v1/event-type',
+      body: { name: 'invoice.voided' },
+      loc: ['body', 'description'],
+    },
+    {
+      name: 'event type schema with NUL',
+      method: 'POST',
+      path: '/api/v1/event-type',
+      body: { name: 'invoice.voided', description: 'x', schemas: { '1': { title: 'a\u0000' } } },
+      loc: ['body', 'schemas'],
+    },
+    {
+      name: 'headers: webhook-id is herald’s',
+      method: 'PUT',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { 'webhook-id': 'forged' } },
+      loc: ['body', 'headers', 'webhook-id'],
+    },
+    {
+      name: 'headers: Webhook-Signature in any case',
+      method: 'PUT',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { 'Webhook-Signature': 'v1,forged' } },
+      loc: ['body', 'headers', 'Webhook-Signature'],
+    },
+    {
+      name: 'headers: CRLF in a value',
+      method: 'PUT',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { 'x-tenant': 'acme\r\nx-injected: 1' } },
+      loc: ['body', 'headers', 'x-tenant'],
+    },
+    {
+      name: 'headers: CRLF in a patched value',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { 'x-tenant': 'acme\nx-injected: 1' } },
+      loc: ['body', 'headers', 'x-tenant'],
+    },
+    {
+      name: 'headers: a name that is no token',
+      method: 'PUT',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { 'x tenant': 'acme' } },
+      loc: ['body', 'headers', 'x tenant'],
+    },
+    {
+      name: 'headers: host is reserved',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { host: 'evil.example' } },
+      loc: ['body', 'headers', 'host'],
+    },
+    {
+      name: 'recover since that is no date',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint/ep-1/recover',
+      body: { since: 'yesterday' },
+      loc: ['body', 'since'],
+    },
+    {
+      name: 'rotate to a key that is no secret',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint/ep-1/secret/rotate',
+      body: { key: 'not-a-secret' },
+      loc: ['body', 'key'],
+    },
+    {
+      name: 'api key with an unknown scope',
+      method: 'POST',
+      path: '/api/v1/api-key',
+      body: { name: 'k', scopes: ['root'] },
+      loc: ['body', 'scopes', 0],
+    },
+    { name: 'limit=0', method: 'GET', path: '/api/v1/app?limit=0', body: undefined, loc: ['query', 'limit'] },
+    {
+      name: 'limit above 250',
+      method: 'GET',
+      path: '/api/v1/app/acme/msg?limit=251',
+      body: undefined,
+      loc: ['query', 'limit'],
+    },
+    {
+      name: 'limit that is no number',
+      method: 'GET',
+      path: '/api/v1/event-type?limit=ten',
+      body: undefined,
+      loc: ['query', 'limit'],
+    },
+    {
+      name: 'order that is no order',
+      method: 'GET',
+      path: '/api/v1/app?order=sideways',
+      body: undefined,
+      loc: ['query', 'order'],
+    },
+    {
+      name: 'before that is no date',
+      method: 'GET',
+      path: '/api/v1/app/acme/msg?before=yesterday',
+      body: undefined,
+      loc: ['query', 'before'],
+    },
+    {
+      name: 'attempt status out of range',
+      method: 'GET',
+      path: '/api/v1/app/acme/attempt/endpoint/ep-1?status=9',
+      body: undefined,
+      loc: ['query', 'status'],
+    },
+  ];
+
+  for (const c of cases) {
+    test(c.name, async () => {
+      const answer = await rejected(() => send(c.method, c.path, c.body));
+      assertNames(answer, c.loc);
+    });
+  }
+
+  test('the detail says in words which field is wrong', async () => {
+    const answer = await rejected(() => send('POST', '/api/v1/app', {}));
+    assertNames(answer, ['body', 'name']);
+    assert.deepEqual(answer.body.detail[0].loc, ['body', 'name']);
+    const url = await rejected(() => send('POST', '/api/v1/app/acme/endpoint', { url: 'ftp://x' }));
+    assert.match(url.body.detail[0].msg, /scheme/i);
+  });
+
+  test('a NUL in a query or path value is a 422, not a database error', async () => {
+    assertError(await rejected(() => send('GET', '/api/v1/app?iterator=%00')), 422, 'validation');
+    assertError(await rejected(() => send('GET', '/api/v1/app/a%00b')), 422, 'validation');
+  });
+
+  test('a rejected update leaves the object as it was', async () => {
+    const before = await send('GET', '/api/v1/app/acme');
+    assertNames(await rejected(() => send('PATCH', '/api/v1/app/acme', { name: '' })), ['body', 'name']);
+    assertNames(await rejected(() => send('PUT', '/api/v1/app/acme', { uid: 'acme' })), ['body', 'name']);
+    const afterwards = await send('GET', '/api/v1/app/acme');
+    assert.deepEqual(afterwards.body, before.body);
+
+    const endpointBefore = await send('GET', '/api/v1/app/acme/endpoint/ep-1');
+    const headersBefore = await send('GET', '/api/v1/app/acme/endpoint/ep-1/headers');
+    await rejected(() => send('PATCH', '/api/v1/app/acme/endpoint/ep-1', { url: 'http://10.0.0.1/' }));
+    await rejected(() =>
+      send('PUT', '/api/v1/app/acme/endpoint/ep-1/headers', { headers: { ok: 'fine', 'webhook-id': 'x' } }),
+    );
+    assert.deepEqual((await send('GET', '/api/v1/app/acme/endpoint/ep-1')).body, endpointBefore.body);
+    assert.deepEqual((await send('GET', '/api/v1/app/acme/endpoint/ep-1/headers')).body, headersBefore.body);
+
+    await rejected(() =>
+      send('POST', '/api/v1/app/acme/endpoint/ep-1/secret/rotate', { key: `whsec_${'A'.repeat(33)}` }),
+    );
+    assert.deepEqual((await send('GET', '/api/v1/app/acme/endpoint/ep-1/secret')).body, { key: SECRET });
+  });
+});
+
+describe('malformed requests', () => {
+  test('malformed JSON → 400', async () => {
+    assertError(await rejected(() => send('POST', '/api/v1/app', '{"name": "x"')), 400, 'bad_request');
+    assertError(
+      await rejected(() => send('POST', '/api/v1/app/acme/msg', '{"eventType": "a", payload: {}}')),
+      400,
+      'bad_request',
+    );
+  });
+
+  test('an empty JSON body → 400', async () => {
+    assertError(await rejected(() => send('POST', '/api/v1/app', '')), 400, 'bad_request');
+  });
+
+  test('a body with __proto__ is refused', async () => {
+    const answer = await rejected(() =>
+      send('POST', '/api/v1/app', '{"name":"x","__proto__":{"admin":true}}'),
+    );
+    assertError(answer, 400, 'bad_request');
+  });
+
+  test('wrong content-type → 415', async () => {
+    const json = JSON.stringify({ name: 'x' });
+    for (const type of ['text/plain', 'application/x-www-form-urlencoded', 'application/xml']) {
+      const answer = await rejected(() => send('POST', '/api/v1/app', json, { 'content-type': type }));
+      assertError(answer, 415, 'unsupported_media_type');
+    }
+    const msg = JSON.stringify({ eventType: 'invoice.paid', payload: {} });
+    assertError(
+      await rejected(() => send('POST', '/api/v1/app/acme/msg', msg, { 'content-type': 'text/plain' })),
+      415,
+      'unsupported_media_type',
+    );
+  });
+
+  test('JSON with a charset is fine', async () => {
+    const answer = await send('GET', '/api/v1/app/acme');
+    assert.equal(answer.status, 200);
+    const created = await send(
+      'POST',
+      '/api/v1/event-type',
+      JSON.stringify({ name: 'cs.ok', description: 'x' }),
+      {
+        'content-type': 'application/json; charset=utf-8',
+      },
+    );
+    assert.equal(created.status, 201, created.text);
+  });
+
+  test(`a body over HERALD_MAX_BODY_BYTES (${MAX_BODY}) → 413`, async () => {
+    const big = { eventType: 'invoice.paid', payload: { blob: 'x'.repeat(MAX_BODY + 1) } };
+    assert.ok(JSON.stringify(big).length > MAX_BODY);
+    assertError(await rejected(() => send('POST', '/api/v1/app/acme/msg', big)), 413, 'payload_too_large');
+    assertError(
+      await rejected(() => send('POST', '/api/v1/app', { name: 'y'.repeat(MAX_BODY * 4) })),
+      413,
+      'payload_too_large',
+    );
+    // Just under the limit is accepted.
+    const fits = { eventType: 'invoice.paid', payload: { blob: 'x'.repeat(MAX_BODY - 100) } };
+    assert.ok(JSON.stringify(fits).length <= MAX_BODY);
+    const accepted = await send('POST', '/api/v1/app/other/msg', fits);
+    assert.equal(accepted.status, 202, accepted.text);
+  });
+});
+
+describe('not found: 404 with code not_found', () => {
+  const cases: [string, string, string, unknown?][] = [
+    ['unknown app', 'GET', '/api/v1/app/app_doesnotexist'],
+    ['unknown app by uid', 'GET', '/api/v1/app/nobody'],
+    ['patch of an unknown app', 'PATCH', '/api/v1/app/nobody', { name: 'x' }],
+    ['delete of an unknown app', 'DELETE', '/api/v1/app/nobody'],
+    [
+      'publish to an unknown app',
+      'POST',
+      '/api/v1/app/nobody/msg',
+      { eventType: 'invoice.paid', payload: {} },
+    ],
+    ['endpoints of an unknown app', 'GET', '/api/v1/app/nobody/endpoint'],
+    ['unknown endpoint', 'GET', '/api/v1/app/acme/endpoint/ep_doesnotexist'],
+    ['patch of an unknown endpoint', 'PATCH', '/api/v1/app/acme/endpoint/nope', { description: 'x' }],
+    ['secret of an unknown endpoint', 'GET', '/api/v1/app/acme/endpoint/nope/secret'],
+    ['headers of an unknown endpoint', 'PUT', '/api/v1/app/acme/endpoint/nope/headers', { headers: {} }],
+    ['an endpoint of another app', 'GET', '/api/v1/app/other/endpoint/ep-1'],
+    ['unknown message', 'GET', '/api/v1/app/acme/msg/msg_doesnotexist'],
+    ['attempts of an unknown message', 'GET', '/api/v1/app/acme/attempt/msg/msg_doesnotexist'],
+    ['resend of an unknown message', 'POST', '/api/v1/app/acme/msg/msg_doesnotexist/endpoint/ep-1/resend'],
+    ['unknown event type', 'GET', '/api/v1/event-type/no.such.type'],
+    ['unknown route under /api/v1', 'GET', '/api/v1/nope'],
+    ['unknown route elsewhere', 'GET', '/nope'],
+    ['a method the route does not have', 'DELETE', '/api/v1/app'],
+  ];
+  for (const [name, method, path, body] of cases) {
+    test(name, async () => {
+      assertError(await rejected(() => send(method, path, body)), 404, 'not_found');
+    });
+  }
+
+  test('a message of one app is not found through another', async () => {
+    assertError(await rejected(() => send('GET', `/api/v1/app/other/msg/${messageId}`)), 404, 'not_found');
+    assertError(
+      await rejected(() => send('POST', `/api/v1/app/acme/msg/${messageId}/endpoint/ep_nope/resend`)),
+      404,
+      'not_found',
+    );
+    assertError(
+      await rejected(() => send('GET', `/api/v1/app/acme/msg/${messageId}/attempt/atmpt_nope`)),
+      404,
+      'not_found',
+    );
+  });
+});
+
+describe('authentication and scopes', () => {
+  const createApp = { name: 'Sneaky', uid: 'sneaky' };
+
+  test('missing bearer → 401, before anything else is looked at', async () => {
+    for (const [method, path, body] of [
+      ['POST', '/api/v1/app', createApp],
+      ['GET', '/api/v1/app/nobody', undefined],
+      ['POST', '/api/v1/app/acme/msg', { eventType: 'invoice.paid', payload: {} }],
+      ['GET', '/api/v1/app/acme/endpoint/ep-1/secret', undefined],
+    ] as const) {
+      const answer = await rejected(() => send(method, path, body, { authorization: undefined }));
+      assertError(answer, 401, 'authentication_failed');
+    }
+  });
+
+  test('wrong bearer → 401', async () => {
+    for (const authorization of [
+      'Bearer wrong-key',
+      `Bearer ${ADMIN_KEY}x`,
+      `Basic ${ADMIN_KEY}`,
+      'Bearer',
+    ]) {
+      const answer = await rejected(() => send('POST', '/api/v1/app', createApp, { authorization }));
+      assertError(answer, 401, 'authentication_failed');
+    }
+    assert.doesNotMatch(
+      (await send('GET', '/api/v1/app', undefined, { authorization: 'Bearer wrong' })).text,
+      new RegExp(ADMIN_KEY),
+    );
+  });
+
+  test('a read-only key cannot write → 403', async () => {
+    const headers = { authorization: `Bearer ${readKey}` };
+    assert.equal((await send('GET', '/api/v1/app/acme', undefined, headers)).status, 200);
+    assertError(
+      await rejected(() => send('POST', '/api/v1/app', createApp, headers)),
+      403,
+      'insufficient_access',
+    );
+    assertError(
+      await rejected(() =>
+        send('POST', '/api/v1/app/acme/msg', { eventType: 'invoice.paid', payload: {} }, headers),
+      ),
+      403,
+      'insufficient_access',
+    );
+    assertError(
+      await rejected(() => send('GET', '/api/v1/app/acme/endpoint/ep-1/secret', undefined, headers)),
+      403,
+      'insufficient_access',
+    );
+  });
+});
+
+describe('conflicts: 409', () => {
+  test('duplicate app uid', async () => {
+    assertError(
+      await rejected(() => send('POST', '/api/v1/app', { name: 'Again', uid: 'acme' })),
+      409,
+      'conflict',
+    );
+  });
+
+  test('changing an app to a uid that is taken', async () => {
+    assertError(await rejected(() => send('PATCH', '/api/v1/app/other', { uid: 'acme' })), 409, 'conflict');
+    assertError(
+      await rejected(() => send('PUT', '/api/v1/app/other', { name: 'Other', uid: 'acme' })),
+      409,
+      'conflict',
+    );
+    // PUT to a new path creates, but not with somebody else's uid.
+    assertError(
+      await rejected(() => send('PUT', '/api/v1/app/brand-new', { name: 'New', uid: 'acme' })),
+      409,
+      'conflict',
+    );
+  });
+
+  test('publishing with `application` whose uid is taken', async () => {
+    const answer = await rejected(() =>
+      send('POST', '/api/v1/app/brand-new/msg', {
+        eventType: 'invoice.paid',
+        payload: {},
+        application: { name: 'New', uid: 'acme' },
+      }),
+    );
+    assertError(answer, 409, 'conflict');
+  });
+
+  test('duplicate endpoint uid in one app', async () => {
+    assertError(
+      await rejected(() => send('POST', '/api/v1/app/acme/endpoint', { url: EP_URL, uid: 'ep-1' })),
+      409,
+      'conflict',
+    );
+  });
+
+  test('duplicate event type', async () => {
+    assertError(
+      await rejected(() =>
+        send('POST', '/api/v1/event-type', { name: 'invoice.paid', description: 'again' }),
+      ),
+      409,
+      'conflict',
+    );
+  });
+
+  test('an idempotency key reused with other content', async () => {
+    const answer = await rejected(() =>
+      send(
+        'POST',
+        '/api/v1/app/acme/msg',
+        { eventType: 'invoice.paid', payload: { n: 2 } },
+        { 'idempotency-key': 'invoice-1' },
+      ),
+    );
+    assertError(answer, 409, 'idempotency_conflict');
+    const original = await send('GET', `/api/v1/app/acme/msg/${messageId}`);
+    assert.deepEqual(original.body.payload, { n: 1 });
+  });
+});
+
+test('the fixtures themselves are intact after every rejection', async () => {
+  const app = await send('GET', '/api/v1/app/acme');
+  assert.equal(app.body.id, appId);
+  assert.equal(app.body.name, 'Acme');
+  assert.deepEqual(app.body.metadata, { plan: 'pro' });
+  const endpoint = await send('GET', '/api/v1/app/acme/endpoint/ep-1');
+  assert.equal(endpoint.body.id, endpointId);
+  assert.equal(endpoint.body.url, EP_URL);
+  const headers = await send('GET', '/api/v1/app/acme/endpoint/ep-1/headers');
+  assert.deepEqual(headers.body, { headers: {}, sensitive: [] });
+});

@@ -1,0 +1,220 @@
+// Invariants 3–6 under real concurrency: competing claimers on separate connections never share
+// a delivery, never hold two leases on one endpoint, and lease recovery never takes a live lease.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { insertApp } from '../src/db/apps.ts';
+import { claimDeliveries, recordOutcomes, recoverExpiredLeases } from '../src/db/deliveries.ts';
+import { insertEndpoint } from '../src/db/endpoints.ts';
+import { publishMessage } from '../src/db/messages.ts';
+import { createPgDb } from '../src/db/pg-pool.ts';
+import type { Db } from '../src/db/port.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+
+let database: TestDatabase;
+const claimers: Db[] = [];
+
+before(async () => {
+  database = await freshDatabase('claims');
+  for (let i = 0; i < 6; i++) claimers.push(createPgDb({ connectionString: database.url, max: 2 }));
+});
+after(async () => {
+  await Promise.all(claimers.map((c) => c.close()));
+  await database.drop();
+});
+
+async function seed(appUid: string, endpoints: number, messages: number): Promise<void> {
+  const db = database.db;
+  const app = await insertApp(db, { uid: appUid, name: appUid, throttleRate: null, metadata: {} });
+  for (let e = 0; e < endpoints; e++) {
+    await insertEndpoint(db, app.id, {
+      uid: null,
+      url: `http://127.0.0.1:1/${e}`,
+      description: '',
+      version: 1,
+      throttleRate: null,
+      filterTypes: null,
+      channels: null,
+      metadata: {},
+      disabled: false,
+    });
+  }
+  for (let m = 0; m < messages; m++) {
+    await publishMessage(
+      db,
+      {
+        appId: app.id,
+        eventType: 'e',
+        eventId: null,
+        payload: '{}',
+        channels: null,
+        tags: null,
+        idempotencyKey: null,
+        requestHash: null,
+        retentionDays: 1,
+      },
+      'test',
+    );
+  }
+}
+
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+test('competing claimers never share a delivery or an endpoint', async () => {
+  await seed('compete', 12, 25); // 300 deliveries over 12 endpoints
+  const holderOfEndpoint = new Map<string, number>();
+  const everClaimed = new Set<string>();
+  let successes = 0;
+
+  await Promise.all(
+    claimers.map(async (db, me) => {
+      for (;;) {
+        const claimed = await claimDeliveries(db, 4, 30, '');
+        if (claimed.length === 0) {
+          const left = await db.query<{ n: number }>(
+            `select count(*)::int as n from delivery where state <> 'succeeded'`,
+          );
+          if (left.rows[0]!.n === 0) return;
+          await tick();
+          continue;
+        }
+        for (const c of claimed) {
+          assert.ok(!everClaimed.has(`${c.deliveryId}/${c.leaseToken}`));
+          everClaimed.add(`${c.deliveryId}/${c.leaseToken}`);
+          const holder = holderOfEndpoint.get(c.endpointId);
+          assert.equal(holder, undefined, `endpoint ${c.endpointId} already held by claimer ${holder}`);
+          holderOfEndpoint.set(c.endpointId, me);
+        }
+        await tick();
+        // Release the endpoint before recording: the moment the outcome commits, another
+        // claimer may legitimately take the endpoint's next delivery.
+        for (const c of claimed) holderOfEndpoint.delete(c.endpointId);
+        const recorded = await recordOutcomes(
+          db,
+          claimed.map((c) => ({
+            deliveryId: c.deliveryId,
+            leaseToken: c.leaseToken,
+            outcome: 'success' as const,
+            statusCode: 200,
+            responseClass: 'http_2xx',
+            responseBody: '',
+            durationMs: 1,
+            nextAttemptAt: null,
+            disableEndpoint: null,
+          })),
+          5,
+        );
+        assert.ok(recorded.every((r) => r.recorded));
+        successes += recorded.length;
+      }
+    }),
+  );
+
+  assert.equal(successes, 300, 'every delivery succeeded exactly once');
+  const attempts = await database.db.query<{ n: number; d: number }>(
+    `select count(*)::int as n, count(distinct delivery_id)::int as d from attempt a
+       join delivery dl on dl.id = a.delivery_id join app on app.id = dl.app_id where app.uid = 'compete'`,
+  );
+  assert.deepEqual(attempts.rows[0], { n: 300, d: 300 }, 'one attempt per delivery, none claimed twice');
+});
+
+test('lease recovery under competition takes only expired leases, each once', async () => {
+  await seed('recover', 8, 10); // 80 deliveries
+  const recoveredTokens: string[] = [];
+  const liveTokens = new Map<string, Date>();
+  let recordedLate = 0;
+  let done = false;
+
+  const recoverers = claimers.slice(0, 3).map(async (db) => {
+    while (!done) {
+      const recovered = await recoverExpiredLeases(db, 8);
+      const now = Date.now();
+      for (const r of recovered) {
+        recoveredTokens.push(r.leaseToken);
+        const expiresAt = liveTokens.get(r.leaseToken);
+        assert.ok(expiresAt, 'a recovered lease was one somebody claimed');
+        assert.ok(expiresAt.getTime() <= now, `lease ${r.leaseToken} was recovered while still live`);
+      }
+      await tick();
+    }
+  });
+
+  const workers = claimers.slice(3).map(async (db, me) => {
+    for (;;) {
+      // Leases of 0.2 s; every third worker round stalls past its lease before recording.
+      const claimed = await claimDeliveries(db, 3, 0.2, '');
+      const left = await db.query<{ n: number }>(
+        `select count(*)::int as n from delivery d join app on app.id = d.app_id
+          where app.uid = 'recover' and d.state <> 'succeeded'`,
+      );
+      if (left.rows[0]!.n === 0) return;
+      for (const c of claimed) liveTokens.set(c.leaseToken, c.leaseExpiresAt);
+      if (claimed.length === 0) {
+        await tick();
+        continue;
+      }
+      const stall = (me + claimed[0]!.attemptsInCycle) % 3 === 0;
+      if (stall) await new Promise((resolve) => setTimeout(resolve, 300));
+      const recorded = await recordOutcomes(
+        db,
+        claimed.map((c) => ({
+          deliveryId: c.deliveryId,
+          leaseToken: c.leaseToken,
+          outcome: 'success' as const,
+          statusCode: 200,
+          responseClass: 'http_2xx',
+          responseBody: '',
+          durationMs: 1,
+          nextAttemptAt: null,
+          disableEndpoint: null,
+        })),
+        5,
+      );
+      recordedLate += recorded.filter((r) => !r.recorded).length;
+    }
+  });
+
+  await Promise.all(workers);
+  done = true;
+  await Promise.all(recoverers);
+
+  assert.ok(recoveredTokens.length > 0, 'stalled workers lost leases to recovery');
+  assert.equal(new Set(recoveredTokens).size, recoveredTokens.length, 'no lease recovered twice');
+  const outcomes = await database.db.query<{ outcome: string; n: number }>(
+    `select a.outcome, count(*)::int as n from attempt a join app on app.id = a.app_id
+      where app.uid = 'recover' group by a.outcome order by a.outcome`,
+  );
+  const byOutcome = Object.fromEntries(outcomes.rows.map((r) => [r.outcome, r.n]));
+  assert.equal(byOutcome['success'], 80, 'every delivery has exactly one success');
+  assert.equal(
+    byOutcome['unknown'] ?? 0,
+    recoveredTokens.length,
+    'every recovered lease left one unknown attempt',
+  );
+  assert.equal(recordedLate, recoveredTokens.length, 'a late result under a recovered lease is discarded');
+  const open = await database.db.query(
+    `select 1 from attempt a join app on app.id = a.app_id where app.uid = 'recover' and a.outcome is null`,
+  );
+  assert.equal(open.rowCount, 0);
+});
+
+test('the database itself refuses a second lease on one endpoint', async () => {
+  await seed('constraint', 1, 2);
+  const rows = await database.db.query<{ id: string }>(
+    `select d.id from delivery d join app on app.id = d.app_id where app.uid = 'constraint'`,
+  );
+  const [a, b] = rows.rows.map((r) => r.id);
+  await database.db.query(
+    `update delivery set state = 'sending', next_attempt_at = null, lease_token = gen_random_uuid(),
+       lease_expires_at = now() + interval '1 minute' where id = $1`,
+    [a],
+  );
+  await assert.rejects(
+    database.db.query(
+      `update delivery set state = 'sending', next_attempt_at = null, lease_token = gen_random_uuid(),
+         lease_expires_at = now() + interval '1 minute' where id = $1`,
+      [b],
+    ),
+    /delivery_one_in_flight/,
+  );
+});

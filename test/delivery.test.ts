@@ -1,0 +1,239 @@
+// Delivery behaviour end to end through a real worker and a real receiver: signatures, retries,
+// auto-disable, held backlogs, resend cycles (invariants 8 and 9).
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
+import { Webhook as SvixWebhook } from 'svix';
+import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+let t: TestHerald;
+let receiver: Receiver;
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+
+// Per-path behaviour: each test owns a path prefix and decides how its receiver answers.
+const behaviour = new Map<
+  string,
+  (n: number) => { status: number; body?: string; headers?: Record<string, string> }
+>();
+
+before(async () => {
+  t = await startTestHerald('delivery', { env: { HERALD_DISABLE_AFTER_FAILURES: '5' } });
+  receiver = await startReceiver((request) => {
+    const decide = behaviour.get(request.path) ?? (() => ({ status: 204 }));
+    const seen = receiver.requests.filter((r) => r.path === request.path).length;
+    return decide(seen);
+  });
+});
+after(async () => {
+  await t.close();
+  await receiver.close();
+});
+
+const requestsTo = (path: string) => receiver.requests.filter((r) => r.path === path);
+
+describe('signing', () => {
+  test('requests verify with the standardwebhooks and svix libraries; a changed byte fails', async () => {
+    const app = await createApp(t, 'signing');
+    await createEndpoint(t, app, { url: `${receiver.url}/sig`, secret: SECRET, headers: undefined });
+    const msg = await publishVia(t, app, { eventType: 'user.created', payload: { name: 'Ada', n: 1 } });
+    const [request] = await waitFor(
+      'the signed request',
+      () => requestsTo('/sig').length === 1 && requestsTo('/sig'),
+    );
+    const headers = {
+      'webhook-id': String(request!.headers['webhook-id']),
+      'webhook-timestamp': String(request!.headers['webhook-timestamp']),
+      'webhook-signature': String(request!.headers['webhook-signature']),
+    };
+    assert.equal(headers['webhook-id'], msg);
+    assert.equal(request!.headers['content-type'], 'application/json');
+    assert.deepEqual(new StandardWebhook(SECRET.slice('whsec_'.length)).verify(request!.body, headers), {
+      name: 'Ada',
+      n: 1,
+    });
+    assert.deepEqual(new SvixWebhook(SECRET).verify(request!.body, headers), { name: 'Ada', n: 1 });
+    const tampered = request!.body.replace('Ada', 'Adb');
+    assert.throws(() => new StandardWebhook(SECRET.slice('whsec_'.length)).verify(tampered, headers));
+    assert.throws(() => new SvixWebhook(SECRET).verify(tampered, headers));
+  });
+
+  test('custom endpoint headers are sent, herald’s own headers cannot be overridden', async () => {
+    const app = await createApp(t, 'headers');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/hdr` });
+    const put = await t.call('PUT', `/api/v1/app/${app}/endpoint/${ep}/headers`, {
+      headers: { 'X-Tenant': 'acme', Authorization: 'Bearer downstream' },
+    });
+    assert.equal(put.status, 204);
+    const reserved = await t.call('PUT', `/api/v1/app/${app}/endpoint/${ep}/headers`, {
+      headers: { 'webhook-id': 'forged' },
+    });
+    assert.equal(reserved.status, 422);
+    await publishVia(t, app, { eventType: 'e', payload: {} });
+    const [request] = await waitFor(
+      'the request',
+      () => requestsTo('/hdr').length === 1 && requestsTo('/hdr'),
+    );
+    assert.equal(request!.headers['x-tenant'], 'acme');
+    assert.equal(request!.headers['authorization'], 'Bearer downstream');
+    const got = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/headers`);
+    assert.deepEqual(got.body, { headers: { 'X-Tenant': 'acme' }, sensitive: ['Authorization'] });
+  });
+});
+
+describe('retries', () => {
+  test('failures are retried with the same webhook-id until success; bodies are stored truncated', async () => {
+    behaviour.set('/retry', (n) =>
+      n <= 2 ? { status: 500, body: 'x'.repeat(10_000) } : { status: 200, body: 'ok' },
+    );
+    const app = await createApp(t, 'retry');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/retry` });
+    const msg = await publishVia(t, app, { eventType: 'e', payload: { r: 1 } });
+    await waitFor(
+      'success on the third attempt',
+      async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
+    );
+    const ids = requestsTo('/retry').map((r) => r.headers['webhook-id']);
+    assert.deepEqual(ids, [msg, msg, msg]);
+    const delivery = (await deliveryOf(t, msg, ep))!;
+    const attempts = await attemptsOf(t, delivery.id);
+    assert.deepEqual(
+      attempts.map((a) => [a.outcome, a.status_code]),
+      [
+        ['failure', 500],
+        ['failure', 500],
+        ['success', 200],
+      ],
+    );
+    assert.ok(attempts[0]!.response_body!.length <= 4096, 'response bodies are truncated');
+    assert.equal(attempts[2]!.response_body, 'ok');
+    const endpoint = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`);
+    assert.equal(endpoint.body.disabled, false, 'two failures and a success do not disable');
+  });
+
+  test('five consecutive known failures disable the endpoint; its deliveries wait; re-enabling releases them', async () => {
+    let healthy = false;
+    behaviour.set('/flaky', () => (healthy ? { status: 204 } : { status: 503 }));
+    const app = await createApp(t, 'autodisable');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/flaky` });
+    const first = await publishVia(t, app, { eventType: 'e', payload: { i: 1 } });
+    await waitFor(
+      'auto-disable',
+      async () => (await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`)).body.disabled,
+    );
+    const endpoint = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`);
+    assert.equal(endpoint.body.disabledReason, 'failures');
+    const held = (await deliveryOf(t, first, ep))!;
+    assert.equal(held.state, 'pending', 'the delivery waits with budget left');
+    assert.equal(held.attempts_in_cycle, 5);
+    assert.equal(requestsTo('/flaky').length, 5);
+
+    // New messages still get their deliveries (the snapshot includes disabled endpoints), and wait.
+    const second = await publishVia(t, app, { eventType: 'e', payload: { i: 2 } });
+    assert.equal((await deliveryOf(t, second, ep))!.state, 'pending');
+    const stats = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/stats`);
+    assert.equal(stats.body.pending, 2);
+
+    healthy = true;
+    const enabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
+    assert.equal(enabled.status, 200);
+    await waitFor('the backlog to drain', async () => {
+      const [a, b] = [await deliveryOf(t, first, ep), await deliveryOf(t, second, ep)];
+      return a?.state === 'succeeded' && b?.state === 'succeeded';
+    });
+    const released = (await deliveryOf(t, first, ep))!;
+    assert.equal(released.attempts_in_cycle, 6, 're-enabling does not reset the budget');
+    assert.equal(released.cycle, 1);
+  });
+
+  test('an operator-disabled endpoint holds its backlog until enabled', async () => {
+    const app = await createApp(t, 'held');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/held`, disabled: true });
+    const msgs = [];
+    for (let i = 0; i < 3; i++) msgs.push(await publishVia(t, app, { eventType: 'e', payload: { i } }));
+    // Publish to a second, enabled endpoint and wait for it: the worker has had its chance.
+    const probe = await createEndpoint(t, app, { url: `${receiver.url}/held-probe` });
+    const last = await publishVia(t, app, { eventType: 'e', payload: { probe: true } });
+    await waitFor(
+      'the probe delivery',
+      async () => (await deliveryOf(t, last, probe))?.state === 'succeeded',
+    );
+    assert.equal(requestsTo('/held').length, 0);
+    for (const m of msgs) assert.equal((await deliveryOf(t, m, ep))!.state, 'pending');
+    await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
+    await waitFor('the held backlog', () => requestsTo('/held').length === 4);
+  });
+
+  test('410 Gone disables the endpoint at once', async () => {
+    behaviour.set('/gone', () => ({ status: 410 }));
+    const app = await createApp(t, 'gone');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/gone` });
+    await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor(
+      'disable on 410',
+      async () => (await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`)).body.disabled,
+    );
+    assert.equal((await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`)).body.disabledReason, 'gone');
+    assert.equal(requestsTo('/gone').length, 1);
+  });
+});
+
+describe('resend', () => {
+  test('an exhausted delivery fails; resend starts a new cycle keeping ids and history; competing resends start one', async () => {
+    let healthy = false;
+    behaviour.set('/exhaust', () => (healthy ? { status: 204 } : { status: 500 }));
+    const tx = await startTestHerald('resend', {
+      env: { HERALD_DISABLE_AFTER_FAILURES: '100', HERALD_RETRY_SCHEDULE: '0.02,0.02' },
+    });
+    try {
+      const app = await createApp(tx, 'resend');
+      const ep = await createEndpoint(tx, app, { url: `${receiver.url}/exhaust` });
+      const msg = await publishVia(tx, app, { eventType: 'e', payload: {} });
+      await waitFor('the cycle to fail', async () => (await deliveryOf(tx, msg, ep))?.state === 'failed');
+      const failed = (await deliveryOf(tx, msg, ep))!;
+      assert.equal(failed.attempts_in_cycle, 3, 'a schedule of two delays allows three attempts');
+
+      // Hold the endpoint so the race is between the resends alone, not with a fast delivery
+      // (a resend that arrives after the new cycle finished rightly starts another).
+      await tx.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: true });
+      const responses = await Promise.all(
+        Array.from({ length: 10 }, () =>
+          tx.call('POST', `/api/v1/app/${app}/msg/${msg}/endpoint/${ep}/resend`),
+        ),
+      );
+      assert.ok(responses.every((r) => r.status === 202));
+      const restarted = (await deliveryOf(tx, msg, ep))!;
+      assert.deepEqual([restarted.state, restarted.cycle, restarted.attempts_in_cycle], ['pending', 2, 0]);
+      healthy = true;
+      await tx.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
+      await waitFor(
+        'the new cycle to succeed',
+        async () => (await deliveryOf(tx, msg, ep))?.state === 'succeeded',
+      );
+      const after = (await deliveryOf(tx, msg, ep))!;
+      assert.equal(after.id, failed.id, 'same delivery');
+      assert.equal(after.cycle, 2, 'ten competing resends started exactly one new cycle');
+      assert.equal(after.attempts_in_cycle, 1);
+      assert.equal(after.attempts_total, 4);
+      const attempts = await attemptsOf(tx, after.id);
+      assert.deepEqual(
+        attempts.map((a) => [a.cycle, a.outcome]),
+        [
+          [1, 'failure'],
+          [1, 'failure'],
+          [1, 'failure'],
+          [2, 'success'],
+        ],
+      );
+      const listed = await tx.call('GET', `/api/v1/app/${app}/attempt/msg/${msg}`);
+      assert.equal(listed.body.data.length, 4);
+      assert.equal(listed.body.data[0].triggerType, 1, 'the resent attempt is manual');
+      assert.equal(new Set(requestsTo('/exhaust').map((r) => r.headers['webhook-id'])).size, 1);
+    } finally {
+      await tx.close();
+    }
+  });
+});

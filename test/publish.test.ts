@@ -1,0 +1,153 @@
+// Invariants 1 and 2: acceptance is a database fact, and publishing is idempotent.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+let t: TestHerald;
+let receiver: Receiver;
+
+before(async () => {
+  t = await startTestHerald('publish');
+  receiver = await startReceiver();
+});
+after(async () => {
+  await t.close();
+  await receiver.close();
+});
+
+const count = async (sql: string, params: unknown[]) =>
+  (await t.database.db.query<{ n: number }>(`select count(*)::int as n ${sql}`, params)).rows[0]!.n;
+
+describe('the subscription snapshot', () => {
+  test('one delivery per endpoint subscribed at publish time, disabled ones included; no backfill', async () => {
+    const app = await createApp(t, 'snapshot');
+    const matching = await createEndpoint(t, app, { url: `${receiver.url}/a`, filterTypes: ['order.paid'] });
+    const other = await createEndpoint(t, app, { url: `${receiver.url}/b`, filterTypes: ['order.refunded'] });
+    const disabled = await createEndpoint(t, app, { url: `${receiver.url}/c`, disabled: true });
+    const channelled = await createEndpoint(t, app, { url: `${receiver.url}/d`, channels: ['eu'] });
+    const msg = await publishVia(t, app, { eventType: 'order.paid', payload: { n: 1 }, channels: ['us'] });
+    const late = await createEndpoint(t, app, { url: `${receiver.url}/e` });
+
+    const rows = await t.database.db.query<{ endpoint_id: string; state: string }>(
+      'select endpoint_id, state from delivery where message_id = $1 order by endpoint_id',
+      [msg],
+    );
+    const endpoints = rows.rows.map((r) => r.endpoint_id).sort();
+    assert.deepEqual(endpoints, [matching, disabled].sort());
+    assert.ok(!endpoints.includes(other) && !endpoints.includes(channelled) && !endpoints.includes(late));
+    const audit = await count('from audit_entry where target_id = $1 and action = $2', [
+      msg,
+      'message.created',
+    ]);
+    assert.equal(audit, 1);
+    await waitFor('the matching endpoint to be delivered', () =>
+      receiver.requests.some((r) => r.path === '/a'),
+    );
+    const waiting = await t.database.db.query<{ state: string }>(
+      'select state from delivery where message_id = $1 and endpoint_id = $2',
+      [msg, disabled],
+    );
+    assert.equal(waiting.rows[0]!.state, 'pending', 'the disabled endpoint’s delivery waits');
+  });
+});
+
+describe('the library face', () => {
+  test('publish inside the caller’s transaction: rollback sends nothing, commit sends', async () => {
+    const app = await createApp(t, 'library');
+    await createEndpoint(t, app, { url: `${receiver.url}/lib` });
+    const client = new pg.Client({ connectionString: t.database.url });
+    await client.connect();
+    try {
+      await client.query('begin');
+      const rolledBack = await t.herald.publish(
+        'library',
+        { eventType: 'e', payload: { v: 'rolled back' } },
+        { db: client },
+      );
+      await client.query('rollback');
+
+      await client.query('begin');
+      const committed = await t.herald.publish(
+        'library',
+        { eventType: 'e', payload: { v: 'committed' } },
+        { db: client },
+      );
+      // Not visible to anyone (nor sent) before COMMIT.
+      assert.equal(await count('from message where id = $1', [committed.message.id]), 0);
+      await client.query('commit');
+
+      await waitFor('the committed message to arrive', () =>
+        receiver.requests.some((r) => r.path === '/lib'),
+      );
+      // The worker handles deliveries in due order; the rolled-back one would have come first.
+      assert.equal(await count('from message where id = $1', [rolledBack.message.id]), 0);
+      assert.equal(await count('from delivery where message_id = $1', [rolledBack.message.id]), 0);
+      const bodies = receiver.requests.filter((r) => r.path === '/lib').map((r) => JSON.parse(r.body).v);
+      assert.deepEqual(bodies, ['committed']);
+    } finally {
+      await client.end();
+    }
+  });
+
+  test('the library validates like the API', async () => {
+    await assert.rejects(
+      t.herald.publish('library', { eventType: 'bad type!', payload: {} }),
+      (error: Error) => {
+        assert.match(error.message, /eventType/);
+        return true;
+      },
+    );
+  });
+});
+
+describe('idempotent publish', () => {
+  test('same key and content → the same message; different content → 409', async () => {
+    const app = await createApp(t, 'idem');
+    await createEndpoint(t, app, { url: `${receiver.url}/idem` });
+    const body = { eventType: 'e', payload: { a: 1 } };
+    const first = await t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': 'k1' });
+    const again = await t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': 'k1' });
+    assert.equal(first.status, 202);
+    assert.equal(again.status, 202);
+    assert.equal(again.body.id, first.body.id);
+    const conflict = await t.call(
+      'POST',
+      `/api/v1/app/${app}/msg`,
+      { ...body, payload: { a: 2 } },
+      { 'idempotency-key': 'k1' },
+    );
+    assert.equal(conflict.status, 409);
+    assert.equal(conflict.body.code, 'idempotency_conflict');
+    assert.equal(await count('from message where app_id = $1', [app]), 1);
+    assert.equal(
+      await count('from delivery d join message m on m.id = d.message_id where m.app_id = $1', [app]),
+      1,
+    );
+  });
+
+  test('concurrent duplicates resolve to one message', async () => {
+    const app = await createApp(t, 'idem-race');
+    await createEndpoint(t, app, { url: `${receiver.url}/race` });
+    const body = { eventType: 'e', payload: { race: true } };
+    const responses = await Promise.all(
+      Array.from({ length: 20 }, () =>
+        t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': 'same' }),
+      ),
+    );
+    assert.deepEqual(
+      responses.map((r) => r.status),
+      responses.map(() => 202),
+    );
+    assert.equal(new Set(responses.map((r) => r.body.id)).size, 1);
+    assert.equal(await count('from message where app_id = $1', [app]), 1);
+    assert.equal(
+      await count('from delivery d join message m on m.id = d.message_id where m.app_id = $1', [app]),
+      1,
+    );
+  });
+});

@@ -1,0 +1,604 @@
+// The official `svix` SDK drives herald unchanged: every call below is the SDK's own request and
+// its own response parsing. A failure here is a Svix-compatibility bug in herald.
+
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { ApiException, type EndpointOut, type MessageAttemptOut, Svix, Webhook } from 'svix';
+import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+import { type ReceivedRequest, type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+const APP_ID = /^app_[0-9a-f]{12}/;
+const EP_ID = /^ep_[0-9a-f]{12}/;
+const MSG_ID = /^msg_[0-9a-f]{12}/;
+const ATTEMPT_ID = /^atmpt_[0-9a-f]{12}/;
+
+const newSecret = () => `whsec_${randomBytes(24).toString('base64')}`;
+
+function assertDate(value: unknown, what: string): void {
+  assert.ok(value instanceof Date, `${what} is a Date`);
+  assert.ok(!Number.isNaN(value.getTime()), `${what} is a valid date`);
+  assert.ok(
+    Math.abs(value.getTime() - Date.now()) < 10 * 60_000,
+    `${what} is recent: ${value.toISOString()}`,
+  );
+}
+
+/** The SDK's error for a rejected call, with the HTTP status herald answered. */
+async function rejectsWith(status: number, call: () => Promise<unknown>): Promise<ApiException<unknown>> {
+  try {
+    await call();
+  } catch (error) {
+    assert.ok(error instanceof ApiException, `expected ApiException, got ${String(error)}`);
+    assert.equal(error.code, status, `status (body: ${JSON.stringify(error.body)})`);
+    return error;
+  }
+  assert.fail(`expected the call to fail with ${status}`);
+}
+
+/** The request's Standard Webhooks headers, as the svix verifier wants them. */
+function webhookHeaders(request: ReceivedRequest): Record<string, string> {
+  const header = (name: string) => {
+    const value = request.headers[name];
+    assert.equal(typeof value, 'string', `${name} header present`);
+    return value as string;
+  };
+  return {
+    'webhook-id': header('webhook-id'),
+    'webhook-timestamp': header('webhook-timestamp'),
+    'webhook-signature': header('webhook-signature'),
+  };
+}
+
+let t: TestHerald;
+let svix: Svix;
+let receiver: Receiver;
+/** Paths whose requests the receiver answers with 500 (the rest get 204). */
+const failing = new Set<string>();
+
+const requestsTo = (path: string) => receiver.requests.filter((r) => r.path === path);
+
+before(async () => {
+  t = await startTestHerald('svix_sdk', {
+    // Three attempts per cycle, and no auto-disable in the way of the recover test.
+    env: { HERALD_RETRY_SCHEDULE: '0.05,0.05', HERALD_DISABLE_AFTER_FAILURES: '100' },
+  });
+  // No client-side retries: a 5xx from herald must surface, not be papered over.
+  svix = new Svix(ADMIN_KEY, { serverUrl: t.url, retryScheduleInMs: [] });
+  receiver = await startReceiver((request) =>
+    failing.has(request.path) ? { status: 500, body: 'broken' } : { status: 204 },
+  );
+});
+
+after(async () => {
+  await receiver?.close();
+  await t?.close();
+});
+
+describe('svix SDK against herald', () => {
+  test('health.get', async () => {
+    assert.equal(await svix.health.get(), undefined);
+  });
+
+  test('application: create, get by id and uid, getOrCreate, list, update, patch, delete', async () => {
+    const created = await svix.application.create({
+      name: 'Acme',
+      uid: 'acme',
+      metadata: { plan: 'pro' },
+      throttleRate: 100,
+    });
+    assert.match(created.id, APP_ID);
+    assert.equal(created.uid, 'acme');
+    assert.equal(created.name, 'Acme');
+    assert.deepEqual(created.metadata, { plan: 'pro' });
+    assert.equal(created.throttleRate, 100);
+    assertDate(created.createdAt, 'createdAt');
+    assertDate(created.updatedAt, 'updatedAt');
+
+    const byId = await svix.application.get(created.id);
+    const byUid = await svix.application.get('acme');
+    assert.equal(byId.id, created.id);
+    assert.equal(byUid.id, created.id);
+    assert.equal(byUid.name, 'Acme');
+
+    // getOrCreate: the existing app comes back; nothing new is stored.
+    const again = await svix.application.getOrCreate({ name: 'Other name', uid: 'acme' });
+    assert.equal(again.id, created.id);
+    assert.equal(again.name, 'Acme');
+    // `rateLimit` is the SDK's newer name for throttleRate.
+    const fresh = await svix.application.getOrCreate({ name: 'Globex', uid: 'globex', rateLimit: 7 });
+    assert.match(fresh.id, APP_ID);
+    assert.notEqual(fresh.id, created.id);
+    assert.equal(fresh.name, 'Globex');
+    assert.equal(fresh.rateLimit, 7);
+    assert.equal(fresh.throttleRate, 7);
+    const rows = await t.database.db.query<{ n: number }>(
+      `select count(*)::int as n from app where uid in ('acme', 'globex')`,
+    );
+    assert.equal(rows.rows[0]!.n, 2);
+
+    // A second create with a taken uid is a conflict.
+    await rejectsWith(409, () => svix.application.create({ name: 'Dup', uid: 'acme' }));
+
+    const list = await svix.application.list({ limit: 250 });
+    const ids = list.data.map((a) => a.id);
+    assert.ok(ids.includes(created.id) && ids.includes(fresh.id), 'both apps are listed');
+    assert.equal(list.done, true);
+    for (const a of list.data) assertDate(a.createdAt, 'listed createdAt');
+
+    const updated = await svix.application.update('acme', { name: 'Acme Corp', uid: 'acme' });
+    assert.equal(updated.id, created.id);
+    assert.equal(updated.name, 'Acme Corp');
+    assert.deepEqual(updated.metadata, {}, 'PUT replaces metadata');
+    assert.ok(updated.updatedAt.getTime() >= created.updatedAt.getTime());
+
+    const patched = await svix.application.patch(created.id, { metadata: { tier: 'gold' }, rateLimit: 9 });
+    assert.equal(patched.name, 'Acme Corp', 'PATCH keeps what it does not name');
+    assert.equal(patched.rateLimit, 9);
+    assert.deepEqual(patched.metadata, { tier: 'gold' });
+    assert.equal(patched.uid, 'acme');
+
+    await svix.application.delete('globex');
+    await rejectsWith(404, () => svix.application.get(fresh.id));
+    await rejectsWith(404, () => svix.application.get('globex'));
+    assert.equal((await svix.application.get('acme')).name, 'Acme Corp');
+  });
+
+  test('application list pages with limit and iterator', async () => {
+    const made: string[] = [];
+    for (let i = 0; i < 5; i++) made.push((await svix.application.create({ name: `page-${i}` })).id);
+    const seen: string[] = [];
+    let iterator: string | null | undefined;
+    for (let pages = 0; ; pages++) {
+      assert.ok(pages < 20, 'pagination terminates');
+      const page = await svix.application.list({ limit: 2, iterator });
+      assert.ok(page.data.length <= 2);
+      seen.push(...page.data.map((a) => a.id));
+      if (page.done) break;
+      iterator = page.iterator;
+    }
+    assert.equal(new Set(seen).size, seen.length, 'no app twice');
+    for (const id of made) assert.ok(seen.includes(id), `${id} listed`);
+  });
+
+  test('eventType: create, get, list, update, patch, delete (archive) and expunge', async () => {
+    const schema = { '1': { type: 'object', properties: { id: { type: 'string' } } } };
+    const created = await svix.eventType.create({
+      name: 'invoice.paid',
+      description: 'An invoice was paid',
+      schemas: schema,
+    });
+    assert.equal(created.name, 'invoice.paid');
+    assert.equal(created.description, 'An invoice was paid');
+    assert.deepEqual(created.schemas, schema);
+    assert.equal(created.archived, false);
+    assertDate(created.createdAt, 'createdAt');
+    await svix.eventType.create({ name: 'invoice.voided', description: 'Voided' });
+    await rejectsWith(409, () => svix.eventType.create({ name: 'invoice.paid', description: 'again' }));
+
+    const got = await svix.eventType.get('invoice.paid');
+    assert.equal(got.description, 'An invoice was paid');
+    const list = await svix.eventType.list();
+    assert.deepEqual(
+      list.data.map((e) => e.name),
+      ['invoice.paid', 'invoice.voided'],
+    );
+
+    const updated = await svix.eventType.update('invoice.paid', { description: 'Paid in full' });
+    assert.equal(updated.description, 'Paid in full');
+    assert.equal(updated.schemas, null, 'PUT replaces the schemas');
+    const upserted = await svix.eventType.update('invoice.refunded', { description: 'Refunded' });
+    assert.equal(upserted.name, 'invoice.refunded');
+
+    const patched = await svix.eventType.patch('invoice.paid', { deprecated: true });
+    assert.equal(patched.deprecated, true);
+    assert.equal(patched.description, 'Paid in full');
+
+    await svix.eventType.delete('invoice.voided');
+    assert.equal((await svix.eventType.get('invoice.voided')).archived, true);
+    const visible = await svix.eventType.list();
+    assert.ok(!visible.data.some((e) => e.name === 'invoice.voided'), 'archived types are hidden');
+    const all = await svix.eventType.list({ includeArchived: true });
+    assert.ok(all.data.some((e) => e.name === 'invoice.voided'));
+
+    await svix.eventType.delete('invoice.refunded', { expunge: true });
+    await rejectsWith(404, () => svix.eventType.get('invoice.refunded'));
+  });
+
+  test('endpoint: create, get, list, update, patch, secret, headers, stats, delete', async () => {
+    const app = await svix.application.create({ name: 'Endpoints', uid: 'ep-app' });
+    const secret = newSecret();
+    const url = `${receiver.url}/crud`;
+    const created = await svix.endpoint.create('ep-app', {
+      url,
+      uid: 'crud-ep',
+      description: 'CRUD endpoint',
+      filterTypes: ['invoice.paid'],
+      channels: ['project-1'],
+      metadata: { owner: 'billing' },
+      secret,
+      version: null,
+      rateLimit: 50,
+    });
+    assert.match(created.id, EP_ID);
+    assert.equal(created.url, url);
+    assert.equal(created.uid, 'crud-ep');
+    assert.equal(created.description, 'CRUD endpoint');
+    assert.deepEqual(created.filterTypes, ['invoice.paid']);
+    assert.deepEqual(created.channels, ['project-1']);
+    assert.deepEqual(created.metadata, { owner: 'billing' });
+    assert.equal(created.version, 1);
+    assert.equal(created.rateLimit, 50);
+    assert.equal(created.disabled, false);
+    assertDate(created.createdAt, 'createdAt');
+
+    // id and uid both work, for the app and the endpoint.
+    for (const [a, e] of [
+      [app.id, created.id],
+      ['ep-app', 'crud-ep'],
+      [app.id, 'crud-ep'],
+    ] as const) {
+      assert.equal((await svix.endpoint.get(a, e)).id, created.id);
+    }
+    assert.equal((await svix.endpoint.getSecret('ep-app', 'crud-ep')).key, secret);
+
+    const list = await svix.endpoint.list(app.id);
+    assert.deepEqual(
+      list.data.map((e) => e.id),
+      [created.id],
+    );
+    assert.equal(list.done, true);
+
+    const updated = await svix.endpoint.update('ep-app', created.id, {
+      url: `${url}/v2`,
+      uid: 'crud-ep',
+      description: 'updated',
+      filterTypes: ['invoice.paid', 'invoice.voided'],
+    });
+    assert.equal(updated.id, created.id);
+    assert.equal(updated.url, `${url}/v2`);
+    assert.equal(updated.description, 'updated');
+    assert.deepEqual(updated.filterTypes, ['invoice.paid', 'invoice.voided']);
+    assert.equal(updated.channels, null, 'PUT replaces channels');
+    assert.deepEqual(updated.metadata, {});
+
+    const patched = await svix.endpoint.patch('ep-app', 'crud-ep', { disabled: true, metadata: { a: 'b' } });
+    assert.equal(patched.disabled, true);
+    assert.equal(patched.description, 'updated', 'PATCH keeps what it does not name');
+    assert.deepEqual(patched.filterTypes, ['invoice.paid', 'invoice.voided']);
+    assert.deepEqual(patched.metadata, { a: 'b' });
+    const enabled = await svix.endpoint.patch('ep-app', 'crud-ep', { disabled: false, rateLimit: 25 });
+    assert.equal(enabled.disabled, false);
+    assert.equal(enabled.rateLimit, 25);
+    assert.equal(enabled.throttleRate, 25);
+    // The secret survives every update.
+    assert.equal((await svix.endpoint.getSecret(app.id, created.id)).key, secret);
+
+    // Headers: replace, read back (credentials by name only), merge, delete.
+    await svix.endpoint.updateHeaders('ep-app', 'crud-ep', {
+      headers: { 'x-tenant': 'acme', authorization: 'Bearer s3cret' },
+    });
+    const headers = await svix.endpoint.getHeaders('ep-app', 'crud-ep');
+    assert.deepEqual(headers.headers, { 'x-tenant': 'acme' });
+    assert.deepEqual(headers.sensitive, ['authorization']);
+    await svix.endpoint.patchHeaders('ep-app', 'crud-ep', { headers: { 'x-region': 'eu' } });
+    const merged = await svix.endpoint.getHeaders('ep-app', 'crud-ep');
+    assert.deepEqual(merged.headers, { 'x-tenant': 'acme', 'x-region': 'eu' });
+    assert.deepEqual(merged.sensitive, ['authorization']);
+    await svix.endpoint.patchHeaders('ep-app', 'crud-ep', { headers: {}, deleteHeaders: ['x-tenant'] });
+    assert.deepEqual((await svix.endpoint.getHeaders('ep-app', 'crud-ep')).headers, { 'x-region': 'eu' });
+    await rejectsWith(422, () =>
+      svix.endpoint.updateHeaders('ep-app', 'crud-ep', { headers: { 'webhook-id': 'forged' } }),
+    );
+
+    const stats = await svix.endpoint.getStats('ep-app', 'crud-ep');
+    assert.deepEqual(stats, { success: 0, pending: 0, sending: 0, fail: 0, canceled: 0 });
+
+    await svix.endpoint.delete('ep-app', 'crud-ep');
+    await rejectsWith(404, () => svix.endpoint.get('ep-app', created.id));
+    assert.deepEqual((await svix.endpoint.list('ep-app')).data, []);
+  });
+
+  test('endpoint create sends its headers with every delivery', async () => {
+    await svix.application.create({ name: 'Headers', uid: 'hdr-app' });
+    const endpoint = await svix.endpoint.create('hdr-app', {
+      url: `${receiver.url}/with-headers`,
+      headers: { 'x-from-create': 'yes' },
+    });
+    assert.deepEqual((await svix.endpoint.getHeaders('hdr-app', endpoint.id)).headers, {
+      'x-from-create': 'yes',
+    });
+    await svix.message.create('hdr-app', { eventType: 'invoice.paid', payload: { n: 1 } });
+    const [request] = await waitFor(
+      'the delivery',
+      () => requestsTo('/with-headers').length > 0 && requestsTo('/with-headers'),
+    );
+    assert.equal(request!.headers['x-from-create'], 'yes');
+  });
+
+  describe('messages and attempts', () => {
+    let appId: string;
+    let endpoint: EndpointOut;
+    let secret: string;
+
+    before(async () => {
+      appId = (await svix.application.create({ name: 'Messages', uid: 'msg-app' })).id;
+      secret = newSecret();
+      endpoint = await svix.endpoint.create('msg-app', {
+        url: `${receiver.url}/deliver`,
+        uid: 'deliver-ep',
+        filterTypes: ['order.created'],
+        secret,
+      });
+    });
+
+    test('message.create is delivered, signed, and verifiable with svix Webhook', async () => {
+      const payload = { order: { id: 'ord_1', total: 4200 }, note: 'ünïcødé ✓' };
+      const message = await svix.message.create(
+        'msg-app',
+        { eventType: 'order.created', eventId: 'evt-1', payload, channels: ['eu'] },
+        { idempotencyKey: 'order-1-created' },
+      );
+      assert.match(message.id, MSG_ID);
+      assert.equal(message.eventType, 'order.created');
+      assert.equal(message.eventId, 'evt-1');
+      assert.deepEqual(message.channels, ['eu']);
+      assertDate(message.timestamp, 'timestamp');
+
+      const [request] = await waitFor(
+        'the delivery',
+        () => requestsTo('/deliver').length > 0 && requestsTo('/deliver'),
+      );
+      assert.equal(request!.headers['content-type'], 'application/json');
+      assert.deepEqual(JSON.parse(request!.body), payload);
+      const headers = webhookHeaders(request!);
+      assert.equal(headers['webhook-id'], message.id);
+      assert.deepEqual(new Webhook(secret).verify(request!.body, headers), payload);
+      assert.throws(() => new Webhook(newSecret()).verify(request!.body, headers), /signature/i);
+
+      // Same idempotency key, same content: the same message, nothing new stored or sent.
+      const replay = await svix.message.create(
+        'msg-app',
+        { eventType: 'order.created', eventId: 'evt-1', payload, channels: ['eu'] },
+        { idempotencyKey: 'order-1-created' },
+      );
+      assert.equal(replay.id, message.id);
+      // Same key, different content: a conflict.
+      await rejectsWith(409, () =>
+        svix.message.create(
+          'msg-app',
+          { eventType: 'order.created', payload: { other: true } },
+          { idempotencyKey: 'order-1-created' },
+        ),
+      );
+      const stored = await t.database.db.query<{ n: number }>(
+        'select count(*)::int as n from message where app_id = $1',
+        [appId],
+      );
+      assert.equal(stored.rows[0]!.n, 1);
+
+      // get: by id, by eventId, with and without content.
+      const got = await svix.message.get('msg-app', message.id);
+      assert.equal(got.id, message.id);
+      assert.deepEqual(got.payload, payload);
+      assert.deepEqual(got.channels, ['eu']);
+      assertDate(got.timestamp, 'timestamp');
+      assert.equal((await svix.message.get(appId, 'evt-1')).id, message.id);
+      assert.deepEqual((await svix.message.get(appId, message.id, { withContent: false })).payload, {});
+
+      // The attempt history, through every listing.
+      const attempt = await waitFor('a finished attempt', async () => {
+        const page = await svix.messageAttempt.listByMsg('msg-app', message.id);
+        return page.data.find((a) => a.status === 0);
+      });
+      assertSuccessfulAttempt(attempt, message.id, endpoint.id, 0);
+      assert.equal(attempt.url, `${receiver.url}/deliver`);
+
+      const byEndpoint = await svix.messageAttempt.listByEndpoint('msg-app', 'deliver-ep');
+      assert.deepEqual(
+        byEndpoint.data.map((a) => a.id),
+        [attempt.id],
+      );
+      assertSuccessfulAttempt(byEndpoint.data[0]!, message.id, endpoint.id, 0);
+
+      const one = await svix.messageAttempt.get('msg-app', message.id, attempt.id);
+      assertSuccessfulAttempt(one, message.id, endpoint.id, 0);
+      assert.equal(one.id, attempt.id);
+      await rejectsWith(404, () => svix.messageAttempt.get('msg-app', message.id, 'atmpt_nope'));
+
+      const destinations = await svix.messageAttempt.listAttemptedDestinations('msg-app', message.id);
+      assert.equal(destinations.data.length, 1);
+      const destination = destinations.data[0]!;
+      assert.equal(destination.id, endpoint.id);
+      assert.equal(destination.url, `${receiver.url}/deliver`);
+      assert.equal(destination.status, 0);
+      assert.equal(destination.statusText, 'success');
+      assertDate(destination.createdAt, 'createdAt');
+
+      const attempted = await svix.messageAttempt.listAttemptedMessages('msg-app', 'deliver-ep');
+      assert.equal(attempted.data.length, 1);
+      const sent = attempted.data[0]!;
+      assert.equal(sent.id, message.id);
+      assert.equal(sent.eventType, 'order.created');
+      assert.deepEqual(sent.payload, payload);
+      assert.equal(sent.status, 0);
+      assert.equal(sent.statusText, 'success');
+      assertDate(sent.timestamp, 'timestamp');
+
+      const stats = await svix.endpoint.getStats('msg-app', 'deliver-ep');
+      assert.equal(stats.success, 1);
+      assert.equal(stats.fail, 0);
+
+      // Resend: a manual attempt, a second request with the same webhook-id.
+      const resent = await svix.messageAttempt.resend('msg-app', message.id, 'deliver-ep');
+      assert.deepEqual(resent, {});
+      const second = await waitFor('the resent request', () => requestsTo('/deliver')[1]);
+      assert.equal(second.headers['webhook-id'], message.id);
+      assert.deepEqual(new Webhook(secret).verify(second.body, webhookHeaders(second)), payload);
+      const manual = await waitFor('the manual attempt', async () => {
+        const page = await svix.messageAttempt.listByMsg('msg-app', message.id);
+        return page.data.length === 2 && page.data.every((a) => a.status === 0) && page.data;
+      });
+      assert.equal(new Set(manual.map((a) => a.id)).size, 2);
+      assert.deepEqual(manual.map((a) => a.triggerType).sort(), [0, 1], 'one scheduled, one manual');
+      // Only the subscribed event type was ever sent here.
+      await svix.message.create('msg-app', { eventType: 'order.cancelled', payload: { x: 1 } });
+      const listed = await svix.message.list('msg-app');
+      assert.equal(listed.data.length, 2);
+      assert.deepEqual(
+        (await svix.messageAttempt.listAttemptedMessages('msg-app', 'deliver-ep')).data.map((m) => m.id),
+        [message.id],
+      );
+    });
+
+    // herald accepts `tags` (src/schemas/svix.ts) but never stores them: NewMessage in
+    // src/db/messages.ts has no tags and publishMessage's INSERT leaves message.tags null.
+    test('message.create with tags returns them', async () => {
+      const message = await svix.message.create('msg-app', {
+        eventType: 'order.tagged',
+        payload: { tagged: true },
+        tags: ['vip'],
+      });
+      assert.deepEqual(message.tags, ['vip']);
+      assert.deepEqual((await svix.message.get('msg-app', message.id)).tags, ['vip']);
+    });
+
+    test('message.create with `application` creates the app', async () => {
+      const message = await svix.message.create('auto-created', {
+        eventType: 'order.created',
+        payload: { hello: 'world' },
+        application: { name: 'Auto', uid: 'auto-created' },
+      });
+      assert.match(message.id, MSG_ID);
+      const app = await svix.application.get('auto-created');
+      assert.equal(app.name, 'Auto');
+      assert.equal((await svix.message.get(app.id, message.id)).id, message.id);
+    });
+
+    test('message.list walks every page once, newest first', async () => {
+      await svix.application.create({ name: 'Paging', uid: 'paging' });
+      const created: string[] = [];
+      for (let i = 0; i < 7; i++) {
+        created.push((await svix.message.create('paging', { eventType: 'page.test', payload: { i } })).id);
+      }
+      const seen: string[] = [];
+      let iterator: string | null | undefined;
+      let pages = 0;
+      for (;;) {
+        pages++;
+        assert.ok(pages <= 10, 'pagination terminates');
+        const page = await svix.message.list('paging', { limit: 3, iterator });
+        assert.ok(page.data.length <= 3);
+        for (const m of page.data) assertDate(m.timestamp, 'timestamp');
+        seen.push(...page.data.map((m) => m.id));
+        if (page.done) break;
+        iterator = page.iterator;
+      }
+      assert.equal(pages, 3);
+      assert.equal(new Set(seen).size, seen.length, 'no message twice');
+      assert.deepEqual(new Set(seen), new Set(created));
+      assert.deepEqual(seen, [...seen].sort().reverse(), 'newest first');
+      // Payloads on the listing, and their absence on request.
+      const first = await svix.message.list('paging', { limit: 1 });
+      assert.equal(typeof first.data[0]!.payload.i, 'number');
+      const bare = await svix.message.list('paging', { limit: 1, withContent: false });
+      assert.deepEqual(bare.data[0]!.payload, {});
+      const filtered = await svix.message.list('paging', { eventTypes: ['nothing.here'] });
+      assert.deepEqual(filtered.data, []);
+    });
+  });
+
+  test('rotateSecret: a new secret, and the old one keeps signing during the grace period', async () => {
+    await svix.application.create({ name: 'Rotation', uid: 'rot-app' });
+    const endpoint = await svix.endpoint.create('rot-app', { url: `${receiver.url}/rotate` });
+    const oldSecret = (await svix.endpoint.getSecret('rot-app', endpoint.id)).key;
+    assert.match(oldSecret, /^whsec_[A-Za-z0-9+/=]{32,}$/);
+
+    await svix.endpoint.rotateSecret('rot-app', endpoint.id);
+    const rotated = (await svix.endpoint.getSecret('rot-app', endpoint.id)).key;
+    assert.match(rotated, /^whsec_[A-Za-z0-9+/=]{32,}$/);
+    assert.notEqual(rotated, oldSecret);
+
+    const message = await svix.message.create('rot-app', { eventType: 'rot.test', payload: { r: 1 } });
+    const request = await waitFor('the delivery', () => requestsTo('/rotate')[0]);
+    const headers = webhookHeaders(request);
+    assert.equal(headers['webhook-id'], message.id);
+    const signatures = headers['webhook-signature']!.split(' ');
+    assert.equal(signatures.length, 2, `two signatures: ${headers['webhook-signature']}`);
+    for (const s of signatures) assert.match(s, /^v1,[A-Za-z0-9+/]+=*$/);
+    assert.deepEqual(new Webhook(rotated).verify(request.body, headers), { r: 1 });
+    assert.deepEqual(new Webhook(oldSecret).verify(request.body, headers), { r: 1 });
+
+    // Rotating to a chosen key installs exactly that key.
+    const chosen = newSecret();
+    await svix.endpoint.rotateSecret('rot-app', endpoint.id, { key: chosen });
+    assert.equal((await svix.endpoint.getSecret('rot-app', endpoint.id)).key, chosen);
+  });
+
+  test('recover: failed deliveries start again and succeed', async () => {
+    await svix.application.create({ name: 'Recover', uid: 'rec-app' });
+    const endpoint = await svix.endpoint.create('rec-app', { url: `${receiver.url}/recover` });
+    failing.add('/recover');
+    const message = await svix.message.create('rec-app', { eventType: 'rec.test', payload: { n: 1 } });
+    await waitFor(
+      'the delivery to fail',
+      async () => (await svix.endpoint.getStats('rec-app', endpoint.id)).fail === 1,
+    );
+    assert.equal(requestsTo('/recover').length, 3, 'three attempts in one cycle');
+    const failed = await svix.messageAttempt.listByEndpoint('rec-app', endpoint.id);
+    assert.equal(failed.data.length, 3);
+    for (const a of failed.data) {
+      assert.equal(a.status, 2);
+      assert.equal(a.statusText, 'fail');
+      assert.equal(a.responseStatusCode, 500);
+      assert.equal(a.response, 'broken');
+    }
+    const destination = (await svix.messageAttempt.listAttemptedDestinations('rec-app', message.id)).data[0]!;
+    assert.equal(destination.status, 2);
+    assert.equal(destination.statusText, 'fail');
+
+    failing.delete('/recover');
+    const recovering = await svix.endpoint.recover('rec-app', endpoint.id, {
+      since: new Date(Date.now() - 3600_000),
+    });
+    assert.equal(typeof recovering.id, 'string');
+    assert.equal(recovering.task, 'endpoint.recover');
+    assert.ok(['running', 'finished'].includes(recovering.status), recovering.status);
+    assertDate(recovering.updatedAt, 'updatedAt');
+
+    await waitFor(
+      'the recovered delivery',
+      async () => (await svix.endpoint.getStats('rec-app', endpoint.id)).success === 1,
+    );
+    assert.equal(requestsTo('/recover').length, 4);
+    const succeeded = await svix.messageAttempt.listByEndpoint('rec-app', endpoint.id, { status: 0 });
+    assert.equal(succeeded.data.length, 1);
+    assertSuccessfulAttempt(succeeded.data[0]!, message.id, endpoint.id, 1);
+    const failures = await svix.messageAttempt.listByEndpoint('rec-app', endpoint.id, { status: 2 });
+    assert.equal(failures.data.length, 3);
+  });
+
+  test('errors come back as ApiException with Svix-shaped bodies', async () => {
+    const missing = await rejectsWith(404, () => svix.application.get('no-such-app'));
+    assert.equal((missing.body as { code: string }).code, 'not_found');
+    const invalid = await rejectsWith(422, () => svix.application.create({ name: '' }));
+    const detail = (invalid.body as { detail: { loc: string[] }[] }).detail;
+    assert.ok(Array.isArray(detail));
+    assert.deepEqual(detail[0]!.loc, ['body', 'name']);
+    const stranger = new Svix('not-a-key', { serverUrl: t.url, retryScheduleInMs: [] });
+    await rejectsWith(401, () => stranger.application.list());
+  });
+});
+
+function assertSuccessfulAttempt(a: MessageAttemptOut, msgId: string, endpointId: string, trigger: number) {
+  assert.match(a.id, ATTEMPT_ID);
+  assert.equal(a.msgId, msgId);
+  assert.equal(a.endpointId, endpointId);
+  assert.equal(a.status, 0);
+  assert.equal(a.statusText, 'success');
+  assert.equal(a.responseStatusCode, 204);
+  assert.equal(typeof a.responseDurationMs, 'number');
+  assert.equal(a.triggerType, trigger);
+  assertDate(a.timestamp, 'attempt timestamp');
+}
