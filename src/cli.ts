@@ -12,6 +12,7 @@ import { migrate } from './db/migrate.ts';
 import { createApiKey, ensureLocalAdminKey } from './engine/api-keys.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, type Herald } from './herald.ts';
+import { reencryptSecrets } from './ops/reencrypt.ts';
 
 type Role = { api: boolean; worker: boolean };
 
@@ -140,6 +141,19 @@ keys
     withHerald(async (herald) => {
       if (!(await revokeApiKey(herald.core.db, id))) throw new Error(`no live API key ${id}`);
       console.log(`revoked ${id}`);
+    }),
+  );
+keys
+  .command('reencrypt')
+  .description('re-encrypt stored secrets under HERALD_MASTER_KEY (old keys in HERALD_PREVIOUS_MASTER_KEYS)')
+  .action(() =>
+    withHerald(async (herald) => {
+      const report = await reencryptSecrets(herald.core.db, herald.core.box);
+      console.log(`examined ${report.examined} secrets, re-encrypted ${report.reencrypted}`);
+      if (report.unreadable.length > 0) {
+        console.error(`no configured key opens endpoint_secret rows ${report.unreadable.join(', ')}`);
+        process.exitCode = 1;
+      }
     }),
   );
 keys

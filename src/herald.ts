@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
-import { loadMasterKey } from './crypto/master-key.ts';
+import { loadMasterKeys } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { migrate } from './db/migrate.ts';
 import { createPgDb } from './db/pg-pool.ts';
@@ -73,7 +73,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const config = options.config ?? loadConfig(options.env);
   const log = options.logger ?? createLogger(config.logLevel);
   const embedded = !config.databaseUrl;
-  const box = createSecretBox([loadMasterKey(config.masterKey, config.dataDir, embedded)]);
+  const box = createSecretBox(loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded));
   const extraCaPem = config.extraCaFile ? fs.readFileSync(config.extraCaFile, 'utf8') : undefined;
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
   if (config.allowPrivateNetworks.length > 0) {

@@ -28,4 +28,21 @@ export function loadMasterKey(configured: string | undefined, dataDir: string, e
   return parseMasterKey(fs.readFileSync(file, 'utf8'));
 }
 
+/** The current master key first, then earlier ones that may still open old ciphertexts. */
+export function loadMasterKeys(
+  configured: string | undefined,
+  previous: readonly string[],
+  dataDir: string,
+  embedded: boolean,
+): Buffer[] {
+  const earlier = previous.map((key) => {
+    try {
+      return parseMasterKey(key);
+    } catch {
+      throw new ConfigError('HERALD_PREVIOUS_MASTER_KEYS', 'a comma-separated list of base64 32-byte keys');
+    }
+  });
+  return [loadMasterKey(configured, dataDir, embedded), ...earlier];
+}
+
 export const generateMasterKey = (): string => crypto.randomBytes(32).toString('base64');

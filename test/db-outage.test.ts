@@ -1,0 +1,229 @@
+// Invariant 7 (with 5 and 6): a worker that knows the HTTP outcome keeps trying to record it while
+// the database is unreachable, within its lease. The worker runs in-process with its database
+// connections going through a TCP proxy; the receiver cuts the proxy (every connection destroyed,
+// new ones refused) just before it answers, so the outage hits exactly the finalization write.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import pino from 'pino';
+import { loadConfig } from '../src/config.ts';
+import { insertApp } from '../src/db/apps.ts';
+import { LIBRARY_ACTOR } from '../src/engine/core.ts';
+import { createEndpoint } from '../src/engine/endpoints.ts';
+import { createHerald, type Herald } from '../src/herald.ts';
+import { EndpointIn } from '../src/schemas/svix.ts';
+import { parseOrThrow } from '../src/schemas/validate.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { testEnv } from './support/herald.ts';
+import type { LogRecord } from './support/processes.ts';
+import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
+import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
+import { waitFor } from './support/wait.ts';
+
+const RETRYING = 'retrying outcome write';
+const GAVE_UP = 'could not record the outcome within the lease; lease recovery will mark the attempt unknown';
+const DISCARDED = 'lease lost before the outcome was recorded; result discarded';
+
+let database: TestDatabase;
+const cleanups: (() => Promise<unknown>)[] = [];
+
+before(async () => {
+  database = await freshDatabase('db_outage');
+});
+
+after(async () => {
+  // Last in, first out: heralds before their proxies, everything before the database.
+  for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  await database?.drop();
+});
+
+interface Rig {
+  proxy: TcpProxy;
+  herald: Herald;
+  receiver: Receiver;
+  logs: LogRecord[];
+  appUid: string;
+}
+
+/** A proxy in front of the test database, an in-process herald behind it, an app and an endpoint. */
+async function rig(label: string, env: Record<string, string>, respond: (proxy: TcpProxy) => Respond) {
+  const target = new URL(database.url);
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  cleanups.push(() => proxy.close());
+  const logs: LogRecord[] = [];
+  const logger = pino(
+    { level: 'debug' },
+    {
+      write(line: string) {
+        logs.push(JSON.parse(line) as LogRecord);
+      },
+    },
+  );
+  const herald = await createHerald({
+    config: loadConfig(testEnv(proxy.urlFor(database.url), env)),
+    logger,
+    migrate: false,
+  });
+  // A failed test may leave the proxy paused: let the herald reach its database to close.
+  cleanups.push(() => {
+    proxy.resume();
+    return herald.close();
+  });
+  const receiver = await startReceiver(respond(proxy));
+  cleanups.push(() => receiver.close());
+
+  // Set-up goes straight to the database; only the worker's traffic crosses the proxy.
+  const app = await insertApp(database.db, { uid: label, name: label, throttleRate: null, metadata: {} });
+  await database.db.transaction((tx) =>
+    createEndpoint(
+      herald.core,
+      tx,
+      LIBRARY_ACTOR,
+      app,
+      parseOrThrow(EndpointIn, { url: `${receiver.url}/hook` }),
+    ),
+  );
+  return { proxy, herald, receiver, logs, appUid: label } satisfies Rig;
+}
+
+/** The receiver's first request takes the database away just before its answer goes out. */
+const cutOnFirst =
+  (status: number) =>
+  (proxy: TcpProxy): Respond =>
+  (_request, n) => {
+    if (n === 1) {
+      proxy.pause();
+      proxy.cutAll();
+      return { status };
+    }
+    return { status: 204 };
+  };
+
+interface AttemptState {
+  id: string;
+  leaseToken: string;
+  outcome: string | null;
+  statusCode: number | null;
+  responseClass: string | null;
+}
+
+async function attemptsOf(deliveryId: string): Promise<AttemptState[]> {
+  const result = await database.db.query<AttemptState>(
+    `select id, lease_token as "leaseToken", outcome, status_code as "statusCode",
+            response_class as "responseClass"
+       from attempt where delivery_id = $1 order by started_at, id`,
+    [deliveryId],
+  );
+  return result.rows;
+}
+
+async function deliveryOf(messageId: string) {
+  const result = await database.db.query<{
+    id: string;
+    state: string;
+    leaseToken: string | null;
+    leaseExpiresAt: Date | null;
+    leaseExpiredFor: number | null;
+  }>(
+    `select id, state, lease_token as "leaseToken", lease_expires_at as "leaseExpiresAt",
+            extract(epoch from now() - lease_expires_at)::float8 as "leaseExpiredFor"
+       from delivery where message_id = $1`,
+    [messageId],
+  );
+  assert.equal(result.rows.length, 1);
+  return result.rows[0]!;
+}
+
+const count = (logs: LogRecord[], msg: string) => logs.filter((r) => r.msg === msg).length;
+
+test('an outage during finalization is ridden out: exactly one recorded outcome', async () => {
+  const { proxy, herald, receiver, logs, appUid } = await rig('blip', {}, cutOnFirst(200));
+  await herald.startWorker();
+  const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 1 } });
+
+  await waitFor('the receiver to answer the first request', () => receiver.requests.length === 1);
+  // Hold the outage until the worker has failed to write several times (≈1.5 s of backoff).
+  await waitFor('five failed outcome writes', () => count(logs, RETRYING) >= 5, 15_000);
+  assert.ok(proxy.refused >= 5, `the writes were refused at the proxy (${proxy.refused})`);
+
+  // Nothing is recorded yet: the outage really hit the finalization.
+  const during = await deliveryOf(message.id);
+  assert.equal(during.state, 'sending');
+  const open = await attemptsOf(during.id);
+  assert.equal(open.length, 1);
+  assert.equal(open[0]!.outcome, null);
+
+  proxy.resume();
+  await waitFor('the delivery to be recorded as succeeded', async () => {
+    return (await deliveryOf(message.id)).state === 'succeeded';
+  });
+  // Let every write the worker still had in hand finish before counting.
+  await herald.close();
+
+  const attempts = await attemptsOf(during.id);
+  assert.equal(attempts.length, 1, JSON.stringify(attempts));
+  assert.equal(attempts[0]!.id, open[0]!.id);
+  assert.equal(attempts[0]!.outcome, 'success');
+  assert.equal(attempts[0]!.statusCode, 200);
+  assert.equal(attempts[0]!.leaseToken, during.leaseToken);
+  assert.equal(receiver.requests.length, 1, 'the receiver saw the webhook exactly once');
+  assert.equal(count(logs, GAVE_UP), 0);
+  assert.equal(count(logs, DISCARDED), 0, 'the outcome was recorded, not discarded');
+});
+
+test('an outage that outlasts the lease: the outcome is given up, recovery makes it unknown, retry succeeds', async () => {
+  const { proxy, herald, receiver, logs, appUid } = await rig(
+    'long_outage',
+    { HERALD_LEASE_SECONDS: '2', HERALD_ATTEMPT_TIMEOUT_MS: '1500' },
+    cutOnFirst(200),
+  );
+  await herald.startWorker();
+  const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 2 } });
+
+  await waitFor('the receiver to answer the first request', () => receiver.requests.length === 1);
+  const leased = await deliveryOf(message.id);
+  assert.equal(leased.state, 'sending');
+  // Keep the database away until the lease has been over for a second (≈3 s of outage in all), so
+  // that a worker writing after its lease would be caught doing it.
+  await waitFor(
+    'the lease to be expired for a second while the database is still away',
+    async () => ((await deliveryOf(message.id)).leaseExpiredFor ?? 0) > 1,
+  );
+  assert.ok(count(logs, RETRYING) >= 3, 'it retried within the lease first');
+  const stillOpen = await attemptsOf(leased.id);
+  assert.equal(stillOpen.length, 1);
+  assert.equal(stillOpen[0]!.outcome, null, 'no outcome was written during the outage');
+
+  proxy.resume();
+  await waitFor(
+    'the delivery to succeed on a new attempt',
+    async () => (await deliveryOf(message.id)).state === 'succeeded',
+    20_000,
+  );
+  await herald.close();
+
+  const attempts = await attemptsOf(leased.id);
+  assert.equal(attempts.length, 2, JSON.stringify(attempts));
+  const [lost, retried] = attempts as [AttemptState, AttemptState];
+  assert.equal(lost.leaseToken, leased.leaseToken);
+  assert.equal(lost.outcome, 'unknown', 'the 200 could not be recorded in time: nobody may claim to know it');
+  assert.equal(lost.responseClass, 'lease_expired');
+  assert.equal(lost.statusCode, null);
+  assert.equal(retried.outcome, 'success');
+  assert.notEqual(retried.leaseToken, lost.leaseToken);
+  assert.equal(
+    attempts.filter((a) => a.outcome === 'success').length,
+    1,
+    'one success row, under the new lease',
+  );
+
+  assert.equal(receiver.requests.length, 2);
+  assert.deepEqual(
+    receiver.requests.map((r) => r.headers['webhook-id']),
+    [message.id, message.id],
+  );
+  // The worker gave the result up when its lease ran out, rather than writing it late (which
+  // fencing would have had to discard, or worse, accept).
+  assert.equal(count(logs, GAVE_UP), 1, 'the worker said it gave the outcome up');
+  assert.equal(count(logs, DISCARDED), 0);
+});

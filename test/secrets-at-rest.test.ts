@@ -1,0 +1,124 @@
+// Secrets at rest: sealed with AES-256-GCM under the master key, bound to their row, and
+// re-encryptable under a new master key without downtime.
+
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { Webhook } from 'svix';
+import { loadConfig } from '../src/config.ts';
+import { loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
+import { createSecretBox } from '../src/crypto/secret-box.ts';
+import { findEndpoint } from '../src/db/endpoints.ts';
+import { revealSecret } from '../src/engine/endpoints.ts';
+import { reencryptSecrets } from '../src/ops/reencrypt.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { MASTER_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+const SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
+let t: TestHerald;
+let receiver: Receiver;
+
+before(async () => {
+  t = await startTestHerald('secrets');
+  receiver = await startReceiver();
+});
+after(async () => {
+  await t.close();
+  await receiver.close();
+});
+
+test('the database holds no plaintext secret, and a ciphertext moved to another row does not open', async () => {
+  const app = await createApp(t, 'vault');
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}/v`, secret: SECRET });
+  const other = await createEndpoint(t, app, { url: `${receiver.url}/w` });
+  const raw = Buffer.from(SECRET.slice('whsec_'.length), 'base64');
+
+  // Every column of every row, as text and as bytes: neither spelling of the secret appears.
+  const dump = await t.database.db.query<{ row: string }>(
+    `select row_to_json(s)::text as row from endpoint_secret s union all
+     select row_to_json(e)::text from endpoint e union all
+     select row_to_json(a)::text from audit_entry a`,
+  );
+  const text = dump.rows.map((r) => r.row).join('\n');
+  assert.ok(!text.includes(SECRET.slice('whsec_'.length)), 'no base64 secret in the database');
+  const sealed = await t.database.db.query<{ sealed: Buffer }>('select sealed from endpoint_secret');
+  for (const row of sealed.rows) assert.equal(Buffer.from(row.sealed).indexOf(raw), -1, 'no raw key bytes');
+
+  const revealed = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/secret`);
+  assert.equal(revealed.body.key, SECRET);
+
+  // Copy the sealed secret onto the other endpoint's row: GCM's additional data is the row's
+  // endpoint id, so it no longer opens.
+  await t.database.db.query(
+    `update endpoint_secret set sealed = (select sealed from endpoint_secret where endpoint_id = $1)
+      where endpoint_id = $2`,
+    [ep, other],
+  );
+  const moved = (await findEndpoint(t.database.db, app, other))!;
+  await assert.rejects(revealSecret(t.herald.core, t.database.db, moved), /another row|tampered/);
+});
+
+test('keys reencrypt moves every secret to a new master key; the old key can then go', async () => {
+  const app = await createApp(t, 'rekey');
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}/rekey`, secret: SECRET });
+  const newKey = Buffer.alloc(32, 9);
+  const oldKey = Buffer.from(MASTER_KEY, 'base64');
+  const both = createSecretBox([newKey, oldKey]);
+  const report = await reencryptSecrets(t.database.db, both);
+  assert.ok(report.reencrypted >= 1 && report.reencrypted <= report.examined);
+  // The row the previous test tampered with is reported, not silently skipped or fatal.
+  assert.equal(report.unreadable.length, 1);
+  const again = await reencryptSecrets(t.database.db, both);
+  assert.equal(again.reencrypted, 0, 'a second run finds nothing left');
+  const rows = await t.database.db.query<{ sealed: Buffer; endpoint_id: string }>(
+    'select sealed, endpoint_id from endpoint_secret where endpoint_id = $1',
+    [ep],
+  );
+  const onlyNew = createSecretBox([newKey]);
+  assert.equal(onlyNew.open(Buffer.from(rows.rows[0]!.sealed), ep), SECRET);
+  assert.throws(() => createSecretBox([oldKey]).open(Buffer.from(rows.rows[0]!.sealed), ep), /unknown key/);
+});
+
+test('delivery keeps signing with a secret re-encrypted under the previous-keys ring', async () => {
+  // HERALD_PREVIOUS_MASTER_KEYS lets a herald with a new key open secrets sealed under the old.
+  const rotated = await startTestHerald('secrets-ring', {
+    env: {
+      HERALD_MASTER_KEY: Buffer.alloc(32, 3).toString('base64'),
+      HERALD_PREVIOUS_MASTER_KEYS: MASTER_KEY,
+    },
+  });
+  try {
+    const box = createSecretBox([Buffer.from(MASTER_KEY, 'base64')]);
+    const app = await createApp(rotated, 'ring');
+    const ep = await createEndpoint(rotated, app, { url: `${receiver.url}/ring`, secret: SECRET });
+    // Seal this endpoint's secret under the old key only, as an older deployment would have.
+    await rotated.database.db.query('update endpoint_secret set sealed = $2 where endpoint_id = $1', [
+      ep,
+      box.seal(SECRET, ep),
+    ]);
+    await publishVia(rotated, app, { eventType: 'e', payload: { ring: true } });
+    const request = await waitFor('the delivery', () => receiver.requests.find((r) => r.path === '/ring'));
+    const headers = Object.fromEntries(
+      ['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((h) => [h, String(request.headers[h])]),
+    );
+    assert.deepEqual(new Webhook(SECRET).verify(request.body, headers), { ring: true });
+  } finally {
+    await rotated.close();
+  }
+});
+
+test('embedded mode generates a 0600 key file once; server mode refuses to start without a key', () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-key-'));
+  const first = loadMasterKey(undefined, dir, true);
+  const second = loadMasterKey(undefined, dir, true);
+  assert.ok(first.equals(second), 'the generated key is kept');
+  assert.equal(fs.statSync(path.join(dir, 'master.key')).mode & 0o777, 0o600);
+  fs.rmSync(dir, { recursive: true });
+  assert.throws(() => loadConfig({ DATABASE_URL: 'postgres://x/y' }), /HERALD_MASTER_KEY/);
+  assert.throws(() => loadMasterKeys('not-a-key', [], dir, false), /HERALD_MASTER_KEY/);
+  assert.throws(() => loadMasterKeys(MASTER_KEY, ['short'], dir, false), /HERALD_PREVIOUS_MASTER_KEYS/);
+});
