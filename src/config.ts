@@ -13,6 +13,8 @@ export interface HeraldConfig {
   adminKey: string | undefined;
   /** base64 of 32 bytes; unset in embedded mode → generated into the data dir. */
   masterKey: string | undefined;
+  /** Earlier master keys (base64), still accepted for decryption while `keys reencrypt` runs. */
+  previousMasterKeys: readonly string[];
   allowPrivateNetworks: readonly string[];
   /** Seconds between attempts; attempts per cycle = length + 1. */
   retrySchedule: readonly number[];
@@ -27,6 +29,8 @@ export interface HeraldConfig {
   dbPoolSize: number;
   /** Largest accepted request body, in bytes (413 above it). */
   maxBodyBytes: number;
+  /** Requests per second one API key may make (429 above it); 0: unlimited. */
+  apiRateLimit: number;
   /** PEM file of extra CAs trusted for destinations, beside the system store. */
   extraCaFile: string | undefined;
   logLevel: string;
@@ -107,6 +111,12 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     dataDir: path.resolve(env['HERALD_DATA_DIR'] || '.herald'),
     adminKey: env['HERALD_ADMIN_KEY'] || undefined,
     masterKey,
+    previousMasterKeys: Object.freeze(
+      (env['HERALD_PREVIOUS_MASTER_KEYS'] ?? '')
+        .split(',')
+        .map((k) => k.trim())
+        .filter(Boolean),
+    ),
     allowPrivateNetworks: Object.freeze(cidrList(env, 'HERALD_ALLOW_PRIVATE_NETWORKS')),
     retrySchedule: Object.freeze(retrySchedule(env)),
     leaseSeconds,
@@ -116,6 +126,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     workerConcurrency: integer(env, 'HERALD_WORKER_CONCURRENCY', 64, 1, 4096),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    apiRateLimit: integer(env, 'HERALD_API_RATE_LIMIT', 200, 0, 1_000_000),
     extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,
     logLevel,
   });
