@@ -87,14 +87,16 @@ $$;
 -- {delivery_id, lease_token, outcome, status_code, response_class, response_body, duration_ms,
 --  next_attempt_at, disable_endpoint}. `next_attempt_at` null on a non-success means the cycle's
 -- budget is spent. Fencing: a delivery is only updated when it is still `sending` under the same
--- lease token; otherwise the lease was lost (recovered, or already recorded by an earlier try of
--- this same call) and the item reports recorded = false. Repeating a call is therefore harmless.
+-- lease token; otherwise the lease was lost (recovered, taken over) and the item reports
+-- recorded = false — unless an earlier try of this same call already recorded it. Repeating a call
+-- is therefore harmless.
 create function herald_record_outcomes(items jsonb, disable_after int)
 returns table (delivery_id text, recorded boolean, endpoint_disabled boolean)
 language plpgsql volatile as $$
 declare
   o record;
   ep text;
+  app text;
   disabled_now boolean;
 begin
   for o in
@@ -114,30 +116,42 @@ begin
            next_attempt_at = case when o.outcome = 'success' then null else o.next_attempt_at end,
            lease_token = null, lease_expires_at = null, trigger = 'scheduled', updated_at = now()
      where u.id = o.delivery_id and u.state = 'sending' and u.lease_token = o.lease_token
-    returning u.endpoint_id into ep;
+    returning u.endpoint_id, u.app_id into ep, app;
     recorded := found;
-    if recorded then
-      update attempt a
-         set outcome = o.outcome, finished_at = now(), status_code = o.status_code,
-             response_class = o.response_class, response_body = o.response_body, duration_ms = o.duration_ms
-       where a.lease_token = o.lease_token;
-      if o.outcome = 'success' then
-        update endpoint e set consecutive_failures = 0 where e.id = ep and e.consecutive_failures <> 0;
-      elsif o.outcome = 'failure' then
-        -- Only known failures count towards auto-disable; `unknown` says nothing about the endpoint.
-        update endpoint e
-           set consecutive_failures = e.consecutive_failures + 1,
-               disabled = true,
-               disabled_reason = case when o.disable_endpoint is not null then o.disable_endpoint else 'failures' end,
-               updated_at = now()
-         where e.id = ep and not e.disabled
-           and (o.disable_endpoint is not null or e.consecutive_failures + 1 >= disable_after)
-        returning true into disabled_now;
-        if disabled_now then
-          endpoint_disabled := true;
-        else
-          update endpoint e set consecutive_failures = e.consecutive_failures + 1 where e.id = ep;
-        end if;
+    if not recorded then
+      -- A repeat of a write whose commit succeeded but whose reply was lost finds the lease
+      -- already ended by itself: that is this very outcome, recorded, not a lost lease.
+      select exists (select 1 from attempt a where a.lease_token = o.lease_token and a.outcome = o.outcome
+                       and a.response_class is not distinct from o.response_class)
+        into recorded;
+      return next;
+      continue;
+    end if;
+    update attempt a
+       set outcome = o.outcome, finished_at = now(), status_code = o.status_code,
+           response_class = o.response_class, response_body = o.response_body, duration_ms = o.duration_ms
+     where a.lease_token = o.lease_token;
+    if o.outcome = 'success' then
+      update endpoint e set consecutive_failures = 0 where e.id = ep and e.consecutive_failures <> 0;
+    elsif o.outcome = 'failure' then
+      -- Only known failures count towards auto-disable; `unknown` says nothing about the endpoint.
+      update endpoint e
+         set consecutive_failures = e.consecutive_failures + 1,
+             disabled = true,
+             disabled_reason = case when o.disable_endpoint is not null then o.disable_endpoint else 'failures' end,
+             updated_at = now()
+       where e.id = ep and not e.disabled
+         and (o.disable_endpoint is not null or e.consecutive_failures + 1 >= disable_after)
+      returning true into disabled_now;
+      if disabled_now then
+        endpoint_disabled := true;
+        -- The worker's decision is an administrative change like any other: it is audited.
+        insert into audit_entry (actor, action, app_id, target_type, target_id, details)
+          values ('worker', 'endpoint.disabled', app, 'endpoint', ep,
+                  jsonb_build_object('reason', coalesce(o.disable_endpoint, 'failures'),
+                                     'deliveryId', o.delivery_id, 'statusCode', o.status_code));
+      else
+        update endpoint e set consecutive_failures = e.consecutive_failures + 1 where e.id = ep;
       end if;
     end if;
     return next;

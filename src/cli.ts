@@ -11,7 +11,7 @@ import { listApiKeys, revokeApiKey, type Scope } from './db/api-keys.ts';
 import { migrate } from './db/migrate.ts';
 import { createApiKey, ensureLocalAdminKey } from './engine/api-keys.ts';
 import { ConfigError } from './errors.ts';
-import { createHerald, type Herald } from './herald.ts';
+import { createHerald, createLogger, type Herald } from './herald.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
 
 type Role = { api: boolean; worker: boolean };
@@ -52,19 +52,30 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
 
   let stopping = false;
   const stop = async (signal: string) => {
-    if (stopping) return;
+    if (stopping) {
+      // A second signal means "now": leases of attempts still in flight will be recovered.
+      log.warn({ signal }, 'stopping at once');
+      process.exit(1);
+    }
     stopping = true;
     log.info({ signal }, 'stopping: no new work; finishing attempts in flight');
-    await api?.close();
-    await herald.close();
-    process.exit(0);
+    try {
+      await api?.close();
+      await herald.close();
+      process.exit(0);
+    } catch (error) {
+      log.error({ err: (error as Error).message }, 'could not stop cleanly');
+      process.exit(1);
+    }
   };
   process.on('SIGTERM', () => void stop('SIGTERM'));
   process.on('SIGINT', () => void stop('SIGINT'));
 }
 
 async function withHerald<T>(fn: (herald: Herald) => Promise<T>): Promise<T> {
-  const herald = await createHerald({ migrate: false });
+  // What these commands print on stdout is their answer (a key, a list): logs go to stderr.
+  const config = loadConfig();
+  const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
   try {
     await migrate(herald.core.db);
     return await fn(herald);

@@ -47,25 +47,38 @@ export interface Herald {
   close(): Promise<void>;
 }
 
-export function createLogger(level: string): Logger {
-  return pino({
-    level,
-    // Authorization and signatures must never reach a log line, whatever logs them.
-    redact: {
-      paths: [
-        'req.headers.authorization',
-        'req.headers["webhook-signature"]',
-        'req.headers["svix-signature"]',
-        'headers.authorization',
-        'headers["webhook-signature"]',
-      ],
-      censor: '[redacted]',
+/** JSON logs to stdout by default; `fd` 2 sends them to stderr (for CLI commands that print). */
+export function createLogger(level: string, fd: 1 | 2 = 1): Logger {
+  return pino(
+    {
+      level,
+      // Authorization and signatures must never reach a log line, whatever logs them.
+      redact: {
+        paths: [
+          'req.headers.authorization',
+          'req.headers["webhook-signature"]',
+          'req.headers["svix-signature"]',
+          'headers.authorization',
+          'headers["webhook-signature"]',
+        ],
+        censor: '[redacted]',
+      },
     },
-  });
+    pino.destination(fd),
+  );
 }
 
-export async function openDb(config: Readonly<HeraldConfig>): Promise<Db> {
-  if (config.databaseUrl) return createPgDb({ connectionString: config.databaseUrl, max: config.dbPoolSize });
+export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promise<Db> {
+  if (config.databaseUrl) {
+    return createPgDb({
+      connectionString: config.databaseUrl,
+      max: config.dbPoolSize,
+      onListenState: (state, error) =>
+        state === 'lost'
+          ? log.warn({ err: error?.message }, 'LISTEN connection lost; polling until it is back')
+          : log.info('LISTEN connection restored'),
+    });
+  }
   return openEmbeddedDb(config.dataDir);
 }
 
@@ -73,7 +86,9 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const config = options.config ?? loadConfig(options.env);
   const log = options.logger ?? createLogger(config.logLevel);
   const embedded = !config.databaseUrl;
-  const box = createSecretBox(loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded));
+  const box = createSecretBox(
+    loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded),
+  );
   const extraCaPem = config.extraCaFile ? fs.readFileSync(config.extraCaFile, 'utf8') : undefined;
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
   if (config.allowPrivateNetworks.length > 0) {
@@ -82,7 +97,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       'destinations may resolve to these private networks',
     );
   }
-  const db = await openDb(config);
+  const db = await openDb(config, log);
   try {
     if (options.migrate !== false) await migrate(db);
   } catch (error) {

@@ -1,4 +1,5 @@
-// The server adapter: a pg Pool shared by every query, plus one dedicated connection for LISTEN.
+// The server adapter: a pg Pool shared by every query, plus one dedicated connection per LISTEN
+// channel that reconnects by itself.
 
 import pg from 'pg';
 import type { Db, Transaction } from './port.ts';
@@ -8,18 +9,28 @@ export interface PgDbOptions {
   connectionString: string;
   max?: number;
   applicationName?: string;
+  /** Called when a LISTEN connection is lost and when it is back (so a waiter can catch up). */
+  onListenState?: (state: 'lost' | 'restored', error?: Error) => void;
 }
 
+// A server that stops answering without closing the connection must not hang herald forever:
+// connecting, and every query, has a deadline; TCP keep-alive notices a dead peer.
+const CONNECT_TIMEOUT_MS = 5_000;
+const QUERY_TIMEOUT_MS = 60_000;
+const LISTEN_RETRY_MAX_MS = 5_000;
+
 export function createPgDb(options: PgDbOptions): Db {
-  const pool = new pg.Pool({
+  const clientConfig = {
     connectionString: options.connectionString,
-    max: options.max ?? 10,
     application_name: options.applicationName ?? 'herald',
-    // A connection that dies while idle must not crash the process; the pool replaces it.
-    idleTimeoutMillis: 30_000,
-  });
+    connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
+    query_timeout: QUERY_TIMEOUT_MS,
+    keepAlive: true,
+  };
+  const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
+  // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
-  const listeners: pg.Client[] = [];
+  const listeners = new Set<() => Promise<void>>();
 
   return {
     kind: 'pg',
@@ -43,21 +54,56 @@ export function createPgDb(options: PgDbOptions): Db {
       }
     },
     async listen(channel, onNotify) {
-      const client = new pg.Client({ connectionString: options.connectionString });
-      client.on('error', () => {});
-      await client.connect();
-      client.on('notification', (n) => {
-        if (n.channel === channel) onNotify(n.payload ?? '');
-      });
-      await client.query(`listen ${pg.escapeIdentifier(channel)}`);
-      listeners.push(client);
-      return async () => {
-        listeners.splice(listeners.indexOf(client), 1);
-        await client.end().catch(() => {});
+      let client: pg.Client | null = null;
+      let closed = false;
+      let retryMs = 100;
+
+      const connect = async (): Promise<void> => {
+        const next = new pg.Client(clientConfig);
+        next.on('notification', (n) => {
+          if (n.channel === channel) onNotify(n.payload ?? '');
+        });
+        next.on('error', (error) => reconnect(next, error));
+        next.on('end', () => reconnect(next));
+        await next.connect();
+        await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+        client = next;
       };
+
+      const reconnect = (lost: pg.Client, error?: Error) => {
+        if (closed || client !== lost) return;
+        client = null;
+        options.onListenState?.('lost', error);
+        void lost.end().catch(() => {});
+        const attempt = () => {
+          if (closed) return;
+          connect().then(
+            () => {
+              retryMs = 100;
+              options.onListenState?.('restored');
+              // Notifications sent while we were away are gone: wake the listener once.
+              onNotify('');
+            },
+            () => {
+              retryMs = Math.min(retryMs * 2, LISTEN_RETRY_MAX_MS);
+              setTimeout(attempt, retryMs).unref();
+            },
+          );
+        };
+        setTimeout(attempt, retryMs).unref();
+      };
+
+      await connect();
+      const stop = async () => {
+        closed = true;
+        listeners.delete(stop);
+        await (client as pg.Client | null)?.end().catch(() => {});
+      };
+      listeners.add(stop);
+      return stop;
     },
     async close() {
-      await Promise.all(listeners.splice(0).map((c) => c.end().catch(() => {})));
+      await Promise.all([...listeners].map((stop) => stop()));
       await pool.end();
     },
   };

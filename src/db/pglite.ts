@@ -11,29 +11,49 @@ export class DataDirBusyError extends Error {}
 
 const LOCK_FILE = 'herald.lock';
 
-/** Takes the data directory's lock, or explains who holds it. */
+/**
+ * Takes the data directory's lock, or explains who holds it. The lock file appears with the
+ * owner's pid already in it (written aside, then hard-linked into place in one step), so another
+ * opener never reads an empty lock; an unreadable or empty lock counts as held.
+ */
 function lockDataDir(dataDir: string): () => void {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const lockPath = path.join(dataDir, LOCK_FILE);
-  for (let tries = 0; tries < 2; tries++) {
-    try {
-      fs.writeFileSync(lockPath, String(process.pid), { flag: 'wx', mode: 0o600 });
-      return () => fs.rmSync(lockPath, { force: true });
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
-      const holder = Number(fs.readFileSync(lockPath, 'utf8'));
-      if (holder && isAlive(holder)) {
+  const staging = `${lockPath}.${process.pid}`;
+  fs.writeFileSync(staging, String(process.pid), { mode: 0o600 });
+  try {
+    for (let tries = 0; tries < 3; tries++) {
+      try {
+        fs.linkSync(staging, lockPath);
+        return () => fs.rmSync(lockPath, { force: true });
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+      }
+      const holder = readHolder(lockPath);
+      if (holder === null || isAlive(holder)) {
         throw new DataDirBusyError(
-          `the embedded database in ${dataDir} is in use by another herald process (pid ${holder}). ` +
-            'PGlite allows one process per data directory: use the running server’s API, stop it first, ' +
-            'or set DATABASE_URL to share a PostgreSQL server between processes.',
+          `the embedded database in ${dataDir} is in use by another herald process` +
+            `${holder ? ` (pid ${holder})` : ''}. PGlite allows one process per data directory: use the ` +
+            'running server’s API, stop it first, or set DATABASE_URL to share a PostgreSQL server.',
         );
       }
-      // The holder died without cleaning up; its lock is stale.
-      fs.rmSync(lockPath, { force: true });
+      // The holder died without cleaning up. Remove its lock only if it is still that same
+      // stale lock (another opener may have replaced it meanwhile), then try again.
+      if (readHolder(lockPath) === holder) fs.rmSync(lockPath, { force: true });
     }
+    throw new DataDirBusyError(`could not lock ${lockPath}`);
+  } finally {
+    fs.rmSync(staging, { force: true });
   }
-  throw new DataDirBusyError(`could not lock ${lockPath}`);
+}
+
+function readHolder(lockPath: string): number | null {
+  try {
+    const pid = Number(fs.readFileSync(lockPath, 'utf8'));
+    return Number.isInteger(pid) && pid > 0 ? pid : null;
+  } catch {
+    return null;
+  }
 }
 
 function isAlive(pid: number): boolean {

@@ -3,7 +3,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { generateApiKey } from '../crypto/api-key-token.ts';
-import { type ApiKeyRow, insertApiKey, listApiKeys, type Scope } from '../db/api-keys.ts';
+import { type ApiKeyRow, insertApiKey, listApiKeys, revokeApiKey, type Scope } from '../db/api-keys.ts';
 import { recordAudit } from '../db/audit.ts';
 import type { Db, Queryable } from '../db/port.ts';
 
@@ -25,15 +25,29 @@ export async function createApiKey(
   return { ...row, key: token };
 }
 
+/** Revokes a live key and audits it; false when no live key has this id. */
+export async function revokeKey(tx: Queryable, actorId: string, id: string): Promise<boolean> {
+  if (!(await revokeApiKey(tx, id))) return false;
+  await recordAudit(tx, {
+    actor: actorId,
+    action: 'api_key.revoked',
+    appId: null,
+    targetType: 'api_key',
+    targetId: id,
+  });
+  return true;
+}
+
 export const LOCAL_ADMIN_KEY_FILE = 'admin.key';
 
 /**
- * First start of an embedded database with no HERALD_ADMIN_KEY: create one admin key and leave
+ * Start of an embedded database with no HERALD_ADMIN_KEY and no live admin key: create one and leave
  * it in the data dir (mode 0600, beside the master key), so a newcomer can call the API at once.
  * Returns the file's path when it created a key.
  */
 export async function ensureLocalAdminKey(db: Db, dataDir: string): Promise<string | null> {
-  if ((await listApiKeys(db)).length > 0) return null;
+  const keys = await listApiKeys(db);
+  if (keys.some((k) => k.revokedAt === null && k.scopes.includes('admin'))) return null;
   const created = await db.transaction((tx) =>
     createApiKey(tx, 'herald', { name: 'local admin', scopes: ['admin'], appIds: null }),
   );
