@@ -1,7 +1,8 @@
 // Resolving an app from a path segment (id or uid), within what the actor may touch.
 
-import type { AppRow } from '../db/apps.ts';
-import { findApp } from '../db/apps.ts';
+import type { AppFields, AppRow } from '../db/apps.ts';
+import { findApp, insertApp } from '../db/apps.ts';
+import { recordAudit } from '../db/audit.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import type { Actor } from './core.ts';
@@ -17,4 +18,36 @@ export function assertAppAllowed(actor: Actor, appId: string): void {
   if (actor.appIds !== null && !actor.appIds.includes(appId)) {
     throw new HeraldError('forbidden', 'this API key is not allowed to access this application');
   }
+}
+
+/** Svix's application input → stored fields (`rateLimit` is the SDK's name for throttleRate). */
+export function appFieldsFrom(input: {
+  uid?: string | null;
+  name: string;
+  throttleRate?: number | null;
+  rateLimit?: number | null;
+  metadata?: Record<string, string>;
+}): AppFields {
+  return {
+    uid: input.uid ?? null,
+    name: input.name,
+    throttleRate: input.throttleRate ?? input.rateLimit ?? null,
+    metadata: input.metadata ?? {},
+  };
+}
+
+export async function auditAppCreated(tx: Queryable, actor: Actor, app: AppRow): Promise<void> {
+  await recordAudit(tx, {
+    actor: actor.id,
+    action: 'app.created',
+    appId: app.id,
+    targetType: 'app',
+    targetId: app.id,
+  });
+}
+
+export async function createApp(tx: Queryable, actor: Actor, fields: AppFields): Promise<AppRow> {
+  const app = await insertApp(tx, fields);
+  await auditAppCreated(tx, actor, app);
+  return app;
 }

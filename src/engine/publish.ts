@@ -3,6 +3,7 @@
 
 import crypto from 'node:crypto';
 import { findApp, insertAppIfAbsent } from '../db/apps.ts';
+import { recordAudit } from '../db/audit.ts';
 import { type MessageRow, publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError } from '../errors.ts';
@@ -80,7 +81,17 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
         throttleRate: input.application.throttleRate ?? input.application.rateLimit ?? null,
         metadata: input.application.metadata ?? {},
       });
-      if (created) return created;
+      if (created) {
+        await recordAudit(db, {
+          actor: actor.id,
+          action: 'app.created',
+          appId: created.id,
+          targetType: 'app',
+          targetId: created.id,
+          details: { via: 'publish' },
+        });
+        return created;
+      }
       // The uid is taken: by a concurrent publisher creating this same app (use theirs), or by
       // another app altogether (a conflict — never publish into an app the path did not name).
       const raced = await findApp(db, appIdOrUid);

@@ -1,9 +1,9 @@
 // Applications: /api/v1/app[/{app_id}] — id or uid in the path.
 
 import type { FastifyPluginAsync } from 'fastify';
-import { deleteApp, findApp, insertApp, listApps, updateApp } from '../../db/apps.ts';
+import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } from '../../db/apps.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { requireApp } from '../../engine/apps.ts';
+import { appFieldsFrom, createApp, requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
@@ -19,6 +19,23 @@ export const appRoutes =
   (core: Core): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
+    // The audit names the fields that changed, never their values (metadata may hold anything).
+    const updateAudited = (actor: string, current: AppRow, fields: AppFields) =>
+      db.transaction(async (tx) => {
+        const row = await updateApp(tx, current.id, fields);
+        const changed = (['uid', 'name', 'throttleRate', 'metadata'] as const).filter(
+          (f) => JSON.stringify(current[f]) !== JSON.stringify(row[f]),
+        );
+        await recordAudit(tx, {
+          actor,
+          action: 'app.updated',
+          appId: row.id,
+          targetType: 'app',
+          targetId: row.id,
+          details: { changed },
+        });
+        return row;
+      });
 
     app.get('/api/v1/app', async (request) => {
       const q = parseListQuery(request.query, 'ascending');
@@ -35,22 +52,7 @@ export const appRoutes =
       if (request.actor.appIds !== null)
         throw new HeraldError('forbidden', 'this API key cannot create applications');
       try {
-        const created = await db.transaction(async (tx) => {
-          const row = await insertApp(tx, {
-            uid: input.uid ?? null,
-            name: input.name,
-            throttleRate: input.throttleRate ?? input.rateLimit ?? null,
-            metadata: input.metadata ?? {},
-          });
-          await recordAudit(tx, {
-            actor: request.actor.id,
-            action: 'app.created',
-            appId: row.id,
-            targetType: 'app',
-            targetId: row.id,
-          });
-          return row;
-        });
+        const created = await db.transaction((tx) => createApp(tx, request.actor, appFieldsFrom(input)));
         return reply.status(201).send(presentApp(created));
       } catch (error) {
         if (!isUniqueViolation(error)) throw error;
@@ -68,12 +70,7 @@ export const appRoutes =
     app.put<{ Params: AppParams }>('/api/v1/app/:app_id', async (request, reply) => {
       const input = parseOrThrow(ApplicationIn, request.body);
       const existing = await findApp(db, request.params.app_id);
-      const fields = {
-        uid: input.uid ?? null,
-        name: input.name,
-        throttleRate: input.throttleRate ?? input.rateLimit ?? null,
-        metadata: input.metadata ?? {},
-      };
+      const fields = appFieldsFrom(input);
       if (!existing) {
         // Svix: PUT creates the app when it does not exist, using the path as its uid.
         if (request.actor.appIds !== null)
@@ -85,22 +82,12 @@ export const appRoutes =
           ]);
         }
         const created = await guardUid(() =>
-          db.transaction(async (tx) => {
-            const row = await insertApp(tx, { ...fields, uid });
-            await recordAudit(tx, {
-              actor: request.actor.id,
-              action: 'app.created',
-              appId: row.id,
-              targetType: 'app',
-              targetId: row.id,
-            });
-            return row;
-          }),
+          db.transaction((tx) => createApp(tx, request.actor, { ...fields, uid })),
         );
         return reply.status(201).send(presentApp(created));
       }
       await requireApp(db, request.actor, existing.id);
-      return presentApp(await guardUid(() => updateApp(db, existing.id, fields)));
+      return presentApp(await guardUid(() => updateAudited(request.actor.id, existing, fields)));
     });
 
     app.patch<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) => {
@@ -109,7 +96,7 @@ export const appRoutes =
       const throttleRate = input.throttleRate !== undefined ? input.throttleRate : input.rateLimit;
       return presentApp(
         await guardUid(() =>
-          updateApp(db, current.id, {
+          updateAudited(request.actor.id, current, {
             uid: input.uid === undefined ? current.uid : input.uid,
             name: input.name ?? current.name,
             throttleRate: throttleRate === undefined ? current.throttleRate : throttleRate,
