@@ -4,7 +4,13 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { insertApp } from '../src/db/apps.ts';
-import { claimDeliveries, recordOutcomes, recoverExpiredLeases } from '../src/db/deliveries.ts';
+import {
+  type AttemptResult,
+  type ClaimedDelivery,
+  claimDeliveries,
+  recordOutcomes,
+  recoverExpiredLeases,
+} from '../src/db/deliveries.ts';
 import { insertEndpoint } from '../src/db/endpoints.ts';
 import { publishMessage } from '../src/db/messages.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
@@ -58,6 +64,19 @@ async function seed(appUid: string, endpoints: number, messages: number): Promis
   }
 }
 
+/** The result a worker would record for a 200 answer to this claim. */
+const succeeded = (c: ClaimedDelivery): AttemptResult => ({
+  deliveryId: c.deliveryId,
+  leaseToken: c.leaseToken,
+  outcome: 'success',
+  statusCode: 200,
+  responseClass: 'http_2xx',
+  responseBody: '',
+  durationMs: 1,
+  nextAttemptAt: null,
+  disableEndpoint: null,
+});
+
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 
 test('competing claimers never share a delivery or an endpoint', async () => {
@@ -89,21 +108,7 @@ test('competing claimers never share a delivery or an endpoint', async () => {
         // Release the endpoint before recording: the moment the outcome commits, another
         // claimer may legitimately take the endpoint's next delivery.
         for (const c of claimed) holderOfEndpoint.delete(c.endpointId);
-        const recorded = await recordOutcomes(
-          db,
-          claimed.map((c) => ({
-            deliveryId: c.deliveryId,
-            leaseToken: c.leaseToken,
-            outcome: 'success' as const,
-            statusCode: 200,
-            responseClass: 'http_2xx',
-            responseBody: '',
-            durationMs: 1,
-            nextAttemptAt: null,
-            disableEndpoint: null,
-          })),
-          5,
-        );
+        const recorded = await recordOutcomes(db, claimed.map(succeeded), 5);
         assert.ok(recorded.every((r) => r.recorded));
         successes += recorded.length;
       }
@@ -155,21 +160,7 @@ test('lease recovery under competition takes only expired leases, each once', as
       }
       const stall = (me + claimed[0]!.attemptsInCycle) % 3 === 0;
       if (stall) await new Promise((resolve) => setTimeout(resolve, 300));
-      const recorded = await recordOutcomes(
-        db,
-        claimed.map((c) => ({
-          deliveryId: c.deliveryId,
-          leaseToken: c.leaseToken,
-          outcome: 'success' as const,
-          statusCode: 200,
-          responseClass: 'http_2xx',
-          responseBody: '',
-          durationMs: 1,
-          nextAttemptAt: null,
-          disableEndpoint: null,
-        })),
-        5,
-      );
+      const recorded = await recordOutcomes(db, claimed.map(succeeded), 5);
       recordedLate += recorded.filter((r) => !r.recorded).length;
     }
   });
