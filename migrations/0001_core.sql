@@ -47,13 +47,23 @@ create table endpoint (
   -- Why the endpoint is disabled: by an operator, after consecutive known failures, or a 410 Gone.
   disabled_reason      text,
   consecutive_failures int not null default 0,
+  -- The receiver's idempotency contract: it applies a repeated webhook-id / Idempotency-Key once.
+  -- When true, an attempt with an unknown outcome is retried; when false it is parked (failed)
+  -- for review, since a retry could apply the effect twice.
+  idempotent           boolean not null default true,
+  -- 'retry': a 4xx follows the retry schedule; 'dead-letter': a validation-type 4xx fails the
+  -- delivery at once for review, since resending the same request cannot succeed.
+  client_error_policy  text not null default 'retry',
+  -- Set when the receiver answered 401/403 (its credentials need attention); cleared by a success.
+  credentials_rejected_at timestamptz,
   -- Bumped on every rotation so workers know when their cached signing keys are stale.
   secret_version       int not null default 1,
   created_at           timestamptz not null default now(),
   updated_at           timestamptz not null default now(),
   unique (app_id, uid),
   constraint endpoint_disabled_reason check ((disabled) = (disabled_reason is not null)),
-  constraint endpoint_disabled_reason_known check (disabled_reason in ('operator', 'failures', 'gone'))
+  constraint endpoint_disabled_reason_known check (disabled_reason in ('operator', 'failures', 'gone')),
+  constraint endpoint_client_error_policy_known check (client_error_policy in ('retry', 'dead-letter'))
 );
 create index endpoint_app_idx on endpoint (app_id, id);
 
@@ -81,6 +91,9 @@ create table message (
   idempotency_key    text,
   -- SHA-256 of the request content, to tell a replayed publish from a conflicting one.
   request_hash       bytea,
+  -- For a message relayed from an inbound delivery: the business key that every outbound attempt
+  -- of every cycle carries as Idempotency-Key.
+  business_key       text,
   payload_expires_at timestamptz not null,
   created_at         timestamptz not null default now(),
   unique (app_id, idempotency_key)

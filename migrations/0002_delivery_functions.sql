@@ -13,8 +13,8 @@ create function herald_claim(batch int, lease interval, after_endpoint text)
 returns table (
   delivery_id text, attempt_id text, lease_token uuid, lease_expires_at timestamptz,
   app_id text, message_id text, endpoint_id text, cycle int, attempts_in_cycle int,
-  trigger text, url text, headers jsonb, secret_version int,
-  event_type text, payload text, message_created_at timestamptz
+  trigger text, url text, headers jsonb, secret_version int, idempotent boolean, client_error_policy text,
+  event_type text, payload text, message_created_at timestamptz, business_key text
 )
 language plpgsql volatile as $$
 declare
@@ -68,9 +68,11 @@ begin
       delivery_id := d.id; lease_token := token; lease_expires_at := d.lease_expires_at;
       app_id := d.app_id; message_id := d.message_id; endpoint_id := d.endpoint_id;
       cycle := d.cycle; attempts_in_cycle := d.attempts_in_cycle; trigger := d.trigger;
-      select e.url, e.headers, e.secret_version into url, headers, secret_version
+      select e.url, e.headers, e.secret_version, e.idempotent, e.client_error_policy
+        into url, headers, secret_version, idempotent, client_error_policy
         from endpoint e where e.id = candidate;
-      select m.event_type, m.payload, m.created_at into event_type, payload, message_created_at
+      select m.event_type, m.payload, m.created_at, m.business_key
+        into event_type, payload, message_created_at, business_key
         from message m where m.id = d.message_id;
       insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url)
         values (d.app_id, d.id, d.message_id, d.endpoint_id, d.cycle, token, d.trigger, url)
@@ -85,7 +87,7 @@ $$;
 
 -- Record the outcomes of finished attempts: one item per attempt, as a JSON array of
 -- {delivery_id, lease_token, outcome, status_code, response_class, response_body, duration_ms,
---  next_attempt_at, disable_endpoint}. `next_attempt_at` null on a non-success means the cycle's
+--  next_attempt_at, disable_endpoint, credentials_rejected}. `next_attempt_at` null on a non-success means the cycle's
 -- budget is spent. Fencing: a delivery is only updated when it is still `sending` under the same
 -- lease token; otherwise the lease was lost (recovered, taken over) and the item reports
 -- recorded = false — unless an earlier try of this same call already recorded it. Repeating a call
@@ -102,7 +104,8 @@ begin
   for o in
     select * from jsonb_to_recordset(items) as x(
       delivery_id text, lease_token uuid, outcome text, status_code int, response_class text,
-      response_body text, duration_ms int, next_attempt_at timestamptz, disable_endpoint text)
+      response_body text, duration_ms int, next_attempt_at timestamptz, disable_endpoint text,
+      credentials_rejected boolean)
     -- A fixed lock order keeps concurrent batches from deadlocking on endpoint rows.
     order by x.delivery_id
   loop
@@ -131,8 +134,12 @@ begin
        set outcome = o.outcome, finished_at = now(), status_code = o.status_code,
            response_class = o.response_class, response_body = o.response_body, duration_ms = o.duration_ms
      where a.lease_token = o.lease_token;
+    if o.credentials_rejected then
+      update endpoint e set credentials_rejected_at = now() where e.id = ep;
+    end if;
     if o.outcome = 'success' then
-      update endpoint e set consecutive_failures = 0 where e.id = ep and e.consecutive_failures <> 0;
+      update endpoint e set consecutive_failures = 0, credentials_rejected_at = null
+       where e.id = ep and (e.consecutive_failures <> 0 or e.credentials_rejected_at is not null);
     elsif o.outcome = 'failure' then
       -- Only known failures count towards auto-disable; `unknown` says nothing about the endpoint.
       update endpoint e

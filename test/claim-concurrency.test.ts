@@ -43,6 +43,8 @@ async function seed(appUid: string, endpoints: number, messages: number): Promis
       channels: null,
       metadata: {},
       disabled: false,
+      idempotent: true,
+      clientErrorPolicy: 'retry',
     });
   }
   for (let m = 0; m < messages; m++) {
@@ -75,6 +77,7 @@ const succeeded = (c: ClaimedDelivery): AttemptResult => ({
   durationMs: 1,
   nextAttemptAt: null,
   disableEndpoint: null,
+  credentialsRejected: false,
 });
 
 const tick = () => new Promise((resolve) => setImmediate(resolve));

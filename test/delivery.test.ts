@@ -181,6 +181,58 @@ describe('retries', () => {
   });
 });
 
+describe('the receiver’s contract', () => {
+  test('an unknown outcome is retried for an idempotent endpoint and parked for one that is not', async () => {
+    receiver.respond = (request) => {
+      if (request.path.startsWith('/cut')) return 'destroy';
+      const decide = behaviour.get(request.path) ?? (() => ({ status: 204 }));
+      return decide(requestsTo(request.path).length);
+    };
+    const app = await createApp(t, 'contract');
+    const retried = await createEndpoint(t, app, { url: `${receiver.url}/cut-retry` });
+    const parked = await createEndpoint(t, app, { url: `${receiver.url}/cut-park`, idempotent: false });
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor(
+      'the parked delivery to fail',
+      async () => (await deliveryOf(t, msg, parked))?.state === 'failed',
+    );
+    const parkedAttempts = await attemptsOf(t, (await deliveryOf(t, msg, parked))!.id);
+    assert.deepEqual(
+      parkedAttempts.map((a) => [a.outcome, a.response_class]),
+      [['unknown', 'connection_lost']],
+    );
+    await waitFor('the idempotent endpoint to be retried', () => requestsTo('/cut-retry').length >= 3);
+    const retriedAttempts = await attemptsOf(t, (await deliveryOf(t, msg, retried))!.id);
+    assert.ok(retriedAttempts.filter((a) => a.outcome === 'unknown').length >= 2);
+    const endpoint = await t.call('GET', `/api/v1/app/${app}/endpoint/${retried}`);
+    assert.equal(endpoint.body.disabled, false, 'unknown outcomes never count towards auto-disable');
+  });
+
+  test('dead-letter: a validation 4xx fails the delivery at once; 401 flags the endpoint’s credentials', async () => {
+    behaviour.set('/reject', () => ({ status: 422 }));
+    behaviour.set('/auth', (n) => (n <= 1 ? { status: 401 } : { status: 204 }));
+    const app = await createApp(t, 'deadletter');
+    const dead = await createEndpoint(t, app, {
+      url: `${receiver.url}/reject`,
+      clientErrorPolicy: 'dead-letter',
+    });
+    const auth = await createEndpoint(t, app, { url: `${receiver.url}/auth` });
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor('the dead letter', async () => (await deliveryOf(t, msg, dead))?.state === 'failed');
+    assert.equal((await deliveryOf(t, msg, dead))!.attempts_total, 1);
+    await waitFor(
+      'the flag',
+      async () => (await t.call('GET', `/api/v1/app/${app}/endpoint/${auth}`)).body.credentialsRejectedAt,
+    );
+    await waitFor(
+      'the retry to succeed',
+      async () => (await deliveryOf(t, msg, auth))?.state === 'succeeded',
+    );
+    const cleared = await t.call('GET', `/api/v1/app/${app}/endpoint/${auth}`);
+    assert.equal(cleared.body.credentialsRejectedAt, null, 'a success clears the flag');
+  });
+});
+
 describe('resend', () => {
   test('an exhausted delivery fails; resend starts a new cycle keeping ids and history; competing resends start one', async () => {
     let healthy = false;

@@ -42,6 +42,9 @@ export const presentEndpoint = (e: EndpointRow) => ({
   metadata: e.metadata,
   disabled: e.disabled,
   disabledReason: e.disabledReason,
+  idempotent: e.idempotent,
+  clientErrorPolicy: e.clientErrorPolicy,
+  credentialsRejectedAt: e.credentialsRejectedAt,
   createdAt: e.createdAt,
   updatedAt: e.updatedAt,
 });

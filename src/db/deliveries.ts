@@ -18,9 +18,14 @@ export interface ClaimedDelivery {
   url: string;
   headers: Record<string, string>;
   secretVersion: number;
+  /** The endpoint applies a repeated request once: unknown outcomes may be retried. */
+  idempotent: boolean;
+  clientErrorPolicy: 'retry' | 'dead-letter';
   eventType: string;
   payload: string | null;
   messageCreatedAt: Date;
+  /** Relayed messages only: sent as Idempotency-Key on every attempt. */
+  businessKey: string | null;
 }
 
 export async function claimDeliveries(
@@ -33,8 +38,9 @@ export async function claimDeliveries(
     `select delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
             lease_expires_at as "leaseExpiresAt", app_id as "appId", message_id as "messageId",
             endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
-            secret_version as "secretVersion", event_type as "eventType", payload,
-            message_created_at as "messageCreatedAt"
+            secret_version as "secretVersion", idempotent,
+            client_error_policy as "clientErrorPolicy", event_type as "eventType", payload,
+            message_created_at as "messageCreatedAt", business_key as "businessKey"
        from herald_claim($1, make_interval(secs => $2), $3)`,
     [batch, leaseSeconds, afterEndpoint],
   );
@@ -53,6 +59,8 @@ export interface AttemptResult {
   nextAttemptAt: Date | null;
   /** Disable the endpoint now, whatever its failure count (a 410 Gone). */
   disableEndpoint: 'gone' | null;
+  /** The receiver refused herald's credentials (401/403): flag the endpoint. */
+  credentialsRejected: boolean;
 }
 
 export interface RecordedOutcome {
@@ -76,6 +84,7 @@ export async function recordOutcomes(
     duration_ms: r.durationMs,
     next_attempt_at: r.nextAttemptAt?.toISOString() ?? null,
     disable_endpoint: r.disableEndpoint,
+    credentials_rejected: r.credentialsRejected,
   }));
   const result = await db.query<RecordedOutcome>(
     `select delivery_id as "deliveryId", recorded, endpoint_disabled as "endpointDisabled"

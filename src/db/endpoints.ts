@@ -4,6 +4,7 @@ import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
 
 export type DisabledReason = 'operator' | 'failures' | 'gone';
+export type ClientErrorPolicy = 'retry' | 'dead-letter';
 
 export interface EndpointRow {
   id: string;
@@ -20,6 +21,9 @@ export interface EndpointRow {
   disabled: boolean;
   disabledReason: DisabledReason | null;
   consecutiveFailures: number;
+  idempotent: boolean;
+  clientErrorPolicy: ClientErrorPolicy;
+  credentialsRejectedAt: Date | null;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -34,11 +38,14 @@ export interface EndpointFields {
   channels: string[] | null;
   metadata: Record<string, string>;
   disabled: boolean;
+  idempotent: boolean;
+  clientErrorPolicy: ClientErrorPolicy;
 }
 
 const COLUMNS = `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
   filter_types as "filterTypes", channels, headers, metadata, disabled, disabled_reason as "disabledReason",
-  consecutive_failures as "consecutiveFailures", created_at as "createdAt", updated_at as "updatedAt"`;
+  consecutive_failures as "consecutiveFailures", idempotent, client_error_policy as "clientErrorPolicy",
+  credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt"`;
 
 export async function insertEndpoint(
   db: Queryable,
@@ -48,8 +55,8 @@ export async function insertEndpoint(
 ): Promise<EndpointRow> {
   const result = await db.query<EndpointRow>(
     `insert into endpoint (app_id, uid, url, description, version, throttle_rate, filter_types, channels,
-        metadata, headers, disabled, disabled_reason)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, case when $11 then 'operator' end)
+        metadata, headers, disabled, disabled_reason, idempotent, client_error_policy)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, case when $11 then 'operator' end, $12, $13)
      returning ${COLUMNS}`,
     [
       appId,
@@ -63,6 +70,8 @@ export async function insertEndpoint(
       JSON.stringify(f.metadata),
       JSON.stringify(headers),
       f.disabled,
+      f.idempotent,
+      f.clientErrorPolicy,
     ],
   );
   return result.rows[0]!;
@@ -109,7 +118,7 @@ export async function updateEndpoint(db: Queryable, id: string, f: EndpointField
         filter_types = $7, channels = $8, metadata = $9,
         disabled_reason = case when not $10 then null when disabled then disabled_reason else 'operator' end,
         consecutive_failures = case when disabled and not $10 then 0 else consecutive_failures end,
-        disabled = $10, updated_at = now()
+        disabled = $10, idempotent = $11, client_error_policy = $12, updated_at = now()
       where id = $1 returning ${COLUMNS}`,
     [
       id,
@@ -122,6 +131,8 @@ export async function updateEndpoint(db: Queryable, id: string, f: EndpointField
       f.channels,
       JSON.stringify(f.metadata),
       f.disabled,
+      f.idempotent,
+      f.clientErrorPolicy,
     ],
   );
   return result.rows[0]!;

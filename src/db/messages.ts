@@ -26,6 +26,7 @@ export interface NewMessage {
   channels: string[] | null;
   tags: string[] | null;
   idempotencyKey: string | null;
+  businessKey?: string | null;
   requestHash: Buffer | null;
   retentionDays: number;
 }
@@ -48,8 +49,8 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
   const inserted = await db.query<MessageRow & { deliveries: number }>(
     `with msg as (
        insert into message (app_id, event_type, event_id, payload, channels, tags, idempotency_key, request_hash,
-                            payload_expires_at)
-       values ($1, $2, $3, $4, $5, $10, $6, $7, now() + make_interval(days => $8))
+                            payload_expires_at, business_key)
+       values ($1, $2, $3, $4, $5, $10, $6, $7, now() + make_interval(days => $8), $11)
        on conflict (app_id, idempotency_key) do nothing
        returning ${COLUMNS}
      ), fanout as (
@@ -75,6 +76,7 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
       m.retentionDays,
       actor,
       m.tags,
+      m.businessKey ?? null,
     ],
   );
   const row = inserted.rows[0];

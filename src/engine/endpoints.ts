@@ -45,6 +45,8 @@ function toFields(input: EndpointInput): EndpointFields {
     channels: input.channels ?? null,
     metadata: input.metadata ?? {},
     disabled: input.disabled ?? false,
+    idempotent: input.idempotent ?? true,
+    clientErrorPolicy: input.clientErrorPolicy ?? 'retry',
   };
 }
 
@@ -95,6 +97,8 @@ export function patchToUpdate(current: EndpointRow, patch: z.infer<typeof Endpoi
     channels: patch.channels === undefined ? current.channels : patch.channels,
     metadata: patch.metadata ?? current.metadata,
     disabled: patch.disabled ?? current.disabled,
+    idempotent: patch.idempotent ?? current.idempotent,
+    clientErrorPolicy: patch.clientErrorPolicy ?? current.clientErrorPolicy,
   };
 }
 

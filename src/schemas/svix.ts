@@ -71,6 +71,9 @@ export const EndpointIn = z.object({
   channels: channels(10).nullish(),
   metadata: metadata.optional(),
   disabled: z.boolean().optional(),
+  // herald: the receiver's contract (see src/domain/outcome-policy.ts).
+  idempotent: z.boolean().optional(),
+  clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
   secret: secret().nullish(),
   rateLimit: z.number().int().min(1).max(65535).nullish(),
   // Custom headers sent with every delivery (checked like PUT .../headers).
@@ -89,6 +92,8 @@ export const EndpointPatch = z.object({
   channels: z.array(ident(128)).max(10).nullish(),
   metadata: metadata.optional(),
   disabled: z.boolean().optional(),
+  idempotent: z.boolean().optional(),
+  clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
   rateLimit: z.number().int().min(1).max(65535).nullish(),
 });
 

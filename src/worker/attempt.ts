@@ -2,6 +2,7 @@
 // turn what happened into the delivery's next state. Nothing here touches the database.
 
 import type { AttemptResult, ClaimedDelivery } from '../db/deliveries.ts';
+import { judgeAttempt } from '../domain/outcome-policy.ts';
 import { nextAttemptAt, type RetryPolicy } from '../domain/retry-policy.ts';
 import type { Sender } from '../sender/send.ts';
 import { signPayload } from '../signing/standard-webhooks.ts';
@@ -26,6 +27,8 @@ export function buildRequestHeaders(
     'webhook-id': claim.messageId,
     'webhook-timestamp': String(timestampSeconds),
     'webhook-signature': signPayload({ msgId: claim.messageId, timestampSeconds, body, keys }),
+    // One business key for every attempt of every cycle: the receiver can apply it once.
+    ...(claim.businessKey === null ? {} : { 'idempotency-key': claim.businessKey }),
   };
 }
 
@@ -48,6 +51,7 @@ export async function runAttempt(
       durationMs: 0,
       nextAttemptAt: null,
       disableEndpoint: null,
+      credentialsRejected: false,
     };
   }
   const body = claim.payload;
@@ -57,8 +61,9 @@ export async function runAttempt(
     headers: buildRequestHeaders(claim, body, keys, timestampSeconds),
     body,
   });
+  const verdict = judgeAttempt(sent, claim);
   const next =
-    sent.outcome === 'success'
+    sent.outcome === 'success' || verdict.stopCycle
       ? null
       : nextAttemptAt(ctx.policy, {
           attemptsInCycle: claim.attemptsInCycle,
@@ -74,6 +79,7 @@ export async function runAttempt(
     responseBody: sent.responseBody,
     durationMs: sent.durationMs,
     nextAttemptAt: next,
-    disableEndpoint: sent.statusCode === 410 ? 'gone' : null,
+    disableEndpoint: verdict.disableEndpoint,
+    credentialsRejected: verdict.credentialsRejected,
   };
 }

@@ -1,0 +1,90 @@
+// Inbound sources and their sealed secrets.
+
+import type { Queryable } from './port.ts';
+
+export interface SourceRow {
+  id: string;
+  uid: string | null;
+  scheme: string;
+  settings: Record<string, unknown>;
+  appId: string;
+  eventType: string;
+  businessKey: string;
+  retentionDays: number | null;
+  createdAt: Date;
+  updatedAt: Date;
+}
+
+export type SourceFields = Omit<SourceRow, 'id' | 'createdAt' | 'updatedAt'>;
+
+const COLUMNS = `id, uid, scheme, settings, app_id as "appId", event_type as "eventType",
+  business_key as "businessKey", retention_days as "retentionDays", created_at as "createdAt",
+  updated_at as "updatedAt"`;
+
+export async function insertSource(db: Queryable, f: SourceFields): Promise<SourceRow> {
+  const result = await db.query<SourceRow>(
+    `insert into source (uid, scheme, settings, app_id, event_type, business_key, retention_days)
+     values ($1, $2, $3, $4, $5, $6, $7) returning ${COLUMNS}`,
+    [f.uid, f.scheme, JSON.stringify(f.settings), f.appId, f.eventType, f.businessKey, f.retentionDays],
+  );
+  return result.rows[0]!;
+}
+
+export async function updateSource(db: Queryable, id: string, f: SourceFields): Promise<SourceRow> {
+  const result = await db.query<SourceRow>(
+    `update source set uid = $2, scheme = $3, settings = $4, app_id = $5, event_type = $6, business_key = $7,
+        retention_days = $8, updated_at = now()
+      where id = $1 returning ${COLUMNS}`,
+    [id, f.uid, f.scheme, JSON.stringify(f.settings), f.appId, f.eventType, f.businessKey, f.retentionDays],
+  );
+  return result.rows[0]!;
+}
+
+export async function findSource(db: Queryable, idOrUid: string): Promise<SourceRow | null> {
+  const result = await db.query<SourceRow>(
+    `select ${COLUMNS} from source where id = $1 or uid = $1 limit 1`,
+    [idOrUid],
+  );
+  return result.rows[0] ?? null;
+}
+
+export async function listSources(db: Queryable, appIds: readonly string[] | null): Promise<SourceRow[]> {
+  const result = await db.query<SourceRow>(
+    `select ${COLUMNS} from source where $1::text[] is null or app_id = any($1) order by id`,
+    [appIds],
+  );
+  return result.rows;
+}
+
+export async function deleteSource(db: Queryable, id: string): Promise<void> {
+  await db.query('delete from source where id = $1', [id]);
+}
+
+export async function insertSourceSecret(db: Queryable, sourceId: string, sealed: Buffer): Promise<void> {
+  await db.query('insert into source_secret (source_id, sealed) values ($1, $2)', [sourceId, sealed]);
+}
+
+/** Demotes the current secret to an overlap period and installs a new current one. */
+export async function rotateSourceSecret(
+  db: Queryable,
+  sourceId: string,
+  sealed: Buffer,
+  overlapSeconds: number,
+) {
+  await db.query(
+    `update source_secret set expires_at = now() + make_interval(secs => $2)
+      where source_id = $1 and expires_at is null`,
+    [sourceId, overlapSeconds],
+  );
+  await insertSourceSecret(db, sourceId, sealed);
+}
+
+/** Sealed secrets that verify right now: the current one first, then those still overlapping. */
+export async function liveSourceSecrets(db: Queryable, sourceId: string): Promise<Buffer[]> {
+  const result = await db.query<{ sealed: Uint8Array }>(
+    `select sealed from source_secret where source_id = $1 and (expires_at is null or expires_at > now())
+      order by expires_at is not null, id desc`,
+    [sourceId],
+  );
+  return result.rows.map((r) => Buffer.from(r.sealed));
+}
