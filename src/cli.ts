@@ -7,9 +7,9 @@ import { Command, InvalidArgumentError } from 'commander';
 import { buildApi } from './api/server.ts';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
-import { listApiKeys, revokeApiKey, type Scope } from './db/api-keys.ts';
+import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { migrate } from './db/migrate.ts';
-import { createApiKey, ensureLocalAdminKey } from './engine/api-keys.ts';
+import { createApiKey, ensureLocalAdminKey, revokeKey } from './engine/api-keys.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
@@ -150,7 +150,9 @@ keys
   .description('revoke an API key')
   .action((id: string) =>
     withHerald(async (herald) => {
-      if (!(await revokeApiKey(herald.core.db, id))) throw new Error(`no live API key ${id}`);
+      if (!(await herald.core.db.transaction((tx) => revokeKey(tx, 'cli', id)))) {
+        throw new Error(`no live API key ${id}`);
+      }
       console.log(`revoked ${id}`);
     }),
   );

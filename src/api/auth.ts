@@ -2,7 +2,7 @@
 // HERALD_ADMIN_KEY is compared in constant time. What a scope allows:
 //   admin   — everything
 //   publish — create messages (POST /api/v1/app/{app}/msg) and nothing else
-//   read    — GET and HEAD requests
+//   read    — GET and HEAD requests, except on API keys: listing them is for admins only
 
 import crypto from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
@@ -33,6 +33,8 @@ function constantTimeEqual(a: string, b: string): boolean {
 }
 
 export function requiredScope(request: FastifyRequest): Need {
+  // Key names, prefixes and scopes map out who can do what: not for read-only keys.
+  if (request.routeOptions.url?.startsWith('/api/v1/api-key')) return 'admin';
   if (request.method === 'GET' || request.method === 'HEAD') return 'read';
   if (request.method === 'POST' && request.routeOptions.url === '/api/v1/app/:app_id/msg') return 'publish';
   return 'admin';
@@ -41,4 +43,18 @@ export function requiredScope(request: FastifyRequest): Need {
 export function assertScope(actor: Actor, need: Need): void {
   if (actor.scopes.includes('admin') || actor.scopes.includes(need)) return;
   throw new HeraldError('forbidden', `this API key lacks the '${need}' scope`);
+}
+
+/**
+ * API keys and event types belong to no app: a key restricted to some apps must not manage keys
+ * (it could mint an unrestricted one) nor change event types every app shares. It may still read
+ * event types, which its apps' messages use.
+ */
+export function assertReach(actor: Actor, request: FastifyRequest): void {
+  if (actor.appIds === null) return;
+  const url = request.routeOptions.url ?? '';
+  const readOnly = request.method === 'GET' || request.method === 'HEAD';
+  if (url.startsWith('/api/v1/api-key') || (url.startsWith('/api/v1/event-type') && !readOnly)) {
+    throw new HeraldError('forbidden', 'this needs a key that is not restricted to some applications');
+  }
 }

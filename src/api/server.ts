@@ -1,6 +1,7 @@
 // The HTTP face: a fastify server with the Svix-compatible API under /api/v1. Every error leaves
 // as { code, detail } with a status from the one catalogue in errors.ts; no stack traces.
 
+import rateLimit from '@fastify/rate-limit';
 import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
@@ -9,7 +10,7 @@ import Fastify, {
 } from 'fastify';
 import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
-import { assertScope, authenticate, requiredScope } from './auth.ts';
+import { assertReach, assertScope, authenticate, requiredScope } from './auth.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
 import { attemptRoutes } from './routes/attempts.ts';
@@ -96,7 +97,28 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     if (!path?.startsWith('/api/v1/') || PUBLIC_PATHS.has(path)) return;
     request.actor = await authenticate(core.db, core.config.adminKey, request.headers.authorization);
     assertScope(request.actor, requiredScope(request));
+    assertReach(request.actor, request);
   });
+
+  if (core.config.apiRateLimit > 0) {
+    // Limited per API key, not per address: one client's burst must not starve another's, and
+    // many clients behind one proxy are still told apart. Hence after authentication (the
+    // onRequest hook above), and before any handler runs, so a refused request stores nothing.
+    // Public routes carry no actor and are not limited. Registered before the routes, which is
+    // when the plugin attaches its hook to them.
+    await app.register(rateLimit, {
+      hook: 'preHandler',
+      max: core.config.apiRateLimit,
+      timeWindow: 1000,
+      keyGenerator: (request) => request.actor?.id ?? '',
+      allowList: (request) => !request.actor,
+      errorResponseBuilder: (_request, context) =>
+        new HeraldError(
+          'rate_limited',
+          `more than ${context.max} requests per second with this API key; retry in ${context.after}`,
+        ),
+    });
+  }
 
   await app.register(healthRoutes(core));
   await app.register(appRoutes(core));

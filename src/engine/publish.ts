@@ -3,12 +3,11 @@
 
 import crypto from 'node:crypto';
 import { findApp, insertAppIfAbsent } from '../db/apps.ts';
-import { recordAudit } from '../db/audit.ts';
 import { type MessageRow, publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
-import { requireApp } from './apps.ts';
+import { auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
 export const DEFAULT_RETENTION_DAYS = 90;
@@ -82,14 +81,7 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
         metadata: input.application.metadata ?? {},
       });
       if (created) {
-        await recordAudit(db, {
-          actor: actor.id,
-          action: 'app.created',
-          appId: created.id,
-          targetType: 'app',
-          targetId: created.id,
-          details: { via: 'publish' },
-        });
+        await auditAppCreated(db, actor, created);
         return created;
       }
       // The uid is taken: by a concurrent publisher creating this same app (use theirs), or by

@@ -1,11 +1,10 @@
-// herald's addition: API key management under /api/v1/api-key (admin scope). The token is in
-// the creation response and nowhere else.
+// herald's addition: API key management under /api/v1/api-key (admin scope, see auth.ts). The
+// token is in the creation response and nowhere else.
 
 import type { FastifyPluginAsync } from 'fastify';
-import { listApiKeys, revokeApiKey } from '../../db/api-keys.ts';
+import { listApiKeys } from '../../db/api-keys.ts';
 import { findApp } from '../../db/apps.ts';
-import { recordAudit } from '../../db/audit.ts';
-import { createApiKey } from '../../engine/api-keys.ts';
+import { createApiKey, revokeKey } from '../../engine/api-keys.ts';
 import type { Core } from '../../engine/core.ts';
 import { invalidField, notFound } from '../../errors.ts';
 import { ApiKeyIn } from '../../schemas/svix.ts';
@@ -43,14 +42,7 @@ export const apiKeyRoutes =
 
     app.delete<{ Params: { key_id: string } }>('/api/v1/api-key/:key_id', async (request, reply) => {
       await db.transaction(async (tx) => {
-        if (!(await revokeApiKey(tx, request.params.key_id))) throw notFound('API key');
-        await recordAudit(tx, {
-          actor: request.actor.id,
-          action: 'api_key.revoked',
-          appId: null,
-          targetType: 'api_key',
-          targetId: request.params.key_id,
-        });
+        if (!(await revokeKey(tx, request.actor.id, request.params.key_id))) throw notFound('API key');
       });
       return reply.status(204).send();
     });

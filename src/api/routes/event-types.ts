@@ -1,6 +1,7 @@
 // Event types: /api/v1/event-type[/{event_type_name}].
 
 import type { FastifyPluginAsync } from 'fastify';
+import { recordAudit } from '../../db/audit.ts';
 import {
   archiveEventType,
   expungeEventType,
@@ -9,6 +10,7 @@ import {
   listEventTypes,
   upsertEventType,
 } from '../../db/event-types.ts';
+import type { Queryable } from '../../db/port.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix.ts';
@@ -17,6 +19,10 @@ import { presentEventType, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
 
 type Params = { event_type_name: string };
+
+/** Event types belong to no app; the audit names the type, never its schemas. */
+const audit = (tx: Queryable, actor: string, action: string, name: string) =>
+  recordAudit(tx, { actor, action, appId: null, targetType: 'event_type', targetId: name });
 
 export const eventTypeRoutes =
   (core: Core): FastifyPluginAsync =>
@@ -30,15 +36,19 @@ export const eventTypeRoutes =
 
     app.post('/api/v1/event-type', async (request, reply) => {
       const input = parseOrThrow(EventTypeIn, request.body);
-      const row = await insertEventType(db, {
-        name: input.name,
-        description: input.description,
-        schemas: input.schemas ?? null,
-        archived: input.archived ?? false,
-        deprecated: input.deprecated ?? false,
-        featureFlag: input.featureFlag ?? null,
+      const row = await db.transaction(async (tx) => {
+        const inserted = await insertEventType(tx, {
+          name: input.name,
+          description: input.description,
+          schemas: input.schemas ?? null,
+          archived: input.archived ?? false,
+          deprecated: input.deprecated ?? false,
+          featureFlag: input.featureFlag ?? null,
+        });
+        if (!inserted) throw new HeraldError('conflict', `event type ${input.name} already exists`);
+        await audit(tx, request.actor.id, 'event_type.created', inserted.name);
+        return inserted;
       });
-      if (!row) throw new HeraldError('conflict', `event type ${input.name} already exists`);
       return reply.status(201).send(presentEventType(row));
     });
 
@@ -50,13 +60,18 @@ export const eventTypeRoutes =
 
     app.put<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request, reply) => {
       const input = parseOrThrow(EventTypeUpdate, request.body);
-      const { row, created } = await upsertEventType(db, {
-        name: request.params.event_type_name,
-        description: input.description,
-        schemas: input.schemas ?? null,
-        archived: input.archived ?? false,
-        deprecated: input.deprecated ?? false,
-        featureFlag: input.featureFlag ?? null,
+      const { row, created } = await db.transaction(async (tx) => {
+        const upserted = await upsertEventType(tx, {
+          name: request.params.event_type_name,
+          description: input.description,
+          schemas: input.schemas ?? null,
+          archived: input.archived ?? false,
+          deprecated: input.deprecated ?? false,
+          featureFlag: input.featureFlag ?? null,
+        });
+        const action = upserted.created ? 'event_type.created' : 'event_type.updated';
+        await audit(tx, request.actor.id, action, upserted.row.name);
+        return upserted;
       });
       return reply.status(created ? 201 : 200).send(presentEventType(row));
     });
@@ -65,13 +80,17 @@ export const eventTypeRoutes =
       const input = parseOrThrow(EventTypePatch, request.body);
       const current = await findEventType(db, request.params.event_type_name);
       if (!current) throw notFound('event type');
-      const { row } = await upsertEventType(db, {
-        name: current.name,
-        description: input.description ?? current.description,
-        schemas: input.schemas === undefined ? current.schemas : input.schemas,
-        archived: input.archived ?? current.archived,
-        deprecated: input.deprecated ?? current.deprecated,
-        featureFlag: input.featureFlag === undefined ? current.featureFlag : input.featureFlag,
+      const row = await db.transaction(async (tx) => {
+        const { row: updated } = await upsertEventType(tx, {
+          name: current.name,
+          description: input.description ?? current.description,
+          schemas: input.schemas === undefined ? current.schemas : input.schemas,
+          archived: input.archived ?? current.archived,
+          deprecated: input.deprecated ?? current.deprecated,
+          featureFlag: input.featureFlag === undefined ? current.featureFlag : input.featureFlag,
+        });
+        await audit(tx, request.actor.id, 'event_type.updated', updated.name);
+        return updated;
       });
       return presentEventType(row);
     });
@@ -80,11 +99,12 @@ export const eventTypeRoutes =
       '/api/v1/event-type/:event_type_name',
       async (request, reply) => {
         const name = request.params.event_type_name;
-        const done =
-          request.query.expunge === 'true'
-            ? await expungeEventType(db, name)
-            : await archiveEventType(db, name);
-        if (!done) throw notFound('event type');
+        const expunge = request.query.expunge === 'true';
+        await db.transaction(async (tx) => {
+          const done = expunge ? await expungeEventType(tx, name) : await archiveEventType(tx, name);
+          if (!done) throw notFound('event type');
+          await audit(tx, request.actor.id, expunge ? 'event_type.expunged' : 'event_type.archived', name);
+        });
         return reply.status(204).send();
       },
     );

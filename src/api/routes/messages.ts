@@ -85,9 +85,20 @@ export const messageRoutes =
       '/api/v1/app/:app_id/msg/:msg_id/attempt/:attempt_id/content',
       async (request, reply) => {
         const { application, message } = await loadMessage(request.actor, request.params);
-        if (!(await expungeAttemptResponse(db, application.id, message.id, request.params.attempt_id))) {
-          throw notFound('attempt');
-        }
+        const attemptId = request.params.attempt_id;
+        await db.transaction(async (tx) => {
+          if (!(await expungeAttemptResponse(tx, application.id, message.id, attemptId))) {
+            throw notFound('attempt');
+          }
+          await recordAudit(tx, {
+            actor: request.actor.id,
+            action: 'attempt.content_expunged',
+            appId: application.id,
+            targetType: 'attempt',
+            targetId: attemptId,
+            details: { messageId: message.id },
+          });
+        });
         return reply.status(204).send();
       },
     );

@@ -1,0 +1,278 @@
+// API keys through the HTTP API and the CLI: a token is shown once and stored only as a hash;
+// scopes and app restrictions hold on every route; revoked, unknown and malformed credentials are
+// refused; and one key's burst is rate-limited without touching another key or storing anything.
+
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { generateApiKey } from '../src/crypto/api-key-token.ts';
+import { createApp, createEndpoint } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { killAll, runHerald } from './support/processes.ts';
+import { waitFor } from './support/wait.ts';
+
+const EP_URL = 'http://127.0.0.1:9/hook';
+const MESSAGE = { eventType: 'invoice.paid', payload: { invoice: 1 } };
+
+const bearer = (key: string) => ({ authorization: `Bearer ${key}` });
+
+async function createKey(
+  t: TestHerald,
+  body: { name: string; scopes: string[]; apps?: string[] },
+): Promise<{ id: string; key: string }> {
+  const created = await t.call('POST', '/api/v1/api-key', body);
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  assert.match(created.body.key, /^hk_[0-9a-f]{8}_/);
+  assert.match(created.body.id, /^key_/);
+  return { id: created.body.id, key: created.body.key };
+}
+
+describe('scopes, app restrictions and revocation', () => {
+  let t: TestHerald;
+  let appA: string;
+  let appB: string;
+  let endpointA: string;
+  let messageA: string;
+
+  before(async () => {
+    t = await startTestHerald('api_keys', { worker: false });
+    appA = await createApp(t, 'keys-a');
+    appB = await createApp(t, 'keys-b');
+    endpointA = await createEndpoint(t, appA, { url: EP_URL });
+    const published = await t.call('POST', `/api/v1/app/${appA}/msg`, MESSAGE);
+    assert.equal(published.status, 202);
+    messageA = published.body.id;
+  });
+  after(async () => {
+    await t.close();
+    await killAll();
+  });
+
+  /** A request that must be refused with `status` and the catalogue's code. */
+  async function refused(
+    key: string,
+    method: string,
+    path: string,
+    status: 401 | 403,
+    body?: unknown,
+  ): Promise<void> {
+    const answer = await t.call(method, path, body, bearer(key));
+    const what = `${method} ${path}: ${answer.status} ${JSON.stringify(answer.body)}`;
+    assert.equal(answer.status, status, what);
+    assert.equal(answer.body.code, status === 401 ? 'authentication_failed' : 'insufficient_access', what);
+    assert.equal(typeof answer.body.detail, 'string', what);
+  }
+
+  test('the token is in the creation response only; the database keeps its hash', async () => {
+    const { id, key } = await createKey(t, { name: 'shown once', scopes: ['read'] });
+
+    const listed = await t.call('GET', '/api/v1/api-key');
+    assert.equal(listed.status, 200);
+    const row = listed.body.data.find((k: { id: string }) => k.id === id);
+    assert.ok(row, 'the new key is listed');
+    assert.equal(row.key, undefined);
+    assert.equal(row.prefix, key.split('_')[1]);
+    assert.ok(!JSON.stringify(listed.body).includes(key), 'the list never carries a token');
+    const one = await t.call('GET', '/api/v1/api-key', undefined, bearer(key));
+    assert.equal(one.status, 403, 'a read key cannot list keys');
+
+    // Every column of every key row, and every audit entry, as text: no token, only its hash.
+    const dump = await t.database.db.query<{ row: string }>(
+      `select row_to_json(k)::text as row from api_key k union all
+       select row_to_json(a)::text from audit_entry a`,
+    );
+    const secretPart = key.slice(key.lastIndexOf('_') + 1);
+    for (const { row: text } of dump.rows) {
+      assert.ok(!text.includes(key), `no token in ${text}`);
+      assert.ok(!text.includes(secretPart), `no secret part of a token in ${text}`);
+    }
+    const stored = await t.database.db.query<{ hash: Buffer }>('select hash from api_key where id = $1', [
+      id,
+    ]);
+    assert.deepEqual(stored.rows[0]!.hash, createHash('sha256').update(key).digest());
+  });
+
+  test('a publish key may publish and do nothing else', async () => {
+    const { key } = await createKey(t, { name: 'publisher', scopes: ['publish'] });
+    const published = await t.call('POST', `/api/v1/app/${appA}/msg`, MESSAGE, bearer(key));
+    assert.equal(published.status, 202, JSON.stringify(published.body));
+
+    const ep = `/api/v1/app/${appA}/endpoint/${endpointA}`;
+    await refused(key, 'POST', `/api/v1/app/${appA}/endpoint`, 403, { url: EP_URL });
+    await refused(key, 'PATCH', ep, 403, { description: 'changed' });
+    await refused(key, 'DELETE', ep, 403);
+    await refused(key, 'POST', '/api/v1/app', 403, { name: 'nope' });
+    await refused(key, 'POST', '/api/v1/event-type', 403, { name: 'nope', description: 'nope' });
+    await refused(key, 'POST', '/api/v1/api-key', 403, { name: 'escalate', scopes: ['admin'] });
+    await refused(key, 'GET', '/api/v1/app', 403);
+    await refused(key, 'GET', ep, 403);
+    await refused(key, 'GET', `/api/v1/app/${appA}/msg/${messageA}`, 403);
+
+    const endpoint = await t.call('GET', ep);
+    assert.equal(endpoint.status, 200, 'the refused DELETE left the endpoint in place');
+    assert.equal(endpoint.body.description, '', 'the refused PATCH changed nothing');
+    const escalated = await t.database.db.query(`select 1 from api_key where name in ('escalate')`);
+    assert.equal(escalated.rowCount, 0);
+  });
+
+  test('a read key may read but not change anything, nor see a signing secret', async () => {
+    const { key } = await createKey(t, { name: 'reader', scopes: ['read'] });
+    const ep = `/api/v1/app/${appA}/endpoint/${endpointA}`;
+    for (const path of ['/api/v1/app', `/api/v1/app/${appA}`, ep, `/api/v1/app/${appA}/msg/${messageA}`]) {
+      const answer = await t.call('GET', path, undefined, bearer(key));
+      assert.equal(answer.status, 200, `GET ${path}: ${JSON.stringify(answer.body)}`);
+    }
+    await refused(key, 'POST', '/api/v1/app', 403, { name: 'nope' });
+    await refused(key, 'POST', `/api/v1/app/${appA}/msg`, 403, MESSAGE);
+    await refused(key, 'PATCH', ep, 403, { description: 'changed' });
+    await refused(key, 'DELETE', ep, 403);
+    await refused(key, 'DELETE', `/api/v1/app/${appA}`, 403);
+    await refused(key, 'GET', `${ep}/secret`, 403);
+  });
+
+  test('a key restricted to app A cannot touch app B and sees only A', async () => {
+    const { key } = await createKey(t, { name: 'tenant a', scopes: ['admin'], apps: ['keys-a'] });
+    const own = await t.call('GET', `/api/v1/app/${appA}`, undefined, bearer(key));
+    assert.equal(own.status, 200);
+    const listed = await t.call('GET', '/api/v1/app', undefined, bearer(key));
+    assert.equal(listed.status, 200);
+    assert.deepEqual(
+      listed.body.data.map((a: { id: string }) => a.id),
+      [appA],
+    );
+
+    await refused(key, 'GET', `/api/v1/app/${appB}`, 403);
+    await refused(key, 'GET', '/api/v1/app/keys-b', 403);
+    await refused(key, 'POST', `/api/v1/app/${appB}/msg`, 403, MESSAGE);
+    await refused(key, 'POST', `/api/v1/app/${appB}/endpoint`, 403, { url: EP_URL });
+    await refused(key, 'DELETE', `/api/v1/app/${appB}`, 403);
+    await refused(key, 'POST', '/api/v1/app', 403, { name: 'another tenant' });
+    // Nor may it mint a key that reaches every app, or manage keys at all.
+    await refused(key, 'POST', '/api/v1/api-key', 403, { name: 'escalate', scopes: ['admin'] });
+    await refused(key, 'GET', '/api/v1/api-key', 403);
+
+    const messagesOfB = await t.database.db.query('select 1 from message where app_id = $1', [appB]);
+    assert.equal(messagesOfB.rowCount, 0);
+  });
+
+  test('a revoked key is refused at once; revoking twice is 404', async () => {
+    const { id, key } = await createKey(t, { name: 'short-lived', scopes: ['read'] });
+    assert.equal((await t.call('GET', '/api/v1/app', undefined, bearer(key))).status, 200);
+
+    assert.equal((await t.call('DELETE', `/api/v1/api-key/${id}`)).status, 204);
+    await refused(key, 'GET', '/api/v1/app', 401);
+    const again = await t.call('DELETE', `/api/v1/api-key/${id}`);
+    assert.equal(again.status, 404);
+    const listed = await t.call('GET', '/api/v1/api-key');
+    const row = listed.body.data.find((k: { id: string }) => k.id === id);
+    assert.ok(row.revokedAt, 'the list shows the key as revoked');
+  });
+
+  test('unknown keys and malformed Authorization headers get 401; HERALD_ADMIN_KEY works', async () => {
+    const { key } = await createKey(t, { name: 'template', scopes: ['admin'] });
+    // Well-formed, but never stored.
+    await refused(generateApiKey().token, 'GET', '/api/v1/app', 401);
+    for (const header of [
+      '',
+      'Bearer',
+      'Bearer ',
+      `Basic ${key}`,
+      key,
+      `Bearer ${key} extra`,
+      `Token ${key}`,
+    ]) {
+      const answer = await t.call('GET', '/api/v1/app', undefined, { authorization: header });
+      assert.equal(answer.status, 401, `Authorization: ${JSON.stringify(header)}`);
+      assert.equal(answer.body.code, 'authentication_failed');
+    }
+    const missing = await fetch(`${t.url}/api/v1/app`);
+    assert.equal(missing.status, 401);
+
+    // t.call sends HERALD_ADMIN_KEY unless told otherwise.
+    assert.equal((await t.call('GET', '/api/v1/app')).status, 200);
+    assert.equal((await t.call('POST', '/api/v1/app', { name: 'by env key' })).status, 201);
+  });
+
+  test('`herald keys create --scope read` prints a key that reads and cannot write', async () => {
+    const run = await runHerald(
+      ['keys', 'create', '--scope', 'read', '--name', 'from cli'],
+      testEnv(t.database.url),
+    );
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    const key = run.stdout.match(/^hk_\S+$/m)?.[0];
+    assert.ok(key, `a key on stdout: ${run.stdout}`);
+    const read = await t.call('GET', '/api/v1/app', undefined, bearer(key));
+    assert.equal(read.status, 200);
+    await refused(key, 'POST', '/api/v1/app', 403, { name: 'nope' });
+    await refused(key, 'POST', `/api/v1/app/${appA}/msg`, 403, MESSAGE);
+  });
+});
+
+describe('per-key rate limiting', () => {
+  const LIMIT = 5;
+  let t: TestHerald;
+  let app: string;
+
+  before(async () => {
+    t = await startTestHerald('rate_limit', { worker: false, env: { HERALD_API_RATE_LIMIT: String(LIMIT) } });
+    app = await createApp(t, 'limited');
+    await createEndpoint(t, app, { url: EP_URL });
+  });
+  after(() => t.close());
+
+  const publish = (key: string, n: number) =>
+    fetch(`${t.url}/api/v1/app/${app}/msg`, {
+      method: 'POST',
+      headers: { ...bearer(key), 'content-type': 'application/json' },
+      body: JSON.stringify({ eventType: 'burst', payload: { n } }),
+    });
+
+  test('a burst from one key gets 429 with Retry-After; refused requests store nothing', async () => {
+    const busy = await createKey(t, { name: 'busy', scopes: ['publish'] });
+    const calm = await createKey(t, { name: 'calm', scopes: ['publish'] });
+
+    const responses = await Promise.all(Array.from({ length: 20 }, (_, n) => publish(busy.key, n)));
+    const accepted = responses.filter((r) => r.status === 202);
+    const limited = responses.filter((r) => r.status === 429);
+    assert.equal(accepted.length + limited.length, 20, `statuses ${responses.map((r) => r.status)}`);
+    assert.ok(limited.length > 0, 'some requests were limited');
+    assert.ok(accepted.length >= LIMIT, 'the first LIMIT requests in a window pass');
+    for (const response of limited) {
+      assert.match(response.headers.get('retry-after') ?? '', /^[1-9]\d*$/);
+      const body = (await response.json()) as { code: string; detail: unknown };
+      assert.equal(body.code, 'rate_limited');
+      assert.equal(typeof body.detail, 'string');
+    }
+    const ids = await Promise.all(accepted.map(async (r) => ((await r.json()) as { id: string }).id));
+
+    // Stored: exactly the accepted messages, each with its deliveries and audit entry.
+    const stored = await t.database.db.query<{ id: string }>(
+      `select id from message where app_id = $1 and event_type = 'burst' order by id`,
+      [app],
+    );
+    assert.deepEqual(
+      stored.rows.map((r) => r.id),
+      [...ids].sort(),
+    );
+    const audited = await t.database.db.query(
+      `select 1 from audit_entry where action = 'message.created' and actor = $1`,
+      [busy.id],
+    );
+    assert.equal(audited.rowCount, ids.length);
+
+    // Another key is not affected by the first one's exhausted budget.
+    const other = await publish(calm.key, 100);
+    assert.equal(other.status, 202, await other.text());
+
+    // Public routes carry no key and are not limited.
+    const health = await Promise.all(Array.from({ length: 20 }, () => fetch(`${t.url}/api/v1/health`)));
+    assert.deepEqual(new Set(health.map((r) => r.status)), new Set([204]));
+
+    // The budget comes back with the next window.
+    await waitFor('the busy key to be accepted again', async () => {
+      const response = await publish(busy.key, 200);
+      await response.body?.cancel();
+      return response.status === 202;
+    });
+  });
+});
