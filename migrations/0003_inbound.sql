@@ -20,8 +20,9 @@ create table source (
     ('standard-webhooks', 'stripe', 'github', 'slack', 'shopify', 'hmac', 'gcp-pubsub', 'aws-sns'))
 );
 
--- Sealed like endpoint secrets (the source id is the additional data); several may be live
--- during a rotation's overlap, and any of them verifies.
+-- Sealed like endpoint secrets (the source id is the additional data). Several may be live — a
+-- provider may sign with more than one, and a rotation keeps the old ones for an overlap — and any
+-- of them verifies. expires_at null: no expiry.
 create table source_secret (
   id         bigint generated always as identity primary key,
   source_id  text not null references source (id) on delete cascade,
@@ -29,7 +30,7 @@ create table source_secret (
   created_at timestamptz not null default now(),
   expires_at timestamptz
 );
-create unique index source_secret_current on source_secret (source_id) where expires_at is null;
+create index source_secret_source_idx on source_secret (source_id);
 
 create table intake (
   id           text primary key default herald_id('in'),

@@ -15,6 +15,14 @@ export const ERRORS = {
   unsupported_media_type: { status: 415, code: 'unsupported_media_type' },
   rate_limited: { status: 429, code: 'rate_limited' },
   store_unavailable: { status: 503, code: 'store_unavailable' },
+  // Inbound verification (POST /ingest/{source}): nothing is stored for any of these.
+  missing_delivery_id: { status: 400, code: 'missing_delivery_id' },
+  missing_business_key: { status: 400, code: 'missing_business_key' },
+  malformed: { status: 401, code: 'malformed_signature' },
+  bad_signature: { status: 401, code: 'bad_signature' },
+  stale_timestamp: { status: 401, code: 'stale_timestamp' },
+  missing_signature: { status: 401, code: 'missing_signature' },
+  verification_unavailable: { status: 503, code: 'verification_unavailable' },
   internal: { status: 500, code: 'internal_error' },
 } as const;
 

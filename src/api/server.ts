@@ -10,6 +10,8 @@ import Fastify, {
 } from 'fastify';
 import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
+import { createIngestor } from '../inbound/ingest.ts';
+import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { assertReach, assertScope, authenticate, requiredScope } from './auth.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
@@ -17,7 +19,9 @@ import { attemptRoutes } from './routes/attempts.ts';
 import { endpointRoutes } from './routes/endpoints.ts';
 import { eventTypeRoutes } from './routes/event-types.ts';
 import { healthRoutes } from './routes/health.ts';
+import { ingestRoutes } from './routes/ingest.ts';
 import { messageRoutes } from './routes/messages.ts';
+import { sourceRoutes } from './routes/sources.ts';
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -127,5 +131,20 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   await app.register(messageRoutes(core));
   await app.register(attemptRoutes(core));
   await app.register(apiKeyRoutes(core));
+  await app.register(sourceRoutes(core));
+
+  // Inbound: JWKS and SNS certificates are fetched under the same SSRF rules as deliveries.
+  const fetcher = createSafeFetchText({
+    allowPrivateNetworks: core.config.allowPrivateNetworks,
+    timeoutMs: core.config.attemptTimeoutMs,
+  });
+  app.addHook('onClose', () => fetcher.close());
+  const ingestor = createIngestor({
+    db: core.db,
+    box: core.box,
+    log: core.log,
+    fetchText: fetcher.fetchText,
+  });
+  await app.register(ingestRoutes(core, ingestor));
   return app;
 }

@@ -64,19 +64,21 @@ export async function insertSourceSecret(db: Queryable, sourceId: string, sealed
   await db.query('insert into source_secret (source_id, sealed) values ($1, $2)', [sourceId, sealed]);
 }
 
-/** Demotes the current secret to an overlap period and installs a new current one. */
-export async function rotateSourceSecret(
+/** Gives the secrets in use an overlap period and installs the new ones; the source's version moves. */
+export async function rotateSourceSecrets(
   db: Queryable,
   sourceId: string,
-  sealed: Buffer,
+  sealed: readonly Buffer[],
   overlapSeconds: number,
 ) {
   await db.query(
-    `update source_secret set expires_at = now() + make_interval(secs => $2)
-      where source_id = $1 and expires_at is null`,
+    `update source_secret
+        set expires_at = least(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $2))
+      where source_id = $1 and (expires_at is null or expires_at > now())`,
     [sourceId, overlapSeconds],
   );
-  await insertSourceSecret(db, sourceId, sealed);
+  for (const s of sealed) await insertSourceSecret(db, sourceId, s);
+  await db.query('update source set updated_at = now() where id = $1', [sourceId]);
 }
 
 /** Sealed secrets that verify right now: the current one first, then those still overlapping. */

@@ -1,0 +1,49 @@
+// POST /ingest/{source id or uid}: public, authenticated only by the source's signature scheme.
+// The body stays raw bytes (every signature is over them); the size limit is enforced before
+// buffering. 204 only after the intake claim, the message and the observation are committed; a
+// store failure is 503, so the sender delivers again later.
+
+import type { FastifyPluginAsync } from 'fastify';
+import type { Core } from '../../engine/core.ts';
+import { HeraldError } from '../../errors.ts';
+import type { Ingestor } from '../../inbound/ingest.ts';
+
+type Params = { source: string };
+
+export const ingestRoutes =
+  (core: Core, ingestor: Ingestor): FastifyPluginAsync =>
+  async (app) => {
+    // Encapsulated: inside this plugin every content type arrives as the bytes that were sent.
+    app.removeAllContentTypeParsers();
+    app.addContentTypeParser(
+      '*',
+      { parseAs: 'buffer', bodyLimit: core.config.maxBodyBytes },
+      (_request, body, done) => done(null, body),
+    );
+
+    app.post<{ Params: Params }>('/ingest/:source', async (request, reply) => {
+      const headers: Record<string, string | undefined> = {};
+      for (const [name, value] of Object.entries(request.headers)) {
+        headers[name] = Array.isArray(value) ? value.join(', ') : value;
+      }
+      const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      try {
+        await ingestor.ingest(request.params.source, { method: request.method, headers, rawBody });
+      } catch (error) {
+        if (error instanceof HeraldError) throw error;
+        // Past verification, any failure is the store's: the sender must retry, never give up.
+        request.log.error({ err: (error as Error).message, source: request.params.source }, 'ingest failed');
+        throw new HeraldError('store_unavailable', 'the delivery could not be recorded; retry later');
+      }
+      return reply.status(204).send();
+    });
+
+    app.route<{ Params: Params }>({
+      method: ['GET', 'PUT', 'PATCH', 'DELETE'],
+      url: '/ingest/:source',
+      handler: async (_request, reply) => {
+        const error = new HeraldError('method_not_allowed', 'ingest accepts POST only');
+        return reply.status(error.status).header('allow', 'POST').send(error.toBody());
+      },
+    });
+  };

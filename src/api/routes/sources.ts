@@ -1,0 +1,78 @@
+// herald's inbound sources: /api/v1/source[/{id or uid}]. Secrets are write-only.
+
+import type { FastifyPluginAsync } from 'fastify';
+import { deleteSource, listSources, type SourceRow } from '../../db/sources.ts';
+import { assertAppAllowed } from '../../engine/apps.ts';
+import type { Core } from '../../engine/core.ts';
+import { audit, changeSource, createSource, requireSource } from '../../engine/sources.ts';
+import { HeraldError } from '../../errors.ts';
+import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
+
+type Params = { source_id: string };
+
+export const presentSource = (s: SourceRow) => ({
+  id: s.id,
+  uid: s.uid,
+  scheme: s.scheme,
+  settings: s.settings,
+  app: s.appId,
+  eventType: s.eventType,
+  businessKey: s.businessKey,
+  retentionDays: s.retentionDays,
+  ingestPath: `/ingest/${s.uid ?? s.id}`,
+  createdAt: s.createdAt,
+  updatedAt: s.updatedAt,
+});
+
+const uidTaken = (error: unknown) => {
+  if ((error as { code?: string }).code === '23505')
+    throw new HeraldError('conflict', 'a source with this uid exists');
+  throw error;
+};
+
+export const sourceRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    const { db } = core;
+    const load = async (actor: Parameters<typeof assertAppAllowed>[0], idOrUid: string) => {
+      const source = await requireSource(db, idOrUid);
+      assertAppAllowed(actor, source.appId);
+      return source;
+    };
+
+    app.get('/api/v1/source', async (request) => {
+      const data = (await listSources(db, request.actor.appIds)).map(presentSource);
+      return { data, done: true, iterator: null, prevIterator: null };
+    });
+
+    app.post('/api/v1/source', async (request, reply) => {
+      const input = parseOrThrow(SourceIn, request.body);
+      const source = await db
+        .transaction((tx) => createSource(core, tx, request.actor, input))
+        .catch(uidTaken);
+      return reply.status(201).send(presentSource(source));
+    });
+
+    app.get<{ Params: Params }>('/api/v1/source/:source_id', async (request) =>
+      presentSource(await load(request.actor, request.params.source_id)),
+    );
+
+    app.patch<{ Params: Params }>('/api/v1/source/:source_id', async (request) => {
+      const patch = parseOrThrow(SourcePatch, request.body);
+      const current = await load(request.actor, request.params.source_id);
+      const updated = await db
+        .transaction((tx) => changeSource(core, tx, request.actor, current, patch))
+        .catch(uidTaken);
+      return presentSource(updated);
+    });
+
+    app.delete<{ Params: Params }>('/api/v1/source/:source_id', async (request, reply) => {
+      const source = await load(request.actor, request.params.source_id);
+      await db.transaction(async (tx) => {
+        await deleteSource(tx, source.id);
+        await audit(tx, request.actor, 'source.deleted', source, {});
+      });
+      return reply.status(204).send();
+    });
+  };

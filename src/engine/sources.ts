@@ -1,0 +1,118 @@
+// Inbound source administration: scheme settings checked once, secrets sealed with the source id
+// as additional data, business-key templates compiled before they are stored, everything audited.
+
+import { recordAudit } from '../db/audit.ts';
+import type { Queryable } from '../db/port.ts';
+import {
+  findSource,
+  insertSource,
+  insertSourceSecret,
+  rotateSourceSecrets,
+  type SourceFields,
+  type SourceRow,
+  updateSource,
+} from '../db/sources.ts';
+import { invalidField, notFound } from '../errors.ts';
+import { BusinessKeyTemplateError, compileBusinessKey } from '../inbound/business-key.ts';
+import { SchemeConfig } from '../inbound/verifiers/index.ts';
+import type { SourceIn } from '../schemas/sources.ts';
+import { requireApp } from './apps.ts';
+import type { Actor, Core } from './core.ts';
+
+export const DEFAULT_SECRET_OVERLAP_SECONDS = 24 * 3600;
+const SCHEMES_WITHOUT_SECRET = new Set(['gcp-pubsub', 'aws-sns']);
+
+async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Promise<SourceFields> {
+  const app = await requireApp(db, actor, input.app).catch(() => {
+    throw invalidField(['app'], `application ${input.app} not found`);
+  });
+  const config = SchemeConfig.safeParse({ ...(input.settings ?? {}), scheme: input.scheme });
+  if (!config.success) {
+    const issue = config.error.issues[0]!;
+    throw invalidField(['settings', ...issue.path.map(String)], issue.message);
+  }
+  const businessKey = input.businessKey ?? '{{delivery_id}}';
+  try {
+    compileBusinessKey(businessKey);
+  } catch (error) {
+    if (error instanceof BusinessKeyTemplateError) throw invalidField(['businessKey'], error.message);
+    throw error;
+  }
+  const { scheme: _scheme, ...settings } = config.data as Record<string, unknown>;
+  return {
+    uid: input.uid ?? null,
+    scheme: input.scheme,
+    settings,
+    appId: app.id,
+    eventType: input.eventType,
+    businessKey,
+    retentionDays: input.retentionDays ?? null,
+  };
+}
+
+const secretsOf = (input: { secret?: string | string[] | null }): string[] =>
+  input.secret === undefined || input.secret === null ? [] : [input.secret].flat();
+
+export async function createSource(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  input: SourceIn,
+): Promise<SourceRow> {
+  const fields = await checkedFields(tx, actor, input);
+  const secrets = secretsOf(input);
+  if (secrets.length === 0 && !SCHEMES_WITHOUT_SECRET.has(input.scheme)) {
+    throw invalidField(['secret'], `the ${input.scheme} scheme needs a secret`);
+  }
+  const source = await insertSource(tx, fields);
+  for (const secret of secrets) await insertSourceSecret(tx, source.id, core.box.seal(secret, source.id));
+  await audit(tx, actor, 'source.created', source, { scheme: source.scheme });
+  return source;
+}
+
+export async function changeSource(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  current: SourceRow,
+  patch: Partial<SourceIn> & { secretOverlapSeconds?: number },
+): Promise<SourceRow> {
+  const merged: SourceIn = {
+    uid: patch.uid === undefined ? current.uid : patch.uid,
+    scheme: patch.scheme ?? (current.scheme as SourceIn['scheme']),
+    settings: patch.settings ?? current.settings,
+    app: patch.app ?? current.appId,
+    eventType: patch.eventType ?? current.eventType,
+    businessKey: patch.businessKey ?? current.businessKey,
+    retentionDays: patch.retentionDays === undefined ? current.retentionDays : patch.retentionDays,
+  };
+  const updated = await updateSource(tx, current.id, await checkedFields(tx, actor, merged));
+  const secrets = secretsOf(patch);
+  if (secrets.length > 0) {
+    await rotateSourceSecrets(
+      tx,
+      current.id,
+      secrets.map((secret) => core.box.seal(secret, current.id)),
+      patch.secretOverlapSeconds ?? DEFAULT_SECRET_OVERLAP_SECONDS,
+    );
+  }
+  await audit(tx, actor, 'source.updated', updated, { secretRotated: secrets.length > 0 });
+  return updated;
+}
+
+export async function requireSource(db: Queryable, idOrUid: string): Promise<SourceRow> {
+  const source = await findSource(db, idOrUid);
+  if (!source) throw notFound('source');
+  return source;
+}
+
+export async function audit(tx: Queryable, actor: Actor, action: string, source: SourceRow, details: object) {
+  await recordAudit(tx, {
+    actor: actor.id,
+    action,
+    appId: source.appId,
+    targetType: 'source',
+    targetId: source.id,
+    details: { ...details },
+  });
+}

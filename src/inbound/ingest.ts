@@ -1,0 +1,157 @@
+// The receiving side (invariant 11): verify the raw bytes, then in ONE transaction claim the
+// delivery id, publish the relayed message with its business key, and record the observation.
+// The caller answers 2xx only after this resolves, i.e. after COMMIT. A redelivery of a claimed
+// id records a duplicate observation and publishes nothing.
+
+import crypto from 'node:crypto';
+import type { Logger } from 'pino';
+import type { SecretBox } from '../crypto/secret-box.ts';
+import { claimIntake, linkIntakeMessage, recordObservation } from '../db/intake.ts';
+import { publishMessage } from '../db/messages.ts';
+import type { Db } from '../db/port.ts';
+import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
+import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
+import { HeraldError, notFound } from '../errors.ts';
+import { failpoint } from '../ops/failpoints.ts';
+import { compileBusinessKey } from './business-key.ts';
+import {
+  createVerifier,
+  type FetchText,
+  type InboundRequest,
+  isSnsUrl,
+  type Verifier,
+} from './verifiers/index.ts';
+
+export interface IngestDeps {
+  db: Db;
+  box: SecretBox;
+  log: Logger;
+  fetchText: FetchText;
+}
+
+export type IngestResult =
+  | { kind: 'accepted'; intakeId: string; messageId: string | null; duplicate: boolean }
+  | { kind: 'subscription'; confirmed: boolean };
+
+export interface Ingestor {
+  ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
+}
+
+/** Verifiers keep caches (JWKS, certificates): one per source, rebuilt when the source changes. */
+interface CachedVerifier {
+  version: number;
+  verifier: Verifier;
+}
+
+export function createIngestor(deps: IngestDeps): Ingestor {
+  const verifiers = new Map<string, CachedVerifier>();
+
+  async function verifierFor(source: SourceRow): Promise<Verifier> {
+    const version = source.updatedAt.getTime();
+    const cached = verifiers.get(source.id);
+    if (cached?.version === version) return cached.verifier;
+    const secrets = (await liveSourceSecrets(deps.db, source.id)).map((sealed) =>
+      deps.box.open(sealed, source.id),
+    );
+    const verifier = createVerifier({ ...source.settings, scheme: source.scheme } as never, secrets, {
+      fetchText: deps.fetchText,
+    });
+    verifiers.set(source.id, { version, verifier });
+    return verifier;
+  }
+
+  async function confirmSubscription(source: SourceRow, payload: unknown): Promise<IngestResult> {
+    const url = (payload as { SubscribeURL?: unknown }).SubscribeURL;
+    if (source.settings['confirmSubscriptions'] !== true || typeof url !== 'string' || !isSnsUrl(url)) {
+      deps.log.warn(
+        { sourceId: source.id },
+        'SNS subscription confirmation not enabled for this source; ignored',
+      );
+      return { kind: 'subscription', confirmed: false };
+    }
+    await deps.fetchText(url);
+    deps.log.info({ sourceId: source.id }, 'SNS subscription confirmed');
+    return { kind: 'subscription', confirmed: true };
+  }
+
+  return {
+    async ingest(sourceIdOrUid, request) {
+      const source = await findSource(deps.db, sourceIdOrUid);
+      if (!source) throw notFound('source');
+      const verifier = await verifierFor(source);
+      const verdict = await verifier.verify(request, new Date());
+      if (!verdict.ok) throw new HeraldError(verdict.code, verdict.reason);
+      if (
+        source.scheme === 'aws-sns' &&
+        (verdict.payload as { Type?: string })?.Type === 'SubscriptionConfirmation'
+      ) {
+        return confirmSubscription(source, verdict.payload);
+      }
+      const businessKey = compileBusinessKey(source.businessKey).render({
+        deliveryId: verdict.deliveryId,
+        headers: request.headers,
+        payload: verdict.payload,
+      });
+      if (businessKey === null) {
+        throw new HeraldError(
+          'missing_business_key',
+          `the business key template ${source.businessKey} names a missing field`,
+        );
+      }
+      const bodySha256 = crypto.createHash('sha256').update(request.rawBody).digest();
+      failpoint('ingest.before_claim');
+      const result = await deps.db.transaction(async (tx) => {
+        const claim = await claimIntake(tx, {
+          sourceId: source.id,
+          appId: source.appId,
+          deliveryId: verdict.deliveryId,
+          businessKey,
+          bodySha256,
+        });
+        let messageId = claim.messageId;
+        if (claim.claimed) {
+          // The business key is the message's idempotency key: another delivery id carrying the
+          // same business event joins the message the first one produced.
+          const published = await publishMessage(
+            tx,
+            {
+              appId: source.appId,
+              eventType: source.eventType,
+              eventId: null,
+              payload: relayedPayload(request.rawBody, verdict.payload),
+              channels: null,
+              tags: null,
+              idempotencyKey: `intake:${source.id}:${businessKey}`,
+              requestHash: crypto.createHash('sha256').update(businessKey).digest(),
+              retentionDays: source.retentionDays ?? DEFAULT_RETENTION_DAYS,
+              businessKey,
+            },
+            `source:${source.id}`,
+          );
+          messageId = published.message.id;
+          await linkIntakeMessage(tx, claim.intakeId, messageId);
+        }
+        await recordObservation(tx, {
+          intakeId: claim.intakeId,
+          appId: source.appId,
+          duplicate: !claim.claimed,
+          bodySha256,
+        });
+        failpoint('ingest.after_claim');
+        return { kind: 'accepted' as const, intakeId: claim.intakeId, messageId, duplicate: !claim.claimed };
+      });
+      failpoint('ingest.after_commit');
+      return result;
+    },
+  };
+}
+
+/**
+ * The relayed message's payload: a JSON object body exactly as the provider sent it (so the
+ * downstream receiver sees the provider's bytes), anything else wrapped as {"body": …}.
+ */
+function relayedPayload(rawBody: Buffer, parsed: unknown): string {
+  if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed))
+    return rawBody.toString('utf8');
+  return JSON.stringify({ body: parsed ?? rawBody.toString('utf8') });
+}

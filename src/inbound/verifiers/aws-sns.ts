@@ -1,0 +1,147 @@
+// Amazon SNS HTTP(S) subscriptions
+// (https://docs.aws.amazon.com/sns/latest/dg/sns-verify-signature-of-message.html). The body is
+// a JSON document whose own fields are signed: SignatureVersion 1 is SHA1withRSA, 2 is
+// SHA256withRSA, over "Key\nValue\n" for each signed key in the documented (alphabetical) order,
+// skipping keys the message lacks (Subject is optional on a Notification). The public key comes
+// from the X.509 certificate at SigningCertURL, which must be https on an SNS host: the trust in
+// the certificate is the trust in the TLS connection to that host, so any other host is refused
+// before anything is fetched.
+//
+// This is the one scheme that parses JSON before verifying: the signed content lives inside the
+// body. Nothing from it is trusted or returned until the signature checks out.
+// The delivery id is MessageId. A valid SubscriptionConfirmation is returned like any message;
+// the caller decides whether to visit its SubscribeURL (check it with isSnsUrl first).
+
+import { verify as verifySignatureBytes, X509Certificate } from 'node:crypto';
+import { z } from 'zod';
+import { decodeBase64 } from './bytes.ts';
+import { headerValue } from './headers.ts';
+import { createRemoteCache } from './remote-cache.ts';
+import type { FetchText, Verifier } from './types.ts';
+import { accept, parseJsonBody, reject } from './verdict.ts';
+
+export const AwsSnsSettings = z.strictObject({
+  scheme: z.literal('aws-sns'),
+  /** When set, messages from any other topic are refused even if AWS signed them. */
+  topicArns: z.array(z.string().min(1)).min(1).optional(),
+  /** Whether the caller should visit SubscribeURL of a verified SubscriptionConfirmation. */
+  confirmSubscriptions: z.boolean().default(false),
+});
+export type AwsSnsSettings = z.output<typeof AwsSnsSettings>;
+
+const SIGNED_KEYS = {
+  Notification: ['Message', 'MessageId', 'Subject', 'Timestamp', 'TopicArn', 'Type'],
+  SubscriptionConfirmation: [
+    'Message',
+    'MessageId',
+    'SubscribeURL',
+    'Timestamp',
+    'Token',
+    'TopicArn',
+    'Type',
+  ],
+  UnsubscribeConfirmation: ['Message', 'MessageId', 'SubscribeURL', 'Timestamp', 'Token', 'TopicArn', 'Type'],
+} as const;
+type MessageType = keyof typeof SIGNED_KEYS;
+
+const DIGEST_OF_VERSION: Readonly<Record<string, string>> = { '1': 'sha1', '2': 'sha256' };
+
+const SNS_HOST = /^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$/;
+
+// Certificates are rotated rarely and each has its own URL, so a day is safe; the bound keeps
+// a flood of distinct (still SNS-hosted) URLs from growing memory.
+const CERT_TTL_MS = 24 * 60 * 60 * 1000;
+const MAX_CACHED_CERTS = 32;
+
+/** https on an SNS host, default port, no credentials: for SigningCertURL and SubscribeURL alike. */
+export function isSnsUrl(raw: string): boolean {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    return false;
+  }
+  return (
+    url.protocol === 'https:' &&
+    url.port === '' &&
+    url.username === '' &&
+    url.password === '' &&
+    SNS_HOST.test(url.hostname)
+  );
+}
+
+function isMessageType(value: unknown): value is MessageType {
+  return typeof value === 'string' && Object.hasOwn(SIGNED_KEYS, value);
+}
+
+/** The documented string to sign, or null when a signed key holds something other than text. */
+function stringToSign(message: Record<string, unknown>, type: MessageType): string | null {
+  let text = '';
+  for (const key of SIGNED_KEYS[type]) {
+    const value = message[key];
+    if (value === undefined) continue;
+    if (typeof value !== 'string') return null;
+    text += `${key}\n${value}\n`;
+  }
+  return text;
+}
+
+function isObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchText): Verifier {
+  const certificates = createRemoteCache<X509Certificate>({
+    load: async (url) => new X509Certificate(await fetchText(url)),
+    ttlMs: CERT_TTL_MS,
+    maxEntries: MAX_CACHED_CERTS,
+  });
+
+  return {
+    async verify(request, now) {
+      const message = parseJsonBody(request.rawBody);
+      if (!isObject(message)) return reject('malformed', 'the body is not an SNS message (JSON object)');
+      if (message['Signature'] === undefined)
+        return reject('missing_signature', 'the message has no Signature');
+      const { Type: type, SignatureVersion: version, SigningCertURL: certUrl } = message;
+      if (!isMessageType(type)) return reject('malformed', 'Type is not an SNS message type');
+      const typeHeader = headerValue(request, 'x-amz-sns-message-type');
+      if (typeHeader !== undefined && typeHeader !== type) {
+        return reject('malformed', 'x-amz-sns-message-type does not match Type');
+      }
+      const digest = typeof version === 'string' ? DIGEST_OF_VERSION[version] : undefined;
+      if (digest === undefined) return reject('malformed', 'SignatureVersion must be "1" or "2"');
+      const signature = typeof message['Signature'] === 'string' ? decodeBase64(message['Signature']) : null;
+      if (signature === null) return reject('malformed', 'Signature is not base64');
+      const signed = stringToSign(message, type);
+      if (signed === null) return reject('malformed', 'a signed field is not a string');
+      if (typeof certUrl !== 'string' || !isSnsUrl(certUrl)) {
+        return reject('bad_signature', 'SigningCertURL is not an https URL on an SNS host');
+      }
+
+      let certificate: X509Certificate;
+      try {
+        certificate = await certificates.get(new URL(certUrl).href, now);
+      } catch {
+        return reject('verification_unavailable', 'the signing certificate could not be fetched');
+      }
+      if (now < new Date(certificate.validFrom) || now > new Date(certificate.validTo)) {
+        return reject('bad_signature', 'the signing certificate is not valid now');
+      }
+      let genuine = false;
+      try {
+        genuine =
+          certificate.publicKey.asymmetricKeyType === 'rsa' &&
+          verifySignatureBytes(digest, Buffer.from(signed, 'utf8'), certificate.publicKey, signature);
+      } catch {
+        // A signature of the wrong length for the key, say: not genuine, and not our failure.
+      }
+      if (!genuine) return reject('bad_signature', 'the signature does not match the signing certificate');
+
+      if (settings.topicArns !== undefined && !settings.topicArns.includes(String(message['TopicArn']))) {
+        return reject('bad_signature', 'TopicArn is not one this source accepts');
+      }
+      return accept(message['MessageId'], message, 'MessageId of the message');
+    },
+  };
+}

@@ -1,0 +1,39 @@
+// Request schemas of herald's inbound source API (/api/v1/source).
+
+import { z } from 'zod';
+
+const IDENT = /^[a-zA-Z0-9\-_.]+$/;
+const secret = z.string().min(8).max(4096);
+
+export const SourceIn = z.object({
+  uid: z.string().min(1).max(256).regex(IDENT, 'only letters, digits, - _ and .').nullish(),
+  scheme: z.enum([
+    'standard-webhooks',
+    'stripe',
+    'github',
+    'slack',
+    'shopify',
+    'hmac',
+    'gcp-pubsub',
+    'aws-sns',
+  ]),
+  /** Scheme settings (see the README); validated per scheme. */
+  settings: z.record(z.string(), z.unknown()).optional(),
+  /** One secret, or several that all verify (a provider's rotation overlap). */
+  secret: z.union([secret, z.array(secret).min(1).max(5)]).nullish(),
+  app: z.string().min(1).max(256),
+  eventType: z.string().min(1).max(256).regex(IDENT, 'only letters, digits, - _ and .'),
+  businessKey: z.string().min(1).max(512).optional(),
+  retentionDays: z.number().int().min(1).max(90).nullish(),
+});
+export type SourceIn = z.infer<typeof SourceIn>;
+
+export const SourcePatch = SourceIn.partial().extend({
+  /** Seconds the replaced secret keeps verifying after a new `secret` is set (default 24 h). */
+  secretOverlapSeconds: z
+    .number()
+    .int()
+    .min(0)
+    .max(7 * 24 * 3600)
+    .optional(),
+});

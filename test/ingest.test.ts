@@ -1,0 +1,212 @@
+// Invariant 11 end to end: verify the raw bytes, claim + outbox in one transaction, ACK after
+// commit, duplicates observed and never republished, one business key on every outbound attempt.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Webhook } from 'standardwebhooks';
+import { createApp, createEndpoint } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
+let t: TestHerald;
+let receiver: Receiver;
+let appId: string;
+
+before(async () => {
+  t = await startTestHerald('ingest');
+  receiver = await startReceiver();
+  appId = await createApp(t, 'tickets');
+  await createEndpoint(t, appId, { url: `${receiver.url}/downstream` });
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'helpdesk',
+    scheme: 'standard-webhooks',
+    secret: SOURCE_SECRET,
+    app: 'tickets',
+    eventType: 'ticket.changed',
+    businessKey: '{{body.ticket}}:{{body.action}}',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  assert.equal(source.body.ingestPath, '/ingest/helpdesk');
+  assert.equal(source.body.secret, undefined, 'secrets are write-only');
+});
+after(async () => {
+  await t.close();
+  await receiver.close();
+});
+
+function signed(id: string, body: string, timestamp = new Date()) {
+  return {
+    'content-type': 'application/json',
+    'webhook-id': id,
+    'webhook-timestamp': String(Math.floor(timestamp.getTime() / 1000)),
+    'webhook-signature': signer.sign(id, timestamp, body),
+  };
+}
+
+async function deliver(headers: Record<string, string>, body: string, source = 'helpdesk') {
+  const response = await fetch(`${t.url}/ingest/${source}`, { method: 'POST', headers, body });
+  return { status: response.status, body: await response.text() };
+}
+
+const count = async (table: string, where = 'true', params: unknown[] = []) =>
+  (await t.database.db.query<{ n: number }>(`select count(*)::int as n from ${table} where ${where}`, params))
+    .rows[0]!.n;
+
+const tableCounts = async () => ({
+  intake: await count('intake'),
+  observation: await count('intake_observation'),
+  message: await count('message'),
+});
+
+describe('verification happens before anything is stored', () => {
+  test('a changed byte, a stale timestamp, a missing signature or id: refused, nothing stored', async () => {
+    const before = await tableCounts();
+    const body = '{"ticket":1,"action":"opened"}';
+    const good = signed('evt_bad_1', body);
+    assert.equal((await deliver(good, body.replace('1', '2'))).status, 401);
+    const stale = signed('evt_bad_2', body, new Date(Date.now() - 10 * 60_000));
+    const staleAnswer = await deliver(stale, body);
+    assert.equal(staleAnswer.status, 401);
+    assert.equal(JSON.parse(staleAnswer.body).code, 'stale_timestamp');
+    const { 'webhook-signature': _s, ...unsigned } = signed('evt_bad_3', body);
+    assert.equal((await deliver(unsigned, body)).status, 401);
+    const { 'webhook-id': _i, ...noId } = signed('evt_bad_4', body);
+    assert.equal((await deliver(noId, body)).status, 400);
+    assert.equal((await deliver({ ...good, 'webhook-signature': 'v1,!!!not-base64' }, body)).status, 401);
+    assert.deepEqual(await tableCounts(), before);
+  });
+
+  test('unknown source 404, wrong method 405, oversized body 413 — and a missing business-key field 400', async () => {
+    const body = '{"ticket":1,"action":"opened"}';
+    assert.equal((await deliver(signed('x', body), body, 'nope')).status, 404);
+    const get = await fetch(`${t.url}/ingest/helpdesk`);
+    assert.equal(get.status, 405);
+    assert.equal(get.headers.get('allow'), 'POST');
+    const huge = `{"ticket":1,"action":"${'a'.repeat(2 * 1024 * 1024)}"}`;
+    assert.equal((await deliver(signed('big', huge), huge)).status, 413);
+    const noAction = '{"ticket":1}';
+    const missing = await deliver(signed('evt_nokey', noAction), noAction);
+    assert.equal(missing.status, 400);
+    assert.equal(JSON.parse(missing.body).code, 'missing_business_key');
+  });
+});
+
+describe('claim and outbox', () => {
+  test('an accepted delivery becomes one message, relayed with the business key as Idempotency-Key', async () => {
+    const body = '{"ticket":42,"action":"closed","by":"ada"}';
+    assert.equal((await deliver(signed('evt_42', body), body)).status, 204);
+    const [request] = await waitFor('the relayed request', () => {
+      const found = receiver.requests.filter((r) => r.body === body);
+      return found.length > 0 && found;
+    });
+    assert.equal(request!.headers['idempotency-key'], '42:closed');
+    const intake = await t.database.db.query<{ message_id: string; business_key: string }>(
+      `select message_id, business_key from intake where delivery_id = 'evt_42'`,
+    );
+    assert.equal(intake.rows[0]!.business_key, '42:closed');
+    assert.equal(request!.headers['webhook-id'], intake.rows[0]!.message_id);
+    // Privacy: the intake keeps a digest, not the content.
+    const row = await t.database.db.query<{ row: string }>(
+      `select row_to_json(i)::text as row from intake i where delivery_id = 'evt_42'`,
+    );
+    assert.ok(!row.rows[0]!.row.includes('ada'));
+  });
+
+  test('50 concurrent deliveries of one id yield one message and 49 duplicate observations', async () => {
+    const body = '{"ticket":7,"action":"reopened"}';
+    const headers = signed('evt_7', body);
+    const answers = await Promise.all(Array.from({ length: 50 }, () => deliver(headers, body)));
+    assert.deepEqual(
+      answers.map((a) => a.status),
+      answers.map(() => 204),
+    );
+    assert.equal(await count('intake', `delivery_id = 'evt_7'`), 1);
+    const intake = await t.database.db.query<{ id: string; message_id: string }>(
+      `select id, message_id from intake where delivery_id = 'evt_7'`,
+    );
+    const { id, message_id } = intake.rows[0]!;
+    assert.equal(await count('intake_observation', 'intake_id = $1 and duplicate', [id]), 49);
+    assert.equal(await count('intake_observation', 'intake_id = $1 and not duplicate', [id]), 1);
+    assert.equal(await count('message', `business_key = '7:reopened'`), 1);
+    await waitFor('the one relayed request', () => receiver.requests.some((r) => r.body === body));
+    assert.equal(await count('delivery', 'message_id = $1', [message_id]), 1);
+  });
+
+  test('another delivery id carrying the same business event joins the first message', async () => {
+    const first = '{"ticket":9,"action":"merged","attempt":1}';
+    const second = '{"ticket":9,"action":"merged","attempt":2}';
+    assert.equal((await deliver(signed('evt_9a', first), first)).status, 204);
+    assert.equal((await deliver(signed('evt_9b', second), second)).status, 204);
+    const rows = await t.database.db.query<{ message_id: string }>(
+      `select message_id from intake where delivery_id in ('evt_9a', 'evt_9b')`,
+    );
+    assert.equal(rows.rowCount, 2);
+    assert.equal(new Set(rows.rows.map((r) => r.message_id)).size, 1, 'one message for one business key');
+  });
+
+  test('a store failure answers 503 and keeps nothing, so the sender retries', async () => {
+    await t.database.db.query(`create function fail_intake() returns trigger language plpgsql as $$
+      begin if new.delivery_id = 'evt_fail' then raise exception 'disk full'; end if; return new; end $$`);
+    await t.database.db.query(
+      'create trigger fail_intake before insert on intake for each row execute function fail_intake()',
+    );
+    try {
+      const body = '{"ticket":5,"action":"opened"}';
+      const before = await tableCounts();
+      const answer = await deliver(signed('evt_fail', body), body);
+      assert.equal(answer.status, 503);
+      assert.equal(JSON.parse(answer.body).code, 'store_unavailable');
+      assert.ok(!answer.body.includes('disk full'), 'no internals in the response');
+      assert.deepEqual(await tableCounts(), before);
+    } finally {
+      await t.database.db.query('drop trigger fail_intake on intake');
+      await t.database.db.query('drop function fail_intake()');
+    }
+  });
+});
+
+describe('the outbound leg', () => {
+  test('every attempt of every cycle carries the same business key', async () => {
+    let failing = true;
+    receiver.respond = (request) =>
+      request.path === '/flaky' && failing ? { status: 503 } : { status: 204 };
+    const app = await createApp(t, 'relay');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/flaky` });
+    const created = await t.call('POST', '/api/v1/source', {
+      uid: 'relay-src',
+      scheme: 'standard-webhooks',
+      secret: SOURCE_SECRET,
+      app: 'relay',
+      eventType: 'ticket.changed',
+    });
+    assert.equal(created.status, 201);
+    const body = '{"ticket":11,"action":"opened"}';
+    assert.equal((await deliver(signed('evt_relay', body), body, 'relay-src')).status, 204);
+    await waitFor(
+      'three failed attempts',
+      () => receiver.requests.filter((r) => r.path === '/flaky').length >= 3,
+    );
+    failing = false;
+    await waitFor(
+      'the success',
+      () => receiver.requests.filter((r) => r.path === '/flaky').length >= 4,
+      20_000,
+    );
+    const msg = (
+      await t.database.db.query<{ message_id: string }>(
+        `select message_id from intake where delivery_id = 'evt_relay'`,
+      )
+    ).rows[0]!.message_id;
+    // A second cycle (resend) keeps the key too.
+    await t.call('POST', `/api/v1/app/${app}/msg/${msg}/endpoint/${ep}/resend`);
+    const sent = await waitFor('the resent request', () => {
+      const all = receiver.requests.filter((r) => r.path === '/flaky');
+      return all.length >= 5 && all;
+    });
+    assert.deepEqual(new Set(sent.map((r) => r.headers['idempotency-key'])), new Set(['evt_relay']));
+    assert.deepEqual(new Set(sent.map((r) => r.headers['webhook-id'])), new Set([msg]));
+  });
+});
