@@ -9,12 +9,20 @@ import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { migrate } from './db/migrate.ts';
+import { listSources } from './db/sources.ts';
 import { createApiKey, ensureLocalAdminKey, revokeKey } from './engine/api-keys.ts';
+import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
+import { formatReconciliation, reconcileMessage, reconcileWindow } from './ops/reconcile.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
+import { SourceIn } from './schemas/sources.ts';
+import { parseOrThrow } from './schemas/validate.ts';
 
 type Role = { api: boolean; worker: boolean };
+
+/** The CLI acts with an operator's full rights; the audit log names it as 'cli'. */
+const CLI_ACTOR = { id: 'cli', scopes: ['admin'], appIds: null } as const;
 
 function configWith(overrides: { port?: string; host?: string }): Readonly<HeraldConfig> {
   return loadConfig({
@@ -173,6 +181,97 @@ keys
   .command('master')
   .description('print a new random master key (base64) for HERALD_MASTER_KEY')
   .action(() => console.log(generateMasterKey()));
+
+const sources = program.command('sources').description('manage inbound sources');
+sources
+  .command('list')
+  .description('list inbound sources and their ingest paths')
+  .action(() =>
+    withHerald(async (herald) => {
+      for (const s of await listSources(herald.core.db, null)) {
+        console.log(
+          [s.id, s.uid ?? '-', s.scheme, s.appId, s.eventType, `/ingest/${s.uid ?? s.id}`].join('\t'),
+        );
+      }
+    }),
+  );
+sources
+  .command('create')
+  .description('create an inbound source (the secret is sealed; it is never shown again)')
+  .requiredOption(
+    '--scheme <scheme>',
+    'standard-webhooks, stripe, github, slack, shopify, hmac, gcp-pubsub or aws-sns',
+  )
+  .requiredOption('--app <app>', 'the app (id or uid) its messages go to')
+  .requiredOption('--event-type <name>', 'the event type of its messages')
+  .option('--uid <uid>', 'a readable identifier, used in /ingest/{uid}')
+  .option('--secret <secret>', 'the signing secret (repeatable)', (v: string, p: string[] = []) => [...p, v])
+  .option('--business-key <template>', 'e.g. {{body.order.id}}:{{body.type}} (default {{delivery_id}})')
+  .option('--settings <json>', 'scheme settings as JSON, e.g. {"header":"x-signature",...}')
+  .action(
+    (options: {
+      scheme: string;
+      app: string;
+      eventType: string;
+      uid?: string;
+      secret?: string[];
+      businessKey?: string;
+      settings?: string;
+    }) =>
+      withHerald(async (herald) => {
+        const input = parseOrThrow(SourceIn, {
+          uid: options.uid,
+          scheme: options.scheme,
+          app: options.app,
+          eventType: options.eventType,
+          secret: options.secret,
+          businessKey: options.businessKey,
+          settings: options.settings ? JSON.parse(options.settings) : undefined,
+        });
+        const created = await herald.core.db.transaction((tx) =>
+          createSource(herald.core, tx, CLI_ACTOR, input),
+        );
+        console.log(`${created.id}\t/ingest/${created.uid ?? created.id}`);
+      }),
+  );
+
+program
+  .command('reconcile')
+  .description('print the evidence about a message, or the messages of a time window, and what is unknown')
+  .option('--message <id>', 'one message')
+  .option('--since <time>', 'messages created at or after this ISO time')
+  .option('--until <time>', 'and before this ISO time')
+  .option('--app <app>', 'only this app id')
+  .option('--unknown-only', 'only messages with an unknown outcome')
+  .option('--json', 'machine-readable output')
+  .action(
+    (options: {
+      message?: string;
+      since?: string;
+      until?: string;
+      app?: string;
+      unknownOnly?: boolean;
+      json?: boolean;
+    }) =>
+      withHerald(async (herald) => {
+        const db = herald.core.db;
+        if (!options.message && !options.since) throw new Error('give --message <id> or --since <time>');
+        const found = options.message
+          ? [await reconcileMessage(db, options.message)].filter((r) => r !== null)
+          : await reconcileWindow(db, {
+              since: new Date(options.since!),
+              until: options.until ? new Date(options.until) : null,
+              appId: options.app ?? null,
+              unknownOnly: options.unknownOnly ?? false,
+              limit: 1000,
+            });
+        if (options.message && found.length === 0) throw new Error(`no message ${options.message}`);
+        console.log(
+          options.json ? JSON.stringify(found, null, 2) : found.map(formatReconciliation).join('\n\n'),
+        );
+        if (found.some((r) => r.unknown.length > 0)) process.exitCode = 3;
+      }),
+  );
 
 try {
   await program.parseAsync();

@@ -1,0 +1,67 @@
+// Read-only queries that gather the evidence about messages: what reconciliation prints.
+
+import type { Queryable } from './port.ts';
+
+export interface MessageEvidence {
+  id: string;
+  appId: string;
+  eventType: string;
+  businessKey: string | null;
+  createdAt: Date;
+  deliveries: {
+    id: string;
+    endpointId: string;
+    url: string;
+    state: string;
+    cycle: number;
+    attemptsTotal: number;
+    nextAttemptAt: Date | null;
+  }[];
+  attempts: {
+    id: string;
+    endpointId: string;
+    cycle: number;
+    trigger: string;
+    startedAt: Date;
+    finishedAt: Date | null;
+    outcome: string | null;
+    statusCode: number | null;
+    responseClass: string | null;
+    durationMs: number | null;
+  }[];
+}
+
+export async function messageIdsInWindow(
+  db: Queryable,
+  window: { since: Date; until: Date | null; appId: string | null; unknownOnly: boolean; limit: number },
+): Promise<string[]> {
+  const result = await db.query<{ id: string }>(
+    `select m.id from message m
+      where m.created_at >= $1 and ($2::timestamptz is null or m.created_at < $2)
+        and ($3::text is null or m.app_id = $3)
+        and (not $4 or exists (select 1 from attempt a where a.message_id = m.id and a.outcome = 'unknown'))
+      order by m.id limit $5`,
+    [window.since, window.until, window.appId, window.unknownOnly, window.limit],
+  );
+  return result.rows.map((r) => r.id);
+}
+
+export async function messageEvidence(db: Queryable, messageId: string): Promise<MessageEvidence | null> {
+  const result = await db.query<MessageEvidence>(
+    `select m.id, m.app_id as "appId", m.event_type as "eventType", m.business_key as "businessKey",
+            m.created_at as "createdAt",
+            coalesce((select json_agg(json_build_object(
+                'id', d.id, 'endpointId', d.endpoint_id, 'url', e.url, 'state', d.state, 'cycle', d.cycle,
+                'attemptsTotal', d.attempts_total, 'nextAttemptAt', d.next_attempt_at) order by d.endpoint_id)
+              from delivery d join endpoint e on e.id = d.endpoint_id where d.message_id = m.id), '[]') as deliveries,
+            coalesce((select json_agg(json_build_object(
+                'id', a.id, 'endpointId', a.endpoint_id, 'cycle', a.cycle, 'trigger', a.trigger,
+                'startedAt', a.started_at, 'finishedAt', a.finished_at, 'outcome', a.outcome,
+                'statusCode', a.status_code, 'responseClass', a.response_class, 'durationMs', a.duration_ms)
+                order by a.id)
+              from attempt a where a.message_id = m.id), '[]') as attempts
+       from message m where m.id = $1`,
+    [messageId],
+  );
+  return result.rows[0] ?? null;
+}
