@@ -16,6 +16,8 @@ create table app (
   name          text not null,
   throttle_rate int,
   metadata      jsonb not null default '{}',
+  -- Days message payloads are kept when the publisher does not say (null → 90, Svix's default).
+  retention_days int,
   created_at    timestamptz not null default now(),
   updated_at    timestamptz not null default now()
 );

@@ -22,6 +22,7 @@ export const presentApp = (a: AppRow) => ({
   throttleRate: a.throttleRate,
   rateLimit: a.throttleRate,
   metadata: a.metadata,
+  retentionDays: a.retentionDays,
   createdAt: a.createdAt,
   updatedAt: a.updatedAt,
 });

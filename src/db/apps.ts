@@ -10,6 +10,7 @@ export interface AppRow {
   name: string;
   throttleRate: number | null;
   metadata: Record<string, string>;
+  retentionDays: number | null;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -19,15 +20,18 @@ export interface AppFields {
   name: string;
   throttleRate: number | null;
   metadata: Record<string, string>;
+  retentionDays: number | null;
 }
 
-const COLUMNS = `id, uid, name, throttle_rate as "throttleRate", metadata, created_at as "createdAt",
+const COLUMNS = `id, uid, name, throttle_rate as "throttleRate", metadata, retention_days as "retentionDays",
+  created_at as "createdAt",
   updated_at as "updatedAt"`;
 
 export async function insertApp(db: Queryable, fields: AppFields): Promise<AppRow> {
   const result = await db.query<AppRow>(
-    `insert into app (uid, name, throttle_rate, metadata) values ($1, $2, $3, $4) returning ${COLUMNS}`,
-    [fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata)],
+    `insert into app (uid, name, throttle_rate, metadata, retention_days) values ($1, $2, $3, $4, $5)
+     returning ${COLUMNS}`,
+    [fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata), fields.retentionDays],
   );
   return result.rows[0]!;
 }
@@ -35,9 +39,9 @@ export async function insertApp(db: Queryable, fields: AppFields): Promise<AppRo
 /** Inserts unless the uid is taken; null when it was (a concurrent creator won). */
 export async function insertAppIfAbsent(db: Queryable, fields: AppFields): Promise<AppRow | null> {
   const result = await db.query<AppRow>(
-    `insert into app (uid, name, throttle_rate, metadata) values ($1, $2, $3, $4)
+    `insert into app (uid, name, throttle_rate, metadata, retention_days) values ($1, $2, $3, $4, $5)
      on conflict (uid) do nothing returning ${COLUMNS}`,
-    [fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata)],
+    [fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata), fields.retentionDays],
   );
   return result.rows[0] ?? null;
 }
@@ -61,9 +65,9 @@ export async function listApps(db: Queryable, page: PageRequest, allowedAppIds: 
 
 export async function updateApp(db: Queryable, id: string, fields: AppFields): Promise<AppRow> {
   const result = await db.query<AppRow>(
-    `update app set uid = $2, name = $3, throttle_rate = $4, metadata = $5, updated_at = now()
+    `update app set uid = $2, name = $3, throttle_rate = $4, metadata = $5, retention_days = $6, updated_at = now()
       where id = $1 returning ${COLUMNS}`,
-    [id, fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata)],
+    [id, fields.uid, fields.name, fields.throttleRate, JSON.stringify(fields.metadata), fields.retentionDays],
   );
   return result.rows[0]!;
 }

@@ -27,12 +27,14 @@ export function appFieldsFrom(input: {
   throttleRate?: number | null;
   rateLimit?: number | null;
   metadata?: Record<string, string>;
+  retentionDays?: number | null;
 }): AppFields {
   return {
     uid: input.uid ?? null,
     name: input.name,
     throttleRate: input.throttleRate ?? input.rateLimit ?? null,
     metadata: input.metadata ?? {},
+    retentionDays: input.retentionDays ?? null,
   };
 }
 

@@ -7,7 +7,7 @@ import { type MessageRow, publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
-import { auditAppCreated, requireApp } from './apps.ts';
+import { appFieldsFrom, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
 export const DEFAULT_RETENTION_DAYS = 90;
@@ -47,7 +47,7 @@ export async function publish(
       tags: input.tags ?? null,
       idempotencyKey: key,
       requestHash: key === null ? null : requestHash(input),
-      retentionDays: input.payloadRetentionPeriod ?? DEFAULT_RETENTION_DAYS,
+      retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
     },
     actor.id,
   );
@@ -75,10 +75,8 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
       if (!(error instanceof HeraldError) || error.kind !== 'not_found') throw error;
       if (actor.appIds !== null) throw error;
       const created = await insertAppIfAbsent(db, {
+        ...appFieldsFrom(input.application),
         uid: input.application.uid ?? appIdOrUid,
-        name: input.application.name,
-        throttleRate: input.application.throttleRate ?? input.application.rateLimit ?? null,
-        metadata: input.application.metadata ?? {},
       });
       if (created) {
         await auditAppCreated(db, actor, created);

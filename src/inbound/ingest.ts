@@ -6,9 +6,10 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
+import { findApp } from '../db/apps.ts';
 import { claimIntake, linkIntakeMessage, recordObservation } from '../db/intake.ts';
 import { publishMessage } from '../db/messages.ts';
-import type { Db } from '../db/port.ts';
+import type { Db, Queryable } from '../db/port.ts';
 import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
@@ -123,7 +124,8 @@ export function createIngestor(deps: IngestDeps): Ingestor {
               tags: null,
               idempotencyKey: `intake:${source.id}:${businessKey}`,
               requestHash: crypto.createHash('sha256').update(businessKey).digest(),
-              retentionDays: source.retentionDays ?? DEFAULT_RETENTION_DAYS,
+              retentionDays:
+                source.retentionDays ?? (await appRetentionDays(tx, source.appId)) ?? DEFAULT_RETENTION_DAYS,
               businessKey,
             },
             `source:${source.id}`,
@@ -155,3 +157,6 @@ function relayedPayload(rawBody: Buffer, parsed: unknown): string {
     return rawBody.toString('utf8');
   return JSON.stringify({ body: parsed ?? rawBody.toString('utf8') });
 }
+
+const appRetentionDays = async (db: Queryable, appId: string) =>
+  (await findApp(db, appId))?.retentionDays ?? null;

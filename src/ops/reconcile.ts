@@ -43,9 +43,13 @@ export function formatReconciliation(r: Reconciliation): string {
       (m.businessKey ? `  business key ${m.businessKey}` : ''),
   ];
   for (const i of r.intake) {
-    lines.push(`  intake ${i.intakeId}  source ${i.sourceId}  delivery id ${i.deliveryId}  claimed ${time(i.claimedAt)}`);
+    lines.push(
+      `  intake ${i.intakeId}  source ${i.sourceId}  delivery id ${i.deliveryId}  claimed ${time(i.claimedAt)}`,
+    );
     for (const o of i.observations) {
-      lines.push(`    observed ${time(o.observedAt)}  ${o.duplicate ? 'duplicate' : 'first'}  body sha256 ${o.bodySha256}`);
+      lines.push(
+        `    observed ${time(o.observedAt)}  ${o.duplicate ? 'duplicate' : 'first'}  body sha256 ${o.bodySha256}`,
+      );
     }
   }
   for (const d of m.deliveries) {

@@ -24,6 +24,8 @@ const hasNul = (value: unknown): boolean =>
       : false;
 
 export const ApplicationIn = z.object({
+  // herald: days message payloads are kept when a publisher does not say (default 90).
+  retentionDays: z.number().int().min(1).max(90).nullish(),
   name: text().min(1).max(256),
   uid: ident(256).nullish(),
   throttleRate: z.number().int().min(1).max(65535).nullish(),
@@ -34,6 +36,7 @@ export const ApplicationIn = z.object({
 export type ApplicationIn = z.infer<typeof ApplicationIn>;
 
 export const ApplicationPatch = z.object({
+  retentionDays: z.number().int().min(1).max(90).nullish(),
   name: text().min(1).max(256).optional(),
   uid: ident(256).nullish(),
   throttleRate: z.number().int().min(0).max(65535).nullish(),

@@ -7,11 +7,15 @@ import type { SecretBox } from '../crypto/secret-box.ts';
 import { type ClaimedDelivery, claimDeliveries, recoverExpiredLeases } from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db } from '../db/port.ts';
+import { expireOldPayloads } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
 import { createFinalizer } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
+
+/** Payload retention is a slow clock: once a minute is plenty, and each run is a small batch. */
+const RETENTION_EVERY_MS = 60_000;
 
 export interface WorkerOptions {
   db: Db;
@@ -52,6 +56,7 @@ export function createWorker(options: WorkerOptions): Worker {
   const attempts = new Set<Promise<void>>();
   let cursor = '';
   let lastRecovery = 0;
+  let lastRetention = 0;
 
   const nudge = () => wake?.();
 
@@ -95,6 +100,11 @@ export function createWorker(options: WorkerOptions): Worker {
       const recovered = await recoverExpiredLeases(db, maxAttempts);
       if (recovered.length > 0)
         log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
+    }
+    if (Date.now() - lastRetention >= RETENTION_EVERY_MS) {
+      lastRetention = Date.now();
+      const expired = await expireOldPayloads(db);
+      if (expired > 0) log.info({ count: expired }, 'removed payloads past their retention period');
     }
     const free = options.concurrency - inFlight;
     if (free <= 0) return 0;

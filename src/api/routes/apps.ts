@@ -23,7 +23,7 @@ export const appRoutes =
     const updateAudited = (actor: string, current: AppRow, fields: AppFields) =>
       db.transaction(async (tx) => {
         const row = await updateApp(tx, current.id, fields);
-        const changed = (['uid', 'name', 'throttleRate', 'metadata'] as const).filter(
+        const changed = (['uid', 'name', 'throttleRate', 'metadata', 'retentionDays'] as const).filter(
           (f) => JSON.stringify(current[f]) !== JSON.stringify(row[f]),
         );
         await recordAudit(tx, {
@@ -101,6 +101,7 @@ export const appRoutes =
             name: input.name ?? current.name,
             throttleRate: throttleRate === undefined ? current.throttleRate : throttleRate,
             metadata: input.metadata ?? current.metadata,
+            retentionDays: input.retentionDays === undefined ? current.retentionDays : input.retentionDays,
           }),
         ),
       );

@@ -73,22 +73,24 @@ export function createSafeFetchText(options: SafeFetchTextOptions): SafeFetchTex
       signal: deadline,
     });
     if (response.statusCode !== 200) {
-      response.body.destroy();
+      // Discards the body (up to undici's small dump limit) so the connection can be reused.
+      await response.body.dump().catch(() => {});
       throw new FetchTextError(`${host} answered ${response.statusCode}`);
     }
     const chunks: Buffer[] = [];
     let size = 0;
     try {
+      // Leaving the loop early (break or throw) destroys the body and with it the connection.
       for await (const chunk of response.body as AsyncIterable<Buffer>) {
         size += chunk.length;
-        if (size > maxBytes) throw new FetchTextError(`${host} sent more than ${maxBytes} bytes`);
+        if (size > maxBytes) break;
         chunks.push(chunk);
       }
     } catch (err) {
-      response.body.destroy();
       if (deadline.aborted) throw new DeadlineExceededError('fetch deadline passed', { cause: err });
       throw err;
     }
+    if (size > maxBytes) throw new FetchTextError(`${host} sent more than ${maxBytes} bytes`);
     return Buffer.concat(chunks).toString('utf8');
   }
 

@@ -5,8 +5,10 @@ import type { InboundRequest } from './types.ts';
 /** The first of `names` that is present and non-empty, trimmed. Names must be lower-case. */
 export function headerValue(request: InboundRequest, ...names: string[]): string | undefined {
   for (const name of names) {
-    const value = request.headers[name]?.trim();
-    if (value !== undefined && value !== '') return value;
+    const raw: unknown = request.headers[name];
+    // A caller that passes node's string[] for a repeated header gets "absent", not a TypeError.
+    const value = typeof raw === 'string' ? raw.trim() : '';
+    if (value !== '') return value;
   }
   return undefined;
 }
