@@ -31,7 +31,13 @@ after(async () => {
 
 async function seed(appUid: string, endpoints: number, messages: number): Promise<void> {
   const db = database.db;
-  const app = await insertApp(db, { uid: appUid, name: appUid, throttleRate: null, metadata: {}, retentionDays: null });
+  const app = await insertApp(db, {
+    uid: appUid,
+    name: appUid,
+    throttleRate: null,
+    metadata: {},
+    retentionDays: null,
+  });
   for (let e = 0; e < endpoints; e++) {
     await insertEndpoint(db, app.id, {
       uid: null,

@@ -76,7 +76,13 @@ async function deliveryOf(messageId: string) {
 }
 
 test('a worker killed mid-request is recovered only after its lease, as unknown, then redelivered', async () => {
-  const app = await insertApp(database.db, { uid: 'crash', name: 'crash', throttleRate: null, metadata: {}, retentionDays: null });
+  const app = await insertApp(database.db, {
+    uid: 'crash',
+    name: 'crash',
+    throttleRate: null,
+    metadata: {},
+    retentionDays: null,
+  });
   await database.db.transaction((tx) =>
     createEndpoint(
       herald.core,

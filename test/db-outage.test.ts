@@ -73,7 +73,13 @@ async function rig(label: string, env: Record<string, string>, respond: (proxy: 
   cleanups.push(() => receiver.close());
 
   // Set-up goes straight to the database; only the worker's traffic crosses the proxy.
-  const app = await insertApp(database.db, { uid: label, name: label, throttleRate: null, metadata: {}, retentionDays: null });
+  const app = await insertApp(database.db, {
+    uid: label,
+    name: label,
+    throttleRate: null,
+    metadata: {},
+    retentionDays: null,
+  });
   await database.db.transaction((tx) =>
     createEndpoint(
       herald.core,
