@@ -167,9 +167,11 @@ end
 $$;
 
 -- Recover leases that expired with no recorded outcome: the attempt becomes `unknown` (nobody
--- can tell whether the receiver applied it) and the delivery is due again at once, or `failed`
--- when the cycle's budget is spent. The conditions are re-checked on each row after it is locked,
--- so a lease that was finished or is still live in the meantime is left alone.
+-- can tell whether the receiver applied it). The delivery is due again at once — unless its cycle's
+-- budget is spent, or its endpoint has no idempotency contract (a retry could apply the effect
+-- twice): then it is parked as `failed` for review, as the worker does for a lost connection.
+-- The conditions are re-checked on each row after it is locked, so a lease that was finished or is
+-- still live in the meantime is left alone.
 create function herald_recover_expired_leases(max_attempts int, batch int)
 returns table (delivery_id text, endpoint_id text, lease_token uuid)
 language sql volatile as $$
@@ -181,11 +183,13 @@ language sql volatile as $$
      for update skip locked
   ), released as (
     update delivery d
-       set state = case when d.attempts_in_cycle >= max_attempts then 'failed' else 'pending' end,
-           next_attempt_at = case when d.attempts_in_cycle >= max_attempts then null else now() end,
+       set state = case when d.attempts_in_cycle >= max_attempts or not e.idempotent then 'failed'
+                        else 'pending' end,
+           next_attempt_at = case when d.attempts_in_cycle >= max_attempts or not e.idempotent then null
+                                  else now() end,
            lease_token = null, lease_expires_at = null, trigger = 'scheduled', updated_at = now()
-      from expired
-     where d.id = expired.id
+      from expired, endpoint e
+     where d.id = expired.id and e.id = d.endpoint_id
     returning d.id, d.endpoint_id, expired.lease_token
   ), marked as (
     update attempt a

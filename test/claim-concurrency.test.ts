@@ -16,6 +16,7 @@ import { publishMessage } from '../src/db/messages.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { waitFor } from './support/wait.ts';
 
 let database: TestDatabase;
 const claimers: Db[] = [];
@@ -217,4 +218,26 @@ test('the database itself refuses a second lease on one endpoint', async () => {
     ),
     /delivery_one_in_flight/,
   );
+});
+
+test('an expired lease on an endpoint without an idempotency contract is parked, not retried', async () => {
+  await seed('parked', 1, 1);
+  await database.db.query(
+    `update endpoint set idempotent = false where app_id = (select id from app where uid = 'parked')`,
+  );
+  const [claim] = await claimDeliveries(database.db, 1, 0.05, '');
+  assert.ok(claim);
+  await waitFor('the lease to expire and be recovered', async () =>
+    (await recoverExpiredLeases(database.db, 8)).some((r) => r.deliveryId === claim.deliveryId),
+  );
+  const delivery = await database.db.query<{ state: string; next_attempt_at: Date | null }>(
+    'select state, next_attempt_at from delivery where id = $1',
+    [claim.deliveryId],
+  );
+  assert.deepEqual(delivery.rows[0], { state: 'failed', next_attempt_at: null });
+  const attempt = await database.db.query<{ outcome: string }>(
+    'select outcome from attempt where lease_token = $1',
+    [claim.leaseToken],
+  );
+  assert.equal(attempt.rows[0]!.outcome, 'unknown');
 });

@@ -4,6 +4,7 @@
 import type { AttemptResult, ClaimedDelivery } from '../db/deliveries.ts';
 import { judgeAttempt } from '../domain/outcome-policy.ts';
 import { nextAttemptAt, type RetryPolicy } from '../domain/retry-policy.ts';
+import { failpoint } from '../ops/failpoints.ts';
 import type { Sender } from '../sender/send.ts';
 import { signPayload } from '../signing/standard-webhooks.ts';
 
@@ -61,6 +62,8 @@ export async function runAttempt(
     headers: buildRequestHeaders(claim, body, keys, timestampSeconds),
     body,
   });
+  // The request left and was answered; a crash here leaves the attempt open for lease recovery.
+  failpoint('attempt.after_send');
   const verdict = judgeAttempt(sent, claim);
   const next =
     sent.outcome === 'success' || verdict.stopCycle
