@@ -27,9 +27,11 @@ export interface RetryInput {
 export function nextAttemptAt(policy: RetryPolicy, input: RetryInput): Date | null {
   if (input.attemptsInCycle >= attemptsPerCycle(policy)) return null;
   const nominal = policy.schedule[Math.max(0, input.attemptsInCycle - 1)] ?? 0;
-  const jittered = nominal * (1 + policy.jitter * (2 * input.random - 1));
+  const random = Number.isFinite(input.random) ? input.random : 0.5;
+  const jittered = nominal * (1 + policy.jitter * (2 * random - 1));
   const longest = Math.max(0, ...policy.schedule);
-  const asked = input.retryAfterSeconds ?? 0;
+  // NaN (an unparseable value) asks for nothing; Infinity is clamped like any long wait.
+  const asked = Number.isNaN(input.retryAfterSeconds) ? 0 : (input.retryAfterSeconds ?? 0);
   const delaySeconds = Math.max(jittered, Math.min(asked, longest));
   return new Date(input.now.getTime() + Math.round(delaySeconds * 1000));
 }

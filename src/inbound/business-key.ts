@@ -55,9 +55,10 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
             : 'field' in part
               ? input.deliveryId
               : 'header' in part
-                ? input.headers[part.header]
+                ? ownValue(input.headers, part.header)
                 : scalarAt(input.payload, part.body);
-        if (value === undefined || value === '') return null;
+        // A NUL cannot be stored (nor sent in a header): such a key is as good as missing.
+        if (typeof value !== 'string' || value === '' || value.includes('\u0000')) return null;
         key += value;
       }
       return key.length <= MAX_KEY_LENGTH ? key : null;
@@ -65,11 +66,16 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
   };
 }
 
+/** Own properties only: `constructor` or `__proto__` must not resolve to something inherited. */
+function ownValue(record: object, key: string): unknown {
+  return Object.hasOwn(record, key) ? (record as Record<string, unknown>)[key] : undefined;
+}
+
 function scalarAt(payload: unknown, path: readonly string[]): string | undefined {
   let node = payload;
   for (const step of path) {
     if (node === null || typeof node !== 'object') return undefined;
-    node = (node as Record<string, unknown>)[step];
+    node = ownValue(node, step);
   }
   return typeof node === 'string' || typeof node === 'number' || typeof node === 'boolean'
     ? String(node)

@@ -5,10 +5,13 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import type { Core } from '../../engine/core.ts';
-import { HeraldError } from '../../errors.ts';
+import { HeraldError, notFound } from '../../errors.ts';
 import type { Ingestor } from '../../inbound/ingest.ts';
 
 type Params = { source: string };
+
+/** Source ids and uids: herald ids, or uids of letters, digits, '-', '_' and '.'. */
+const SOURCE_NAME = /^[A-Za-z0-9._-]{1,256}$/;
 
 export const ingestRoutes =
   (core: Core, ingestor: Ingestor): FastifyPluginAsync =>
@@ -22,6 +25,8 @@ export const ingestRoutes =
     );
 
     app.post<{ Params: Params }>('/ingest/:source', async (request, reply) => {
+      // A name no source can have is simply unknown: never let it reach a query.
+      if (!SOURCE_NAME.test(request.params.source)) throw notFound('source');
       const headers: Record<string, string | undefined> = {};
       for (const [name, value] of Object.entries(request.headers)) {
         headers[name] = Array.isArray(value) ? value.join(', ') : value;

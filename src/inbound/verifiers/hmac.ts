@@ -25,7 +25,15 @@ export const HmacSettings = z
     algorithm: z.enum(['sha256', 'sha512']),
     encoding: z.enum(['hex', 'base64']),
     /** Text before the digest in the header, e.g. "sha256="; compared exactly. */
-    prefix: z.string().min(1).max(64).optional(),
+    // Printable ASCII with no leading space: header values arrive trimmed, so a prefix that
+    // starts with whitespace could never match.
+    prefix: z
+      .string()
+      .regex(
+        /^[\x21-\x7e][\x20-\x7e]{0,63}$/,
+        'printable ASCII, not starting with a space, at most 64 characters',
+      )
+      .optional(),
     /** Whole seconds since the epoch; when set, the signed content is "<timestamp>.<body>". */
     timestampHeader: headerName.optional(),
     toleranceSeconds: z.int().min(1).max(86_400).optional(),
