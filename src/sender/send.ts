@@ -62,6 +62,11 @@ export interface SenderOptions {
   extraCaPem?: string;
   resolve?: Resolver;
   userAgent?: string;
+  /**
+   * Keep-alive connections per receiver origin (default 8). Many endpoints may share one origin
+   * (one receiving service behind many URLs): this bounds what herald opens against it.
+   */
+  connectionsPerOrigin?: number;
 }
 
 export interface Sender {
@@ -70,7 +75,7 @@ export interface Sender {
   close(): Promise<void>;
 }
 
-const CONNECTIONS_PER_ORIGIN = 8;
+const DEFAULT_CONNECTIONS_PER_ORIGIN = 8;
 const MAX_HEADER_BYTES = 16 * 1024;
 
 interface Settings {
@@ -95,9 +100,12 @@ export function createSender(opts: SenderOptions): Sender {
   const timeoutMs = positiveInteger('timeoutMs', opts.timeoutMs);
   const settings: Settings = {
     // One Agent per Sender: keep-alive connections are reused across attempts, at most
-    // CONNECTIONS_PER_ORIGIN per receiver. undici follows no redirects unless told to.
+    // connectionsPerOrigin per receiver. undici follows no redirects unless told to.
     agent: new Agent({
-      connections: CONNECTIONS_PER_ORIGIN,
+      connections: positiveInteger(
+        'connectionsPerOrigin',
+        opts.connectionsPerOrigin ?? DEFAULT_CONNECTIONS_PER_ORIGIN,
+      ),
       maxHeaderSize: MAX_HEADER_BYTES,
       connect: createPinnedConnector({
         policy,

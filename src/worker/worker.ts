@@ -4,14 +4,20 @@
 
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { type ClaimedDelivery, claimDeliveries, recoverExpiredLeases } from '../db/deliveries.ts';
+import {
+  type ClaimedDelivery,
+  claimDeliveries,
+  type RecoveredLease,
+  recoverExpiredLeases,
+} from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
-import type { Db } from '../db/port.ts';
+import type { Db, Queryable } from '../db/port.ts';
 import { expireOldPayloads } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
+import type { Metrics } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
-import { createFinalizer } from './finalizer.ts';
+import { createFinalizer, type FinalizerOptions } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
 
 /** Payload retention is a slow clock: once a minute is plenty, and each run is a small batch. */
@@ -27,6 +33,11 @@ export interface WorkerOptions {
   disableAfterFailures: number;
   concurrency: number;
   pollIntervalMs: number;
+  metrics?: Metrics;
+  /** Written in the outcome's own transaction (operational webhooks); see finalizer.ts. */
+  afterRecord?: FinalizerOptions['afterRecord'];
+  /** Written in the lease recovery's own transaction (operational webhooks). */
+  afterRecover?: (tx: Queryable, recovered: RecoveredLease[]) => Promise<void>;
 }
 
 export interface Worker {
@@ -42,7 +53,14 @@ export function createWorker(options: WorkerOptions): Worker {
   const keyCache = createSigningKeyCache(db, options.box, (endpointId, error) =>
     log.error({ endpointId, err: error.message }, 'an endpoint signing secret cannot be opened'),
   );
-  const finalizer = createFinalizer({ db, disableAfter: options.disableAfterFailures, log });
+  const { metrics } = options;
+  const finalizer = createFinalizer({
+    db,
+    disableAfter: options.disableAfterFailures,
+    log,
+    onRetry: () => metrics?.finalizationRetried(),
+    afterRecord: options.afterRecord,
+  });
   const maxAttempts = attemptsPerCycle(options.policy);
   // Expired leases are looked for a few times per lease, so a dead worker's deliveries come back
   // soon after their lease ends, without a query per claim round.
@@ -58,9 +76,19 @@ export function createWorker(options: WorkerOptions): Worker {
   let lastRecovery = 0;
   let lastRetention = 0;
 
-  const nudge = () => wake?.();
+  // A wake-up that arrives while a round is running (a NOTIFY, a finished attempt) must not be
+  // lost: it is remembered, and the next idle() returns at once instead of sleeping.
+  let wakePending = false;
+  const nudge = () => {
+    if (wake) wake();
+    else wakePending = true;
+  };
 
   function idle(ms: number): Promise<void> {
+    if (wakePending) {
+      wakePending = false;
+      return Promise.resolve();
+    }
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms);
       function done() {
@@ -75,7 +103,10 @@ export function createWorker(options: WorkerOptions): Worker {
   async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
     try {
       const result = await runAttempt({ sender: options.sender, policy: options.policy }, claim, keys);
-      await finalizer.record(result, claim.leaseExpiresAt);
+      const recorded = await finalizer.record(result, claim.leaseExpiresAt);
+      // Only outcomes that were written count: a discarded result's attempt is marked unknown by
+      // lease recovery, which counts it there (herald_lease_recoveries_total) instead.
+      if (recorded?.recorded) metrics?.attemptRecorded(result);
       log.debug(
         {
           messageId: claim.messageId,
@@ -97,9 +128,18 @@ export function createWorker(options: WorkerOptions): Worker {
   async function round(): Promise<number> {
     if (Date.now() - lastRecovery >= recoverEveryMs) {
       lastRecovery = Date.now();
-      const recovered = await recoverExpiredLeases(db, maxAttempts);
-      if (recovered.length > 0)
+      const { afterRecover } = options;
+      const recovered = afterRecover
+        ? await db.transaction(async (tx) => {
+            const rows = await recoverExpiredLeases(tx, maxAttempts);
+            await afterRecover(tx, rows);
+            return rows;
+          })
+        : await recoverExpiredLeases(db, maxAttempts);
+      if (recovered.length > 0) {
+        metrics?.leasesRecovered(recovered.length);
         log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
+      }
     }
     if (Date.now() - lastRetention >= RETENTION_EVERY_MS) {
       lastRetention = Date.now();
@@ -115,6 +155,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     cursor = claimed.at(-1)!.endpointId;
     inFlight += claimed.length;
+    if (metrics) observeFirstAttempts(metrics, claimed, options.leaseSeconds);
     let keys: Map<string, Buffer[]>;
     try {
       keys = await keyCache.keysFor(new Map(claimed.map((c) => [c.endpointId, c.secretVersion])));
@@ -178,4 +219,22 @@ export function createWorker(options: WorkerOptions): Worker {
       await finalizer.drain();
     },
   };
+}
+
+/**
+ * Publish-to-first-attempt latency, for the scheduled first attempt of each delivery (cycle 1,
+ * attempt 1; a manual resend to an endpoint the message was never routed to would measure the
+ * operator, not herald). Both ends are database times — the attempt started at the claim's now(),
+ * which is its lease expiry minus the lease — so clock skew between hosts does not enter.
+ */
+function observeFirstAttempts(
+  metrics: Metrics,
+  claimed: readonly ClaimedDelivery[],
+  leaseSeconds: number,
+): void {
+  for (const c of claimed) {
+    if (c.cycle !== 1 || c.attemptsInCycle !== 1 || c.trigger !== 'scheduled') continue;
+    const startedAt = c.leaseExpiresAt.getTime() - leaseSeconds * 1000;
+    metrics.firstAttempt((startedAt - c.messageCreatedAt.getTime()) / 1000);
+  }
 }
