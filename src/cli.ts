@@ -14,8 +14,10 @@ import { createApiKey, ensureLocalAdminKey, revokeKey } from './engine/api-keys.
 import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
+import { formatFindings, runDoctor } from './ops/doctor.ts';
 import { formatReconciliation, reconcileMessage, reconcileWindow } from './ops/reconcile.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
+import { ReplayIn, replay } from './ops/replay.ts';
 import { SourceIn } from './schemas/sources.ts';
 import { parseOrThrow } from './schemas/validate.ts';
 
@@ -270,6 +272,79 @@ program
           options.json ? JSON.stringify(found, null, 2) : found.map(formatReconciliation).join('\n\n'),
         );
         if (found.some((r) => r.unknown.length > 0)) process.exitCode = 3;
+      }),
+  );
+
+program
+  .command('doctor')
+  .description('look for stuck or unreviewed states; exit 2 when any holds (for cron or a probe)')
+  .option('--json', 'machine-readable output')
+  .action(async (options: { json?: boolean }) => {
+    // Read-only, unlike withHerald: a probe must never apply migrations (it reports them pending).
+    const config = loadConfig();
+    const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
+    try {
+      const findings = await runDoctor(herald.core.db, {
+        settleSeconds: config.doctorSettleSeconds,
+        dueSeconds: config.doctorDueSeconds,
+        leaseGraceSeconds: config.doctorLeaseGraceSeconds,
+        unknownReviewSeconds: config.doctorUnknownReviewSeconds,
+      });
+      console.log(options.json ? JSON.stringify(findings, null, 2) : formatFindings(findings));
+      // 2, not 1: a probe can tell "something is stuck" from "doctor could not run" (exit 1).
+      if (findings.length > 0) process.exitCode = 2;
+    } finally {
+      await herald.close();
+    }
+  });
+
+program
+  .command('replay')
+  .description('start a new delivery cycle for the finished deliveries the filters select (try --dry-run)')
+  .requiredOption('--status <status>', 'failed, succeeded or all-finished (never waiting or in-flight ones)')
+  .requiredOption('--cap <n>', 'refuse when more deliveries than this are selected', Number)
+  .option('--app <app>', 'only this app (id or uid)')
+  .option('--endpoint <id>', 'only this endpoint')
+  .option('--since <time>', 'messages created at or after this ISO time')
+  .option('--until <time>', 'and before this ISO time')
+  .option('--message <id>', 'only this message (repeatable)', (v: string, p: string[] = []) => [...p, v])
+  .option('--dry-run', 'list what would be replayed; change nothing')
+  .option('--json', 'machine-readable output')
+  .action(
+    (options: {
+      status: string;
+      cap: number;
+      app?: string;
+      endpoint?: string;
+      since?: string;
+      until?: string;
+      message?: string[];
+      dryRun?: boolean;
+      json?: boolean;
+    }) =>
+      withHerald(async (herald) => {
+        const input = parseOrThrow(ReplayIn, {
+          status: options.status,
+          cap: options.cap,
+          dryRun: options.dryRun ?? false,
+          app: options.app,
+          endpoint: options.endpoint,
+          since: options.since,
+          until: options.until,
+          messageIds: options.message,
+        });
+        const result = await herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input));
+        if (options.json) {
+          console.log(JSON.stringify(result, null, 2));
+          return;
+        }
+        for (const d of result.deliveries) console.log([d.messageId, d.endpointId, d.deliveryId].join('\t'));
+        console.error(
+          result.dryRun
+            ? `dry run ${result.id}: ${result.count} deliveries would be replayed` +
+                (result.exceedsCap ? ` — more than the cap of ${result.cap}, so a real run would refuse` : '')
+            : `replay ${result.id}: ${result.count} deliveries restarted`,
+        );
       }),
   );
 

@@ -3,6 +3,7 @@
 
 import path from 'node:path';
 import { ConfigError } from './errors.ts';
+import { isValidEndpointSecret } from './signing/standard-webhooks.ts';
 
 export interface HeraldConfig {
   port: number;
@@ -25,6 +26,8 @@ export interface HeraldConfig {
   pollIntervalMs: number;
   /** Requests a worker keeps in flight at once (across endpoints; one per endpoint). */
   workerConcurrency: number;
+  /** Keep-alive connections a worker opens per receiver origin. */
+  connectionsPerOrigin: number;
   /** Connections this process keeps to a PostgreSQL server (server mode). */
   dbPoolSize: number;
   /** Largest accepted request body, in bytes (413 above it). */
@@ -33,7 +36,19 @@ export interface HeraldConfig {
   apiRateLimit: number;
   /** PEM file of extra CAs trusted for destinations, beside the system store. */
   extraCaFile: string | undefined;
+  /** Where herald sends its own operational webhooks (endpoint.*, message.attempt.*); unset: none. */
+  operatorWebhookUrl: string | undefined;
+  /** The signing secret of that endpoint (whsec_…); unset: generated once and kept. */
+  operatorWebhookSecret: string | undefined;
   logLevel: string;
+  /** `herald doctor`: intake claims and messages younger than this may still be mid-write. */
+  doctorSettleSeconds: number;
+  /** `herald doctor`: a due delivery of an enabled endpoint waiting longer is overdue. */
+  doctorDueSeconds: number;
+  /** `herald doctor`: an expired lease older than this was not recovered (no worker is running). */
+  doctorLeaseGraceSeconds: number;
+  /** `herald doctor`: a parked unknown outcome older than this has gone unreviewed. */
+  doctorUnknownReviewSeconds: number;
 }
 
 type Env = Record<string, string | undefined>;
@@ -77,6 +92,25 @@ function cidrList(env: Env, name: string): string[] {
   return items;
 }
 
+function operatorWebhook(env: Env): { url: string | undefined; secret: string | undefined } {
+  const url = env['HERALD_OPERATOR_WEBHOOK_URL'] || undefined;
+  const secret = env['HERALD_OPERATOR_WEBHOOK_SECRET'] || undefined;
+  if (url !== undefined && !/^https?:$/.test(URL.parse(url)?.protocol ?? '')) {
+    throw new ConfigError('HERALD_OPERATOR_WEBHOOK_URL', 'an http:// or https:// URL', url);
+  }
+  // The secret is not echoed back: a start-up error must not print it to a log.
+  if (secret !== undefined && !isValidEndpointSecret(secret)) {
+    throw new ConfigError(
+      'HERALD_OPERATOR_WEBHOOK_SECRET',
+      'whsec_ followed by the base64 of 24 to 64 random bytes',
+    );
+  }
+  if (secret !== undefined && url === undefined) {
+    throw new ConfigError('HERALD_OPERATOR_WEBHOOK_URL', 'a URL when HERALD_OPERATOR_WEBHOOK_SECRET is set');
+  }
+  return { url, secret };
+}
+
 export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
   const leaseSeconds = integer(env, 'HERALD_LEASE_SECONDS', 60, 1, 3600);
   const attemptTimeoutMs = integer(env, 'HERALD_ATTEMPT_TIMEOUT_MS', 15_000, 100, 300_000);
@@ -104,6 +138,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
       'a base64 32-byte key when DATABASE_URL is set (generate one with `herald keys master`)',
     );
   }
+  const operator = operatorWebhook(env);
   return Object.freeze({
     port: integer(env, 'PORT', 8071, 0, 65535),
     host: env['HOST'] || '127.0.0.1',
@@ -124,10 +159,17 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     attemptTimeoutMs,
     pollIntervalMs: integer(env, 'HERALD_POLL_INTERVAL_MS', 1000, 10, 60_000),
     workerConcurrency: integer(env, 'HERALD_WORKER_CONCURRENCY', 64, 1, 4096),
+    connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     apiRateLimit: integer(env, 'HERALD_API_RATE_LIMIT', 200, 0, 1_000_000),
     extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,
+    operatorWebhookUrl: operator.url,
+    operatorWebhookSecret: operator.secret,
     logLevel,
+    doctorSettleSeconds: integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 0, 86_400),
+    doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 0, 30 * 86_400),
+    doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 0, 86_400),
+    doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
   });
 }

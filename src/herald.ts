@@ -13,6 +13,9 @@ import { openEmbeddedDb } from './db/pglite.ts';
 import { asQueryable, type Db, type ForeignQueryable } from './db/port.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type Published, publish } from './engine/publish.ts';
+import { createMetrics } from './ops/metrics.ts';
+import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
+import { ensureOperatorWebhooks } from './ops/operator-app.ts';
 import { MessageIn } from './schemas/svix.ts';
 import { parseOrThrow } from './schemas/validate.ts';
 import { createAddressPolicy } from './sender/destination.ts';
@@ -111,7 +114,16 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     policy: { schedule: config.retrySchedule, jitter: 0.2 },
     addressPolicy,
     log,
+    metrics: createMetrics(db, log),
   };
+  try {
+    // Set-up belongs with migrating: commands that open herald read-only (doctor) or migrate
+    // afterwards (keys, replay) leave the operator app alone.
+    if (options.migrate !== false) await ensureOperatorWebhooks(core);
+  } catch (error) {
+    await db.close();
+    throw error;
+  }
   const workers: Worker[] = [];
   const senders: { close(): Promise<void> }[] = [];
 
@@ -120,15 +132,20 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     async publish(app, message, publishOptions = {}) {
       const input = parseOrThrow(MessageIn, message);
       const target = publishOptions.db ? asQueryable(publishOptions.db) : db;
-      return publish(core, target, LIBRARY_ACTOR, app, input, {
+      const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
       });
+      // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
+      // rolled-back publish is still counted (README, Metrics).
+      if (published.created) core.metrics.published('library');
+      return published;
     },
     async startWorker() {
       const sender = createSender({
         allowPrivateNetworks: config.allowPrivateNetworks,
         timeoutMs: config.attemptTimeoutMs,
         extraCaPem,
+        connectionsPerOrigin: config.connectionsPerOrigin,
       });
       senders.push(sender);
       const worker = createWorker({
@@ -141,6 +158,9 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         disableAfterFailures: config.disableAfterFailures,
         concurrency: config.workerConcurrency,
         pollIntervalMs: config.pollIntervalMs,
+        metrics: core.metrics,
+        afterRecord: config.operatorWebhookUrl ? emitOutcomeEvents : undefined,
+        afterRecover: config.operatorWebhookUrl ? emitRecoveryEvents : undefined,
       });
       await worker.start();
       workers.push(worker);

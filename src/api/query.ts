@@ -7,7 +7,7 @@ import { parseOrThrow } from '../schemas/validate.ts';
 const flag = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 const date = z.iso.datetime({ offset: true }).transform((v) => new Date(v));
 
-const ListQuery = z.object({
+export const ListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(250).default(50),
   iterator: z.string().max(256).nullish(),
   order: z.enum(['ascending', 'descending']).optional(),

@@ -13,6 +13,7 @@ import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { assertReach, assertScope, authenticate, requiredScope } from './auth.ts';
+import { openApiRoutes } from './openapi/routes.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
 import { attemptRoutes } from './routes/attempts.ts';
@@ -21,6 +22,8 @@ import { eventTypeRoutes } from './routes/event-types.ts';
 import { healthRoutes } from './routes/health.ts';
 import { ingestRoutes } from './routes/ingest.ts';
 import { messageRoutes } from './routes/messages.ts';
+import { metricsRoutes } from './routes/metrics.ts';
+import { replayRoutes } from './routes/replay.ts';
 import { sourceRoutes } from './routes/sources.ts';
 
 declare module 'fastify' {
@@ -125,6 +128,8 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   }
 
   await app.register(healthRoutes(core));
+  // GET /openapi.json and GET /docs: public, outside /api/v1.
+  await app.register(openApiRoutes());
   await app.register(appRoutes(core));
   await app.register(eventTypeRoutes(core));
   await app.register(endpointRoutes(core));
@@ -132,6 +137,9 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   await app.register(attemptRoutes(core));
   await app.register(apiKeyRoutes(core));
   await app.register(sourceRoutes(core));
+  await app.register(replayRoutes(core));
+  // Outside /api/v1, so the authentication hook above leaves it alone (see routes/metrics.ts).
+  await app.register(metricsRoutes(core));
 
   // Inbound: JWKS and SNS certificates are fetched under the same SSRF rules as deliveries.
   const fetcher = createSafeFetchText({
@@ -144,6 +152,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     box: core.box,
     log: core.log,
     fetchText: fetcher.fetchText,
+    metrics: core.metrics,
   });
   await app.register(ingestRoutes(core, ingestor));
   return app;

@@ -114,6 +114,16 @@ export async function recoverExpiredLeases(
 }
 
 /**
+ * Starts a new cycle on a finished delivery: the same delivery id and message id (so the same
+ * webhook-id), a fresh budget, due now. A pending one is only made due now, in its cycle. The
+ * lifetime history — attempts_total and the attempt rows — is never touched. Resend, recover and
+ * replay all restart deliveries with this, so they cannot drift apart.
+ */
+const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
+    attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
+    state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()`;
+
+/**
  * Starts a new cycle for one message × endpoint, keeping its id and lifetime history. A delivery
  * that is already pending is made due now; one in flight is left alone (its outcome is coming).
  * The state guard sits in the UPDATE's WHERE clause, which PostgreSQL re-checks on the latest row
@@ -132,11 +142,7 @@ export async function resendDelivery(
        values ($1, $2, $3, now(), 'manual')
        on conflict (message_id, endpoint_id) do nothing
      ), restarted as (
-       update delivery
-          set cycle = cycle + case when state = 'pending' then 0 else 1 end,
-              attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
-              state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()
-        where message_id = $2 and endpoint_id = $3 and state <> 'sending'
+       update delivery set ${RESTART} where message_id = $2 and endpoint_id = $3 and state <> 'sending'
      )
      select pg_notify('herald_work', $1)`,
     [appId, messageId, endpointId],
@@ -151,15 +157,39 @@ export async function recoverFailedDeliveries(
   until: Date | null,
 ): Promise<number> {
   const result = await db.query(
-    `update delivery
-        set state = 'pending', cycle = cycle + 1, attempts_in_cycle = 0, next_attempt_at = now(),
-            trigger = 'manual', updated_at = now()
+    `update delivery set ${RESTART}
       where endpoint_id = $1 and state = 'failed' and created_at >= $2
         and ($3::timestamptz is null or created_at < $3)`,
     [endpointId, since, until],
   );
   if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
   return result.rowCount;
+}
+
+export interface RestartedDelivery {
+  deliveryId: string;
+  appId: string;
+  messageId: string;
+  endpointId: string;
+  cycle: number;
+}
+
+/**
+ * Replay: a new cycle for each of these deliveries, exactly as a resend would start it. One in
+ * flight is left alone (its outcome is coming); the guard is re-checked on the latest row version.
+ */
+export async function restartDeliveries(
+  db: Queryable,
+  deliveryIds: readonly string[],
+): Promise<RestartedDelivery[]> {
+  if (deliveryIds.length === 0) return [];
+  const result = await db.query<RestartedDelivery>(
+    `update delivery set ${RESTART} where id = any($1) and state <> 'sending'
+     returning id as "deliveryId", app_id as "appId", message_id as "messageId", endpoint_id as "endpointId", cycle`,
+    [deliveryIds],
+  );
+  if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', 'replay')`);
+  return result.rows;
 }
 
 export interface DestinationRow {

@@ -1,11 +1,12 @@
 // What every use case needs: the database, the configuration, the secret box, the retry policy,
-// the destination policy and the logger. Built once by createHerald.
+// the destination policy, the logger and the metrics. Built once by createHerald.
 
 import type { Logger } from 'pino';
 import type { HeraldConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { Db } from '../db/port.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
+import type { Metrics } from '../ops/metrics.ts';
 import type { AddressPolicy } from '../sender/destination.ts';
 
 export interface Core {
@@ -15,6 +16,7 @@ export interface Core {
   policy: RetryPolicy;
   addressPolicy: AddressPolicy;
   log: Logger;
+  metrics: Metrics;
 }
 
 /** Who is acting, for the audit log and for scope checks. */

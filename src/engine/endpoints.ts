@@ -14,6 +14,7 @@ import {
 } from '../db/endpoints.ts';
 import type { Queryable } from '../db/port.ts';
 import { invalidField, notFound } from '../errors.ts';
+import { emitEndpointEvent } from '../ops/operational-webhooks.ts';
 import type { EndpointIn, EndpointPatch, EndpointUpdate } from '../schemas/svix.ts';
 import { checkDestination } from '../sender/send.ts';
 import { generateEndpointSecret } from '../signing/standard-webhooks.ts';
@@ -62,6 +63,8 @@ export async function createEndpoint(
   const secret = input.secret ?? generateEndpointSecret();
   await insertCurrentSecret(tx, app.id, endpoint.id, core.box.seal(secret, endpoint.id));
   await audit(tx, actor, 'endpoint.created', endpoint, { url: endpoint.url });
+  // In this transaction: the operator hears of the endpoint if and only if it was created.
+  await emitEndpointEvent(core.config, tx, 'endpoint.created', endpoint);
   return endpoint;
 }
 
@@ -78,6 +81,8 @@ export async function replaceEndpoint(
   if (current.disabled !== updated.disabled) {
     await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
   }
+  // Svix's endpoint.disabled means "disabled automatically"; an operator's change is an update.
+  await emitEndpointEvent(core.config, tx, 'endpoint.updated', updated);
   return updated;
 }
 

@@ -14,6 +14,7 @@ import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts'
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
+import type { Metrics } from '../ops/metrics.ts';
 import { compileBusinessKey } from './business-key.ts';
 import {
   createVerifier,
@@ -28,6 +29,7 @@ export interface IngestDeps {
   box: SecretBox;
   log: Logger;
   fetchText: FetchText;
+  metrics?: Metrics;
 }
 
 export type IngestResult =
@@ -80,8 +82,14 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       const source = await findSource(deps.db, sourceIdOrUid);
       if (!source) throw notFound('source');
       const verifier = await verifierFor(source);
+      // Counted per source only once the source exists: the path is the sender's to choose, and
+      // unknown names must not grow the metric set.
+      const label = source.uid ?? source.id;
       const verdict = await verifier.verify(request, new Date());
-      if (!verdict.ok) throw new HeraldError(verdict.code, verdict.reason);
+      if (!verdict.ok) {
+        deps.metrics?.intake(label, 'rejected');
+        throw new HeraldError(verdict.code, verdict.reason);
+      }
       if (
         source.scheme === 'aws-sns' &&
         (verdict.payload as { Type?: string })?.Type === 'SubscriptionConfirmation'
@@ -94,6 +102,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         payload: verdict.payload,
       });
       if (businessKey === null) {
+        deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(
           'missing_business_key',
           `the business key template ${source.businessKey} names a missing field`,
@@ -101,6 +110,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       }
       const bodySha256 = crypto.createHash('sha256').update(request.rawBody).digest();
       failpoint('ingest.before_claim');
+      let relayed = false;
       const result = await deps.db.transaction(async (tx) => {
         const claim = await claimIntake(tx, {
           sourceId: source.id,
@@ -131,6 +141,8 @@ export function createIngestor(deps: IngestDeps): Ingestor {
             `source:${source.id}`,
           );
           messageId = published.message.id;
+          // Another delivery id with the same business key joins the existing message: not new.
+          relayed = published.kind === 'created';
           await linkIntakeMessage(tx, claim.intakeId, messageId);
         }
         await recordObservation(tx, {
@@ -143,6 +155,9 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         return { kind: 'accepted' as const, intakeId: claim.intakeId, messageId, duplicate: !claim.claimed };
       });
       failpoint('ingest.after_commit');
+      // Counted after COMMIT, like the 2xx: a rolled-back claim is not a claim.
+      deps.metrics?.intake(label, result.duplicate ? 'duplicate' : 'claimed');
+      if (relayed) deps.metrics?.published('ingest');
       return result;
     },
   };

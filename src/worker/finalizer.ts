@@ -6,7 +6,7 @@
 
 import type { Logger } from 'pino';
 import { type AttemptResult, type RecordedOutcome, recordOutcomes } from '../db/deliveries.ts';
-import type { Queryable } from '../db/port.ts';
+import type { Db, Queryable } from '../db/port.ts';
 
 export interface PendingResult {
   result: AttemptResult;
@@ -15,11 +15,16 @@ export interface PendingResult {
 }
 
 export interface FinalizerOptions {
-  db: Queryable;
+  db: Queryable & Pick<Db, 'transaction'>;
   disableAfter: number;
   log: Logger;
   maxBatch?: number;
   onRetry?: () => void;
+  /**
+   * Runs in the transaction that records the outcomes (operational webhooks): what it writes
+   * commits with them or not at all. Without it the write stays one autocommit statement.
+   */
+  afterRecord?: (tx: Queryable, results: AttemptResult[], recorded: RecordedOutcome[]) => Promise<void>;
 }
 
 export interface Finalizer {
@@ -41,11 +46,15 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
     let live = batch;
     for (;;) {
       try {
-        const recorded = await recordOutcomes(
-          options.db,
-          live.map((p) => p.result),
-          options.disableAfter,
-        );
+        const results = live.map((p) => p.result);
+        const { afterRecord } = options;
+        const recorded = afterRecord
+          ? await options.db.transaction(async (tx) => {
+              const rows = await recordOutcomes(tx, results, options.disableAfter);
+              await afterRecord(tx, results, rows);
+              return rows;
+            })
+          : await recordOutcomes(options.db, results, options.disableAfter);
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {
           const outcome = byDelivery.get(p.result.deliveryId) ?? null;

@@ -17,6 +17,7 @@ import {
   validateHeaders,
 } from '../../engine/endpoints.ts';
 import { HeraldError } from '../../errors.ts';
+import { emitEndpointEvent } from '../../ops/operational-webhooks.ts';
 import {
   EndpointHeadersIn,
   EndpointHeadersPatchIn,
@@ -128,6 +129,7 @@ export const endpointRoutes =
       await db.transaction(async (tx) => {
         await deleteEndpoint(tx, endpoint.id);
         await audit(tx, request.actor, 'endpoint.deleted', endpoint, {});
+        await emitEndpointEvent(core.config, tx, 'endpoint.deleted', endpoint);
       });
       return reply.status(204).send();
     });

@@ -35,12 +35,13 @@ export const messageRoutes =
       async (request, reply) => {
         const input = parseOrThrow(MessageIn, request.body);
         const key = request.headers['idempotency-key'];
-        const { message } = await db.transaction((tx) =>
+        const { message, created } = await db.transaction((tx) =>
           publish(core, tx, request.actor, request.params.app_id, input, {
             idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
           }),
         );
-        // 202 only now, after COMMIT: acceptance is a database fact.
+        // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
+        if (created) core.metrics.published('api');
         return reply.status(202).send(presentMessage(message, request.query.with_content !== 'false'));
       },
     );

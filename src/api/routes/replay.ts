@@ -1,0 +1,19 @@
+// herald's addition: POST /api/v1/replay — a new delivery cycle for the finished deliveries a filter
+// selects (see src/ops/replay.ts). A POST outside the publish route, so auth.ts asks for the admin
+// scope; an admin key restricted to some apps replays within those apps only.
+
+import type { FastifyPluginAsync } from 'fastify';
+import type { Core } from '../../engine/core.ts';
+import { ReplayIn, replay } from '../../ops/replay.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
+
+export const replayRoutes =
+  (core: Core): FastifyPluginAsync =>
+  async (app) => {
+    app.post('/api/v1/replay', async (request, reply) => {
+      const input = parseOrThrow(ReplayIn, request.body);
+      const result = await core.db.transaction((tx) => replay(tx, request.actor, input));
+      // A real run has restarted the deliveries by now; sending them is the workers' job (202).
+      return reply.status(result.dryRun ? 200 : 202).send(result);
+    });
+  };

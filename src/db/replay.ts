@@ -1,0 +1,71 @@
+// Replay selection: which finished deliveries a filter names. The dry run and the real run read
+// through this one WHERE clause, so what a dry run lists is what the real run restarts.
+
+import type { Queryable } from './port.ts';
+
+export type FinishedState = 'failed' | 'succeeded';
+
+export interface ReplaySelection {
+  /** Never `pending` or `sending`: a delivery in flight or waiting already has its cycle. */
+  states: readonly FinishedState[];
+  /** null: every app (an unrestricted actor with no app filter). */
+  appIds: readonly string[] | null;
+  endpointId: string | null;
+  messageIds: readonly string[] | null;
+  /** On the message's creation time: [since, until). */
+  since: Date | null;
+  until: Date | null;
+}
+
+export interface ReplayPair {
+  deliveryId: string;
+  appId: string;
+  messageId: string;
+  endpointId: string;
+  state: FinishedState;
+}
+
+const FROM_WHERE = `from delivery d join message m on m.id = d.message_id
+  where d.state = any($1::text[])
+    and ($2::text[] is null or d.app_id = any($2))
+    and ($3::text is null or d.endpoint_id = $3)
+    and ($4::text[] is null or d.message_id = any($4))
+    and ($5::timestamptz is null or m.created_at >= $5)
+    and ($6::timestamptz is null or m.created_at < $6)`;
+
+const params = (s: ReplaySelection) => [s.states, s.appIds, s.endpointId, s.messageIds, s.since, s.until];
+
+export async function countReplay(db: Queryable, s: ReplaySelection): Promise<number> {
+  const result = await db.query<{ n: number }>(`select count(*)::int as n ${FROM_WHERE}`, params(s));
+  return result.rows[0]!.n;
+}
+
+/**
+ * The first `limit` selected deliveries, in a stable order (message, then endpoint). With `lock`,
+ * the rows are locked for the rest of the transaction: nothing can start or finish a cycle on them
+ * between this read and the restart, and PostgreSQL re-checks the state filter on each locked row.
+ */
+export async function listReplay(
+  db: Queryable,
+  s: ReplaySelection,
+  limit: number,
+  lock = false,
+): Promise<ReplayPair[]> {
+  const result = await db.query<ReplayPair>(
+    `select d.id as "deliveryId", d.app_id as "appId", d.message_id as "messageId",
+            d.endpoint_id as "endpointId", d.state
+       ${FROM_WHERE}
+      order by d.message_id, d.endpoint_id
+      limit $7 ${lock ? 'for update of d' : ''}`,
+    [...params(s), limit],
+  );
+  return result.rows;
+}
+
+/** The app an endpoint belongs to, or null when no endpoint has this id. */
+export async function endpointAppId(db: Queryable, endpointId: string): Promise<string | null> {
+  const result = await db.query<{ appId: string }>(`select app_id as "appId" from endpoint where id = $1`, [
+    endpointId,
+  ]);
+  return result.rows[0]?.appId ?? null;
+}

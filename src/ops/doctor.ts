@@ -1,0 +1,189 @@
+// `herald doctor`: looks in the database for states that should not last — work that is stuck,
+// evidence that is missing, uncertainty nobody has looked at — and reports each as a finding
+// with its count, its oldest age and a few ids to start from. Read-only: it repairs nothing, so
+// it is safe to run from cron or a probe against a live system. Every check is one query.
+
+import { migrationState } from '../db/migrate.ts';
+import type { Db } from '../db/port.ts';
+
+export interface DoctorThresholds {
+  /** Rows younger than this may still be mid-write (claim → message, endpoint → fan-out). */
+  settleSeconds: number;
+  /** A due delivery of an enabled endpoint that waits longer than this is overdue. */
+  dueSeconds: number;
+  /** An expired lease still unrecovered this long after its expiry means no worker recovers it. */
+  leaseGraceSeconds: number;
+  /** A parked unknown outcome older than this has not been reviewed. */
+  unknownReviewSeconds: number;
+}
+
+export const DOCTOR_CHECKS = [
+  'migrations_pending',
+  'intake_without_message',
+  'message_without_deliveries',
+  'deliveries_overdue',
+  'leases_expired',
+  'unknown_outcomes_unreviewed',
+  'endpoints_disabled',
+] as const;
+
+export type DoctorCheck = (typeof DOCTOR_CHECKS)[number];
+
+export interface Finding {
+  check: DoctorCheck;
+  count: number;
+  /** Age in seconds of the oldest case, from the time named in `detail`. */
+  oldestSeconds: number;
+  /** A few ids, oldest first, to start an investigation from. */
+  examples: string[];
+  /** What the state means and what to do about it. */
+  detail: string;
+}
+
+interface Check {
+  name: Exclude<DoctorCheck, 'migrations_pending'>;
+  /** Selects the offending rows as (id, t): t is the moment the age is measured from. */
+  sql: (t: DoctorThresholds) => { text: string; params: unknown[] };
+  detail: string;
+}
+
+const EXAMPLES = 5;
+
+const CHECKS: Check[] = [
+  {
+    // Claim and message are committed in one transaction, so any such row is a defect (or a
+    // hand edit): the sender was acknowledged and nothing will be delivered.
+    name: 'intake_without_message',
+    sql: (t) => ({
+      text: `select i.id, i.claimed_at as t from intake i
+              where i.message_id is null and i.claimed_at < now() - make_interval(secs => $1)`,
+      params: [t.settleSeconds],
+    }),
+    detail:
+      'inbound deliveries were acknowledged (claimed_at) but produced no message, so nothing will be sent ' +
+      'for them; ask the provider to redeliver, or publish the events by hand',
+  },
+  {
+    // Exact, with no false alarms: a message has no delivery row although an endpoint of its app
+    // matches it now and was created and last changed (updated_at) a settle period before the
+    // message — so it matched then too and was committed when the fan-out ran. An endpoint edited
+    // after the message is not judged (it may not have matched), which can only hide a case.
+    name: 'message_without_deliveries',
+    sql: (t) => ({
+      text: `select m.id, m.created_at as t from message m
+              where m.created_at < now() - make_interval(secs => $1)
+                and not exists (select 1 from delivery d where d.message_id = m.id)
+                and exists (
+                  select 1 from endpoint e
+                   where e.app_id = m.app_id
+                     and e.created_at < m.created_at - make_interval(secs => $1)
+                     and e.updated_at < m.created_at - make_interval(secs => $1)
+                     and (e.filter_types is null or m.event_type = any(e.filter_types))
+                     and (e.channels is null or e.channels && coalesce(m.channels, '{}')))`,
+      params: [t.settleSeconds],
+    }),
+    detail:
+      'messages (created_at) have no delivery although an endpoint of their app was subscribed when ' +
+      'they were published; resend them to that endpoint',
+  },
+  {
+    // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
+    name: 'deliveries_overdue',
+    sql: (t) => ({
+      text: `select d.id, d.next_attempt_at as t from delivery d join endpoint e on e.id = d.endpoint_id
+              where d.state = 'pending' and not e.disabled
+                and d.next_attempt_at < now() - make_interval(secs => $1)`,
+      params: [t.dueSeconds],
+    }),
+    detail:
+      'deliveries to enabled endpoints have been due (next_attempt_at) for too long; are workers ' +
+      'running, and keeping up?',
+  },
+  {
+    name: 'leases_expired',
+    sql: (t) => ({
+      text: `select d.id, d.lease_expires_at as t from delivery d
+              where d.state = 'sending' and d.lease_expires_at < now() - make_interval(secs => $1)`,
+      params: [t.leaseGraceSeconds],
+    }),
+    detail:
+      'deliveries are still leased long after the lease expired (lease_expires_at); every running ' +
+      'worker recovers expired leases within seconds, so none is running',
+  },
+  {
+    name: 'unknown_outcomes_unreviewed',
+    sql: (t) => ({
+      text: `select a.id, a.finished_at as t from attempt a join delivery d on d.id = a.delivery_id
+              where d.state = 'failed' and a.outcome = 'unknown'
+                and a.finished_at < now() - make_interval(secs => $1)`,
+      params: [t.unknownReviewSeconds],
+    }),
+    detail:
+      'attempts with an unknown outcome (finished_at) are parked on failed deliveries; check with the ' +
+      'receiver (herald reconcile --unknown-only), then resend or leave them',
+  },
+  {
+    // Automatic disables always need a person; an operator's disable only once work waits on it.
+    name: 'endpoints_disabled',
+    sql: () => ({
+      text: `select e.id, e.updated_at as t from endpoint e
+              where e.disabled
+                and (e.disabled_reason <> 'operator'
+                     or exists (select 1 from delivery d where d.endpoint_id = e.id and d.state = 'pending'))`,
+      params: [],
+    }),
+    detail:
+      'endpoints are disabled (since updated_at) after failures or a 410, or by an operator while ' +
+      'deliveries wait for them; fix the receiver and re-enable, or delete the endpoint',
+  },
+];
+
+/** Runs every check; returns the findings (an empty list: healthy). */
+export async function runDoctor(db: Db, thresholds: DoctorThresholds): Promise<Finding[]> {
+  const migrations = await migrationState(db);
+  if (migrations.pending.length > 0) {
+    // The other checks read tables this build expects: on an older schema they cannot be trusted.
+    return [
+      {
+        check: 'migrations_pending',
+        count: migrations.pending.length,
+        oldestSeconds: 0,
+        examples: migrations.pending.map(String),
+        detail: 'the database lacks migrations this build needs; run herald migrate',
+      },
+    ];
+  }
+  const findings: Finding[] = [];
+  for (const check of CHECKS) {
+    const { text, params } = check.sql(thresholds);
+    const result = await db.query<{ count: number; oldestSeconds: number; examples: string[] }>(
+      `select count(*)::int as count,
+              coalesce(extract(epoch from now() - min(x.t)), 0)::float8 as "oldestSeconds",
+              coalesce((array_agg(x.id order by x.t, x.id))[1:${EXAMPLES}], '{}') as examples
+         from (${text}) x`,
+      params,
+    );
+    const row = result.rows[0]!;
+    if (row.count > 0) findings.push({ check: check.name, ...row, detail: check.detail });
+  }
+  return findings;
+}
+
+/** One line per check: `ok <check>` or `FAIL <check> …` followed by its explanation. */
+export function formatFindings(findings: readonly Finding[]): string {
+  const byCheck = new Map(findings.map((f) => [f.check, f]));
+  const lines: string[] = [];
+  for (const check of DOCTOR_CHECKS) {
+    const f = byCheck.get(check);
+    if (!f) {
+      // A schema that is behind skips the other checks: say so rather than claim they passed.
+      lines.push(byCheck.has('migrations_pending') ? `skip ${check}` : `ok   ${check}`);
+      continue;
+    }
+    lines.push(
+      `FAIL ${check}: ${f.count} (oldest ${Math.round(f.oldestSeconds)} s) e.g. ${f.examples.join(', ')}`,
+      `     ${f.detail}`,
+    );
+  }
+  return lines.join('\n');
+}

@@ -1,0 +1,195 @@
+// Prometheus metrics. Counters and histograms count what this process did (publishes, intake
+// claims, attempts, lease recoveries, finalization retries); gauges describe the whole database and
+// are read at scrape time. Each herald owns its Registry (never prom-client's global one), so
+// several heralds in one process — tests, or a library user's own app — do not collide.
+//
+// Labels are bounded enums or operator-defined names only: never a message, endpoint or app id,
+// which would make a series per object and let publishers grow the metric set without limit.
+
+import type { Logger } from 'pino';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { Queryable } from '../db/port.ts';
+
+export type PublishedVia = 'api' | 'library' | 'ingest';
+export type IntakeOutcome = 'claimed' | 'duplicate' | 'rejected';
+
+export interface AttemptSample {
+  outcome: 'success' | 'failure' | 'unknown';
+  /** One of the sender's RESPONSE_CLASSES, or payload_expired / no_signing_secret: a bounded set. */
+  responseClass: string;
+  durationMs: number;
+}
+
+export interface Metrics {
+  readonly registry: Registry;
+  /** A new message was committed (idempotent replays are not new messages). */
+  published(via: PublishedVia): void;
+  /** `source` is the source's uid, or its id when it has none. */
+  intake(source: string, outcome: IntakeOutcome): void;
+  /** An attempt's outcome was recorded under its lease. */
+  attemptRecorded(attempt: AttemptSample): void;
+  /** Seconds from the message's creation to the start of its first attempt at one endpoint. */
+  firstAttempt(latencySeconds: number): void;
+  leasesRecovered(count: number): void;
+  finalizationRetried(): void;
+  /** The Prometheus text exposition, with the database gauges read now. */
+  scrape(): Promise<string>;
+  readonly contentType: string;
+}
+
+interface DatabaseSnapshot {
+  pending: number;
+  sending: number;
+  failed: number;
+  oldestDueSeconds: number;
+  unknownParked: number;
+  endpointsDisabled: number;
+}
+
+// One statement for every database gauge, so a scrape costs one round trip. The pending and
+// sending counts and the oldest due delivery use the partial indexes on state; the failed count and
+// the parked unknowns scan more, which is why they are read only when Prometheus asks.
+// The oldest due delivery ignores disabled endpoints: their deliveries wait on purpose (they are
+// counted in herald_endpoints_disabled), and would otherwise hide a worker that falls behind.
+const SNAPSHOT_SQL = `
+  select
+    (select count(*) from delivery where state = 'pending')::float8 as pending,
+    (select count(*) from delivery where state = 'sending')::float8 as sending,
+    (select count(*) from delivery where state = 'failed')::float8 as failed,
+    coalesce(extract(epoch from now() - (
+      select min(d.next_attempt_at) from delivery d join endpoint e on e.id = d.endpoint_id
+       where d.state = 'pending' and d.next_attempt_at <= now() and not e.disabled
+    )), 0)::float8 as "oldestDueSeconds",
+    (select count(*) from attempt a join delivery d on d.id = a.delivery_id
+      where d.state = 'failed' and a.outcome = 'unknown')::float8 as "unknownParked",
+    (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled"`;
+
+const DURATION_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60];
+// From sub-second (a worker waiting on NOTIFY) to hours (an endpoint that was disabled at publish).
+const LATENCY_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600];
+
+export function createMetrics(db: Queryable, log?: Logger): Metrics {
+  const registry = new Registry();
+  const registers = [registry];
+
+  const published = new Counter({
+    name: 'herald_messages_published_total',
+    help: 'Messages committed, by how they entered herald (api, library, ingest).',
+    labelNames: ['via'] as const,
+    registers,
+  });
+  // Every face from the start: a series that appears only at its first increment hides that
+  // increment from rate().
+  for (const via of ['api', 'library', 'ingest'] as const) published.inc({ via }, 0);
+  const intake = new Counter({
+    name: 'herald_intake_claims_total',
+    help: 'Inbound deliveries by source (uid or id) and outcome: claimed, duplicate, or rejected before anything was stored.',
+    labelNames: ['source', 'outcome'] as const,
+    registers,
+  });
+  const attempts = new Counter({
+    name: 'herald_attempts_total',
+    help: 'Attempts whose outcome this process recorded, by outcome and response class.',
+    labelNames: ['outcome', 'response_class'] as const,
+    registers,
+  });
+  const duration = new Histogram({
+    name: 'herald_attempt_duration_seconds',
+    help: 'Time one attempt took: DNS, connect, request and response.',
+    buckets: DURATION_BUCKETS,
+    registers,
+  });
+  const firstAttempt = new Histogram({
+    name: 'herald_publish_to_first_attempt_seconds',
+    help: "From a message's creation to the start of its first scheduled attempt at an endpoint.",
+    buckets: LATENCY_BUCKETS,
+    registers,
+  });
+  const recoveries = new Counter({
+    name: 'herald_lease_recoveries_total',
+    help: 'Expired leases this process recovered (their attempts became unknown).',
+    registers,
+  });
+  const finalizationRetries = new Counter({
+    name: 'herald_finalization_retries_total',
+    help: 'Failed writes of attempt outcomes that were retried (the database was unreachable or erred).',
+    registers,
+  });
+
+  // The database gauges share one query per scrape: prom-client calls every collect callback
+  // before awaiting any of them, so the first one starts the query and the others join it.
+  // Concurrent scrapes share it too.
+  let inFlight: Promise<DatabaseSnapshot | null> | null = null;
+  const snapshot = (): Promise<DatabaseSnapshot | null> => {
+    inFlight ??= db
+      .query<DatabaseSnapshot>(SNAPSHOT_SQL)
+      .then((result) => result.rows[0] ?? null)
+      .catch((error: unknown) => {
+        log?.warn({ err: (error as Error).message }, 'metrics: the database gauges could not be read');
+        return null;
+      })
+      .finally(() => {
+        inFlight = null;
+      });
+    return inFlight;
+  };
+  // An unreadable database is reported as NaN (no value), never as a reassuring 0; the counters of
+  // this process are still served, and herald_metrics_database_up says why the gauges are empty.
+  const fromDatabase = (name: string, help: string, read: (s: DatabaseSnapshot) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers,
+      async collect() {
+        const s = await snapshot();
+        this.set(s === null ? Number.NaN : read(s));
+      },
+    });
+
+  new Gauge({
+    name: 'herald_metrics_database_up',
+    help: '1 when this scrape read the database gauges, 0 when the database could not be read.',
+    registers,
+    async collect() {
+      this.set((await snapshot()) === null ? 0 : 1);
+    },
+  });
+  new Gauge({
+    name: 'herald_deliveries',
+    help: 'Deliveries by state (pending, sending, failed), in the whole database.',
+    labelNames: ['state'] as const,
+    registers,
+    async collect() {
+      const s = await snapshot();
+      for (const state of ['pending', 'sending', 'failed'] as const) {
+        this.set({ state }, s === null ? Number.NaN : s[state]);
+      }
+    },
+  });
+  fromDatabase(
+    'herald_oldest_due_delivery_age_seconds',
+    'How long the oldest due pending delivery of an enabled endpoint has been waiting (0: none).',
+    (s) => s.oldestDueSeconds,
+  );
+  fromDatabase(
+    'herald_unknown_outcomes_parked',
+    'Attempts with an unknown outcome whose delivery is failed: parked, awaiting review.',
+    (s) => s.unknownParked,
+  );
+  fromDatabase('herald_endpoints_disabled', 'Endpoints currently disabled.', (s) => s.endpointsDisabled);
+
+  return {
+    registry,
+    contentType: registry.contentType,
+    published: (via) => published.inc({ via }),
+    intake: (source, outcome) => intake.inc({ source, outcome }),
+    attemptRecorded(a) {
+      attempts.inc({ outcome: a.outcome, response_class: a.responseClass });
+      duration.observe(a.durationMs / 1000);
+    },
+    firstAttempt: (seconds) => firstAttempt.observe(Math.max(0, seconds)),
+    leasesRecovered: (count) => recoveries.inc(count),
+    finalizationRetried: () => finalizationRetries.inc(),
+    scrape: () => registry.metrics(),
+  };
+}

@@ -1,0 +1,227 @@
+// Operational webhooks: herald tells its operator about itself — endpoints created, updated,
+// deleted or auto-disabled, deliveries failing, exhausted or recovered — as signed webhooks in
+// Svix's event shapes (`{type, timestamp, data}`, reference/svix-oss-openapi.json: x-webhooks).
+//
+// They are not a side channel. Each event is an ordinary message published into herald's own
+// operator application (uid `herald-operator`, one endpoint at HERALD_OPERATOR_WEBHOOK_URL), in the
+// same transaction as the change it reports: the change and its event commit together or not at
+// all, and the event then gets everything a message gets (retries, history, replay). Changes to the
+// operator application's own endpoint report nothing, or every failed event would beget another.
+
+import type { AttemptResult, RecordedOutcome, RecoveredLease } from '../db/deliveries.ts';
+import { publishMessage } from '../db/messages.ts';
+import type { Queryable } from '../db/port.ts';
+import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
+
+export const OPERATOR_APP_UID = 'herald-operator';
+/** The audit log's name for herald acting on its own behalf. */
+export const HERALD_ACTOR_ID = 'herald';
+/** Svix sends `message.attempt.failing` on a delivery's fourth failure. */
+export const FAILING_AFTER = 4;
+
+export type EndpointEventType = 'endpoint.created' | 'endpoint.updated' | 'endpoint.deleted';
+export type OperationalEventType =
+  | EndpointEventType
+  | 'endpoint.disabled'
+  | 'message.attempt.failing'
+  | 'message.attempt.exhausted'
+  | 'message.attempt.recovered';
+
+interface OperatorApp {
+  id: string;
+  retentionDays: number | null;
+}
+
+/** Svix's MessageAttempetLast (sic). */
+interface LastAttempt {
+  id: string;
+  responseStatusCode: number;
+  timestamp: string;
+}
+
+async function publishEvent(
+  tx: Queryable,
+  operator: OperatorApp,
+  type: OperationalEventType,
+  data: Record<string, unknown>,
+  idempotencyKey: string | null,
+): Promise<void> {
+  // A key already used means this very event was published by an earlier commit of the same
+  // outcome (a repeated write whose first reply was lost): nothing more is inserted.
+  await publishMessage(
+    tx,
+    {
+      appId: operator.id,
+      eventType: type,
+      eventId: null,
+      payload: JSON.stringify({ type, timestamp: new Date().toISOString(), data }),
+      channels: null,
+      tags: null,
+      idempotencyKey,
+      requestHash: null,
+      retentionDays: operator.retentionDays ?? DEFAULT_RETENTION_DAYS,
+    },
+    HERALD_ACTOR_ID,
+  );
+}
+
+/**
+ * Publishes endpoint.created/updated/deleted about `endpoint` in `tx`, the transaction that made
+ * the change. Nothing when operational webhooks are off, the operator app does not exist (yet), or
+ * the endpoint is the operator's own.
+ */
+export async function emitEndpointEvent(
+  config: { operatorWebhookUrl: string | undefined },
+  tx: Queryable,
+  type: EndpointEventType,
+  endpoint: { id: string; appId: string; uid: string | null },
+): Promise<void> {
+  if (!config.operatorWebhookUrl) return;
+  const found = await tx.query<OperatorApp & { appUid: string | null }>(
+    `select o.id, o.retention_days as "retentionDays", (select a.uid from app a where a.id = $2) as "appUid"
+       from app o where o.uid = $1`,
+    [OPERATOR_APP_UID, endpoint.appId],
+  );
+  const operator = found.rows[0];
+  if (!operator || operator.id === endpoint.appId) return;
+  await publishEvent(
+    tx,
+    operator,
+    type,
+    { appId: endpoint.appId, appUid: operator.appUid, endpointId: endpoint.id, endpointUid: endpoint.uid },
+    null,
+  );
+}
+
+interface OutcomeFacts {
+  attemptId: string;
+  outcome: 'success' | 'failure' | 'unknown';
+  statusCode: number | null;
+  startedAt: Date;
+  state: string;
+  appId: string;
+  appUid: string | null;
+  endpointId: string;
+  endpointUid: string | null;
+  msgId: string;
+  msgEventId: string | null;
+  /** Known failures in this delivery's current cycle, this attempt included. */
+  failuresInCycle: number;
+}
+
+/**
+ * Publishes the events that recorded attempt outcomes call for. Runs inside the transaction that
+ * recorded them (the finalizer's), so only outcomes that were really written — recorded = true,
+ * the lease still held — can emit, and an outcome write that rolls back takes its events with it.
+ */
+export async function emitOutcomeEvents(
+  tx: Queryable,
+  results: readonly AttemptResult[],
+  recorded: readonly RecordedOutcome[],
+): Promise<void> {
+  const written = new Map(recorded.filter((r) => r.recorded).map((r) => [r.deliveryId, r]));
+  const tokens = results.filter((r) => written.has(r.deliveryId)).map((r) => r.leaseToken);
+  const disabled = new Set(recorded.filter((r) => r.recorded && r.endpointDisabled).map((r) => r.deliveryId));
+  await emitAttemptEvents(tx, tokens, disabled);
+}
+
+/**
+ * The same for leases that expired with no outcome, inside the recovery's transaction: an attempt
+ * that ends `unknown` with its cycle's budget spent (or parked for review) ends the cycle too.
+ */
+export async function emitRecoveryEvents(tx: Queryable, recovered: readonly RecoveredLease[]): Promise<void> {
+  await emitAttemptEvents(
+    tx,
+    recovered.map((r) => r.leaseToken),
+    new Set(),
+  );
+}
+
+/**
+ * For each attempt (by lease token), as things stand after its outcome was written:
+ * - message.attempt.failing: the cycle's FAILING_AFTER-th known failure (once per cycle);
+ * - message.attempt.exhausted: the cycle ended without a success (budget spent, or the outcome
+ *   policy stopped it): no further attempt will be made unless someone resends or replays;
+ * - message.attempt.recovered: a success after at least one known failure in the cycle;
+ * - endpoint.disabled: this outcome auto-disabled the endpoint (failures, or a 410 Gone).
+ */
+async function emitAttemptEvents(
+  tx: Queryable,
+  tokens: readonly string[],
+  disabledDeliveries: ReadonlySet<string>,
+): Promise<void> {
+  if (tokens.length === 0) return;
+  const operator = (
+    await tx.query<OperatorApp>(`select id, retention_days as "retentionDays" from app where uid = $1`, [
+      OPERATOR_APP_UID,
+    ])
+  ).rows[0];
+  if (!operator) return;
+  const facts = await tx.query<OutcomeFacts & { deliveryId: string }>(
+    `select a.id as "attemptId", a.outcome, a.status_code as "statusCode", a.started_at as "startedAt",
+            d.id as "deliveryId", d.state, d.app_id as "appId", ap.uid as "appUid",
+            d.endpoint_id as "endpointId", e.uid as "endpointUid",
+            d.message_id as "msgId", m.event_id as "msgEventId",
+            (select count(*) from attempt f
+              where f.delivery_id = a.delivery_id and f.cycle = a.cycle and f.outcome = 'failure')::int
+              as "failuresInCycle"
+       from attempt a
+       join delivery d on d.id = a.delivery_id
+       join message m on m.id = d.message_id
+       join endpoint e on e.id = d.endpoint_id
+       join app ap on ap.id = d.app_id
+      where a.lease_token = any($1::uuid[]) and d.app_id <> $2
+      order by a.id`,
+    [tokens, operator.id],
+  );
+  for (const f of facts.rows) {
+    const lastAttempt: LastAttempt = {
+      id: f.attemptId,
+      responseStatusCode: f.statusCode ?? 0,
+      timestamp: new Date(f.startedAt).toISOString(),
+    };
+    const data = {
+      appId: f.appId,
+      appUid: f.appUid,
+      endpointId: f.endpointId,
+      msgId: f.msgId,
+      msgEventId: f.msgEventId,
+      lastAttempt,
+    };
+    // Keyed by the attempt: one event of each kind per attempt, however often its outcome is written.
+    const key = (type: OperationalEventType) => `herald:${type}:${f.attemptId}`;
+    const emit = (type: OperationalEventType, body: Record<string, unknown>) =>
+      publishEvent(tx, operator, type, body, key(type));
+    if (f.outcome === 'failure' && f.failuresInCycle === FAILING_AFTER) {
+      await emit('message.attempt.failing', data);
+    }
+    if (f.outcome !== 'success' && f.state === 'failed') {
+      await emit('message.attempt.exhausted', data);
+    }
+    if (f.outcome === 'success' && f.failuresInCycle > 0) {
+      await emit('message.attempt.recovered', data);
+    }
+    if (disabledDeliveries.has(f.deliveryId)) {
+      await emit('endpoint.disabled', {
+        appId: f.appId,
+        appUid: f.appUid,
+        endpointId: f.endpointId,
+        endpointUid: f.endpointUid,
+        failSince: (await failingSince(tx, f.endpointId, f.startedAt)).toISOString(),
+      });
+    }
+  }
+}
+
+/** When the endpoint's run of failures began: its first known failure after its last success. */
+async function failingSince(tx: Queryable, endpointId: string, fallback: Date): Promise<Date> {
+  const result = await tx.query<{ since: Date | null }>(
+    `select min(f.started_at) as since from attempt f
+      where f.endpoint_id = $1 and f.outcome = 'failure'
+        and f.started_at > coalesce(
+          (select max(s.started_at) from attempt s where s.endpoint_id = $1 and s.outcome = 'success'),
+          '-infinity')`,
+    [endpointId],
+  );
+  return result.rows[0]?.since ?? fallback;
+}

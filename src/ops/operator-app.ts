@@ -1,0 +1,78 @@
+// Start-up side of operational webhooks: with HERALD_OPERATOR_WEBHOOK_URL set, make sure the
+// operator application (uid `herald-operator`) exists with one endpoint at that URL, signed with
+// HERALD_OPERATOR_WEBHOOK_SECRET when given. Idempotent, and safe when several processes start at
+// once (one advisory lock); a changed URL or secret is applied to the existing endpoint.
+
+import { findApp } from '../db/apps.ts';
+import { listEndpoints } from '../db/endpoints.ts';
+import { createApp } from '../engine/apps.ts';
+import type { Actor, Core } from '../engine/core.ts';
+import {
+  createEndpoint,
+  patchToUpdate,
+  replaceEndpoint,
+  revealSecret,
+  rotateEndpointSecret,
+} from '../engine/endpoints.ts';
+import { ConfigError, HeraldError } from '../errors.ts';
+import { EndpointIn } from '../schemas/svix.ts';
+import { parseOrThrow } from '../schemas/validate.ts';
+import { HERALD_ACTOR_ID, OPERATOR_APP_UID } from './operational-webhooks.ts';
+
+const HERALD_ACTOR: Actor = { id: HERALD_ACTOR_ID, scopes: ['admin'], appIds: null };
+/** Arbitrary constant shared by every herald process: serialises concurrent start-ups. */
+const ENSURE_LOCK_KEY = 727_100_2;
+
+export interface OperatorWebhooks {
+  appId: string;
+  endpointId: string;
+}
+
+/** Ensures the operator app and its endpoint; null when operational webhooks are not configured. */
+export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhooks | null> {
+  const { operatorWebhookUrl: url, operatorWebhookSecret: secret } = core.config;
+  if (!url) return null;
+  try {
+    return await core.db.transaction(async (tx) => {
+      await tx.query('select pg_advisory_xact_lock($1)', [ENSURE_LOCK_KEY]);
+      const app =
+        (await findApp(tx, OPERATOR_APP_UID)) ??
+        (await createApp(tx, HERALD_ACTOR, {
+          uid: OPERATOR_APP_UID,
+          name: 'herald operator',
+          throttleRate: null,
+          metadata: {},
+          retentionDays: null,
+        }));
+      const page = await listEndpoints(tx, app.id, { limit: 1, iterator: null, order: 'ascending' });
+      const current = page.data[0];
+      if (!current) {
+        const input = parseOrThrow(EndpointIn, {
+          url,
+          description: 'herald operational webhooks',
+          ...(secret ? { secret } : {}),
+        });
+        const created = await createEndpoint(core, tx, HERALD_ACTOR, app, input);
+        return { appId: app.id, endpointId: created.id };
+      }
+      if (current.url !== url) {
+        await replaceEndpoint(core, tx, HERALD_ACTOR, current, patchToUpdate(current, { url }));
+      }
+      if (secret && (await revealSecret(core, tx, current)) !== secret) {
+        // The old secret keeps signing for the usual grace period, so a receiver can switch over.
+        await rotateEndpointSecret(core, tx, HERALD_ACTOR, current, secret, null);
+      }
+      return { appId: app.id, endpointId: current.id };
+    });
+  } catch (error) {
+    // The usual cause is a URL the destination policy refuses: say which variable to fix.
+    if (error instanceof HeraldError && error.kind === 'validation') {
+      throw new ConfigError(
+        'HERALD_OPERATOR_WEBHOOK_URL',
+        `a URL herald may deliver to (${error.message})`,
+        url,
+      );
+    }
+    throw error;
+  }
+}

@@ -1,0 +1,172 @@
+// Replay: start a new cycle for many finished deliveries at once — after an outage of a receiver,
+// say. It is a business action, not maintenance: it names its selection explicitly, refuses a
+// selection larger than the caller's cap (nobody replays a million deliveries by accident), can
+// show what it would do first (dry run), and leaves one audit entry saying who did what. Each
+// delivery restarts exactly as a resend restarts it (same message id and webhook-id, lifetime
+// history kept); deliveries waiting or in flight are never selected.
+
+import { z } from 'zod';
+import { recordAudit } from '../db/audit.ts';
+import { restartDeliveries } from '../db/deliveries.ts';
+import type { Queryable } from '../db/port.ts';
+import {
+  countReplay,
+  endpointAppId,
+  type FinishedState,
+  listReplay,
+  type ReplayPair,
+  type ReplaySelection,
+} from '../db/replay.ts';
+import { assertAppAllowed, requireApp } from '../engine/apps.ts';
+import type { Actor } from '../engine/core.ts';
+import { requireEndpoint } from '../engine/endpoints.ts';
+import { HeraldError, invalidField } from '../errors.ts';
+
+/** How many message × endpoint pairs an answer lists; `count` is always the full number. */
+export const PAIRS_SHOWN = 1000;
+
+const STATES: Record<ReplayIn['status'], FinishedState[]> = {
+  failed: ['failed'],
+  succeeded: ['succeeded'],
+  'all-finished': ['failed', 'succeeded'],
+};
+
+const datetime = () => z.iso.datetime({ offset: true });
+
+// Strict: a misspelt filter (`endpointId` for `endpoint`) must be refused, not ignored — ignoring
+// it would widen the selection to more than the caller meant.
+export const ReplayIn = z
+  .object({
+    status: z.enum(['failed', 'succeeded', 'all-finished']),
+    cap: z.number().int().min(1).max(1_000_000),
+    dryRun: z.boolean().optional(),
+    app: z.string().min(1).max(256).nullish(),
+    endpoint: z.string().min(1).max(256).nullish(),
+    since: datetime().nullish(),
+    until: datetime().nullish(),
+    messageIds: z.array(z.string().min(1).max(256)).min(1).max(1000).nullish(),
+  })
+  .strict();
+export type ReplayIn = z.infer<typeof ReplayIn>;
+
+export interface ReplayResult {
+  /** The audit entry's target: `rpl_…`. */
+  id: string;
+  dryRun: boolean;
+  /** Deliveries selected (dry run) or restarted (real run). */
+  count: number;
+  cap: number;
+  /** Dry run: whether the real run would refuse this selection for exceeding the cap. */
+  exceedsCap: boolean;
+  /** At most PAIRS_SHOWN of them, by message then endpoint. */
+  deliveries: Omit<ReplayPair, 'state'>[];
+  truncated: boolean;
+}
+
+/** Resolves the filters into a selection the actor may touch; app-restricted keys stay in their apps. */
+async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
+  if (input.since && input.until && new Date(input.since) >= new Date(input.until)) {
+    throw invalidField(['until'], 'must be later than since');
+  }
+  let appIds = actor.appIds;
+  let appId: string | null = null;
+  let endpointId: string | null = null;
+  if (input.app) {
+    const app = await requireApp(db, actor, input.app).catch((error) => {
+      if (error instanceof HeraldError && error.kind === 'not_found') {
+        throw invalidField(['app'], `application ${input.app} not found`);
+      }
+      throw error;
+    });
+    appId = app.id;
+    appIds = [app.id];
+    if (input.endpoint) {
+      endpointId = (
+        await requireEndpoint(db, app, input.endpoint).catch(() => {
+          throw invalidField(['endpoint'], `endpoint ${input.endpoint} not found in ${input.app}`);
+        })
+      ).id;
+    }
+  } else if (input.endpoint) {
+    // Without an app an endpoint is named by its id (uids are unique only within an app).
+    const owner = await endpointAppId(db, input.endpoint);
+    if (owner === null) throw invalidField(['endpoint'], `endpoint ${input.endpoint} not found`);
+    assertAppAllowed(actor, owner);
+    appId = owner;
+    endpointId = input.endpoint;
+  }
+  const selection: ReplaySelection = {
+    states: STATES[input.status],
+    appIds,
+    endpointId,
+    messageIds: input.messageIds ?? null,
+    since: input.since ? new Date(input.since) : null,
+    until: input.until ? new Date(input.until) : null,
+  };
+  return { selection, appId };
+}
+
+/**
+ * Runs (or, with dryRun, only plans) a replay in the caller's transaction: the restarts and the
+ * audit entry commit together or not at all.
+ */
+export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Promise<ReplayResult> {
+  const { selection, appId } = await selectionFor(tx, actor, input);
+  const dryRun = input.dryRun ?? false;
+  let count: number;
+  let pairs: ReplayPair[];
+  if (dryRun) {
+    count = await countReplay(tx, selection);
+    pairs = await listReplay(tx, selection, PAIRS_SHOWN);
+  } else {
+    // One more than the cap tells "too many" without locking (or counting) a million rows.
+    const locked = await listReplay(tx, selection, input.cap + 1, true);
+    if (locked.length > input.cap) {
+      const total = await countReplay(tx, selection);
+      throw new HeraldError(
+        'validation',
+        `cap: the selection has ${total} deliveries, more than the cap of ${input.cap}; narrow the filters or raise the cap`,
+        [{ loc: ['body', 'cap'], msg: `the selection has ${total} deliveries`, type: 'value_error' }],
+      );
+    }
+    const restarted = await restartDeliveries(
+      tx,
+      locked.map((p) => p.deliveryId),
+    );
+    // The rows were locked in a finished state, so every one restarts; count what really did.
+    const done = new Set(restarted.map((r) => r.deliveryId));
+    pairs = locked.filter((p) => done.has(p.deliveryId));
+    count = pairs.length;
+  }
+  const id = (await tx.query<{ id: string }>(`select herald_id('rpl') as id`)).rows[0]!.id;
+  // The selection as the caller gave it, and how many it matched: never payloads.
+  await recordAudit(tx, {
+    actor: actor.id,
+    action: 'replay.started',
+    appId,
+    targetType: 'replay',
+    targetId: id,
+    details: {
+      dryRun,
+      count,
+      cap: input.cap,
+      filters: {
+        status: input.status,
+        app: input.app ?? null,
+        endpoint: input.endpoint ?? null,
+        since: input.since ?? null,
+        until: input.until ?? null,
+        messageIds: input.messageIds ?? null,
+      },
+    },
+  });
+  return {
+    id,
+    dryRun,
+    count,
+    cap: input.cap,
+    exceedsCap: count > input.cap,
+    deliveries: pairs.slice(0, PAIRS_SHOWN).map(({ state: _state, ...pair }) => pair),
+    truncated: count > PAIRS_SHOWN,
+  };
+}

@@ -1,0 +1,225 @@
+// `herald doctor`, from the real CLI: healthy on a fresh database; each stuck state makes it exit 2
+// naming that state (and nothing else); the operator's repair makes it pass again. States that
+// herald cannot reach on its own (a claim without its message, a lost fan-out) are made in SQL;
+// ages are made by moving timestamps back, so the default thresholds are the ones tested.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { recoverExpiredLeases } from '../src/db/deliveries.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { killAll, runHerald } from './support/processes.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+let t: TestHerald;
+let receiver: Receiver;
+let app: string;
+
+before(async () => {
+  // No worker: the test decides when work is done, so stuck states stay stuck until repaired.
+  t = await startTestHerald('doctor', { worker: false });
+  receiver = await startReceiver();
+  app = await createApp(t, 'clinic');
+});
+after(async () => {
+  await killAll();
+  await t.close();
+  await receiver.close();
+});
+
+const sql = <R = Record<string, unknown>>(text: string, params: unknown[] = []) =>
+  t.database.db.query<R>(text, params);
+
+async function doctor(...args: string[]) {
+  return runHerald(['doctor', ...args], testEnv(t.database.url));
+}
+
+async function assertHealthy() {
+  const run = await doctor();
+  assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+  assert.doesNotMatch(run.stdout, /FAIL/);
+}
+
+/** Exactly `check` fails, with `count` cases, and the output names `id`. */
+async function assertFails(check: string, id: string, count = 1) {
+  const run = await doctor();
+  assert.equal(run.code, 2, `${run.stdout}\n${run.stderr}`);
+  assert.match(run.stdout, new RegExp(`^FAIL ${check}: ${count} `, 'm'));
+  assert.equal(run.stdout.match(/^FAIL /gm)?.length, 1, run.stdout);
+  assert.ok(run.stdout.includes(id), `${id} is named in\n${run.stdout}`);
+}
+
+test('a fresh database is healthy: exit 0, every check ok', async () => {
+  const run = await doctor();
+  assert.equal(run.code, 0, run.stderr);
+  for (const check of [
+    'migrations_pending',
+    'intake_without_message',
+    'message_without_deliveries',
+    'deliveries_overdue',
+    'leases_expired',
+    'unknown_outcomes_unreviewed',
+    'endpoints_disabled',
+  ]) {
+    assert.match(run.stdout, new RegExp(`^ok +${check}$`, 'm'));
+  }
+  const json = await doctor('--json');
+  assert.equal(json.code, 0);
+  assert.deepEqual(JSON.parse(json.stdout), []);
+});
+
+test('an intake claim that never produced a message', async () => {
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'labs',
+    scheme: 'standard-webhooks',
+    secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+    app: 'clinic',
+    eventType: 'lab.result',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  const intake = (
+    await sql<{ id: string }>(
+      `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256)
+       values ($1, $2, 'evt_lost', 'evt_lost', '\\x00') returning id`,
+      [source.body.id, app],
+    )
+  ).rows[0]!.id;
+  // Younger than the settle period: it might still be mid-write, so it is not judged yet.
+  await assertHealthy();
+
+  await sql(`update intake set claimed_at = now() - interval '2 minutes' where id = $1`, [intake]);
+  await assertFails('intake_without_message', intake);
+  const json = await doctor('--json');
+  assert.equal(json.code, 2);
+  const [finding] = JSON.parse(json.stdout);
+  assert.equal(finding.check, 'intake_without_message');
+  assert.deepEqual(finding.examples, [intake]);
+  assert.ok(finding.oldestSeconds >= 120);
+
+  // Repair: the event is published by hand and the claim linked to it.
+  const message = await publishVia(t, app, { eventType: 'lab.result', payload: { by: 'hand' } });
+  await sql(`update intake set message_id = $2 where id = $1`, [intake, message]);
+  await assertHealthy();
+});
+
+let endpoint: string;
+let message: string;
+
+test('a message whose fan-out is missing; a message no endpoint wanted is not one', async () => {
+  endpoint = await createEndpoint(t, app, { url: `${receiver.url}/lab`, filterTypes: ['lab.ready'] });
+  message = await publishVia(t, app, { eventType: 'lab.ready', payload: { sample: 1 } });
+  const unwanted = await publishVia(t, app, { eventType: 'lab.other', payload: {} });
+  // The fan-out is lost (as no code path does, but a defect or a hand edit could).
+  await sql(`delete from delivery where message_id = $1`, [message]);
+  // Young message, young endpoint: not judged yet.
+  await assertHealthy();
+
+  // The endpoint existed unchanged well before both messages; only the one it matches counts.
+  await sql(
+    `update endpoint set created_at = now() - interval '10 minutes', updated_at = now() - interval '10 minutes'
+      where id = $1`,
+    [endpoint],
+  );
+  await sql(`update message set created_at = now() - interval '2 minutes' where id = any($1)`, [
+    [message, unwanted],
+  ]);
+  await assertFails('message_without_deliveries', message);
+
+  // Repair: resend the message to the endpoint, which creates its delivery.
+  const resent = await t.call('POST', `/api/v1/app/${app}/msg/${message}/endpoint/${endpoint}/resend`);
+  assert.equal(resent.status, 202);
+  await assertHealthy();
+});
+
+test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {
+  const delivery = (
+    await sql<{ id: string }>(
+      `update delivery set next_attempt_at = now() - interval '10 minutes'
+        where message_id = $1 and state = 'pending' returning id`,
+      [message],
+    )
+  ).rows[0]!.id;
+  await assertFails('deliveries_overdue', delivery);
+
+  // Repair: a worker runs and delivers it.
+  const worker = await t.herald.startWorker();
+  try {
+    await waitFor('the overdue delivery to succeed', async () => {
+      const rows = await sql(`select 1 from delivery where id = $1 and state = 'succeeded'`, [delivery]);
+      return rows.rowCount === 1;
+    });
+  } finally {
+    await worker.stop();
+  }
+  await assertHealthy();
+});
+
+test('an expired lease nobody recovered, then its parked unknown outcome left unreviewed', async () => {
+  // An endpoint without an idempotency contract: recovery parks its unknown outcomes for review.
+  const risky = await createEndpoint(t, app, {
+    url: `${receiver.url}/risky`,
+    filterTypes: ['lab.risky'],
+    idempotent: false,
+  });
+  const risk = await publishVia(t, app, { eventType: 'lab.risky', payload: {} });
+  // A worker claims it and dies: the lease stays, and no worker is left to recover it.
+  const claimed = await sql<{ delivery_id: string; attempt_id: string }>(
+    `select delivery_id, attempt_id from herald_claim(10, interval '10 seconds', '')`,
+  );
+  assert.equal(claimed.rows.length, 1);
+  const { delivery_id: delivery, attempt_id: attempt } = claimed.rows[0]!;
+  // Within the grace after expiry, a live worker would still be about to recover it.
+  await sql(`update delivery set lease_expires_at = now() - interval '10 seconds' where id = $1`, [delivery]);
+  await assertHealthy();
+  await sql(`update delivery set lease_expires_at = now() - interval '5 minutes' where id = $1`, [delivery]);
+  await assertFails('leases_expired', delivery);
+
+  // Repair: lease recovery runs. The attempt becomes unknown and, for this endpoint, is parked.
+  assert.equal((await recoverExpiredLeases(t.database.db, 8)).length, 1);
+  const parked = await sql(`select 1 from delivery where id = $1 and state = 'failed'`, [delivery]);
+  assert.equal(parked.rowCount, 1);
+  // Freshly parked: within the review window.
+  await assertHealthy();
+
+  await sql(`update attempt set finished_at = now() - interval '2 days' where id = $1`, [attempt]);
+  await assertFails('unknown_outcomes_unreviewed', attempt);
+
+  // Repair: reviewed (the receiver did not apply it), and resent.
+  const resent = await t.call('POST', `/api/v1/app/${app}/msg/${risk}/endpoint/${risky}/resend`);
+  assert.equal(resent.status, 202);
+  await assertHealthy();
+});
+
+test('an endpoint disabled after failures; one an operator disabled with nothing waiting is not', async () => {
+  const paused = await createEndpoint(t, app, { url: `${receiver.url}/paused`, filterTypes: ['lab.none'] });
+  const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${paused}`, { disabled: true });
+  assert.equal(patched.status, 200, JSON.stringify(patched.body));
+  await assertHealthy();
+
+  // As the worker does after HERALD_DISABLE_AFTER_FAILURES known failures.
+  await sql(`update endpoint set disabled = true, disabled_reason = 'failures' where id = $1`, [endpoint]);
+  await assertFails('endpoints_disabled', endpoint);
+
+  // Repair: the receiver is fixed and the endpoint re-enabled.
+  const enabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled: false });
+  assert.equal(enabled.status, 200, JSON.stringify(enabled.body));
+  await assertHealthy();
+});
+
+test('a schema behind this build: migrations pending, the other checks skipped', async () => {
+  const removed = await sql<{ version: number; name: string }>(
+    `delete from herald_migration where version = (select max(version) from herald_migration)
+     returning version, name`,
+  );
+  const { version, name } = removed.rows[0]!;
+  try {
+    const run = await doctor();
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stdout, new RegExp(`^FAIL migrations_pending: 1 .*\\b${version}\\b`, 'm'));
+    assert.match(run.stdout, /^skip deliveries_overdue$/m);
+  } finally {
+    await sql(`insert into herald_migration (version, name) values ($1, $2)`, [version, name]);
+  }
+  await assertHealthy();
+});

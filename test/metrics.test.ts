@@ -1,0 +1,299 @@
+// GET /metrics: counters move by exactly what happened (publishes by face, intake claims, attempts
+// by outcome, latencies), the database gauges describe the database, no object id ever appears,
+// and an unreachable database leaves the counters readable with the gauges marked unknown.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { Webhook } from 'standardwebhooks';
+import { loadConfig } from '../src/config.ts';
+import { insertApp } from '../src/db/apps.ts';
+import { createPgDb } from '../src/db/pg-pool.ts';
+import { LIBRARY_ACTOR } from '../src/engine/core.ts';
+import { createEndpoint as createEndpointIn } from '../src/engine/endpoints.ts';
+import { createHerald, createLogger } from '../src/herald.ts';
+import { createMetrics } from '../src/ops/metrics.ts';
+import { EndpointIn } from '../src/schemas/svix.ts';
+import { parseOrThrow } from '../src/schemas/validate.ts';
+import { freshDatabase } from './support/database.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { freePort } from './support/processes.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { startTcpProxy } from './support/tcp-proxy.ts';
+import { waitFor } from './support/wait.ts';
+
+const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+
+let t: TestHerald;
+let ok: Receiver;
+let failing: Receiver;
+let hangingUp: Receiver;
+
+before(async () => {
+  t = await startTestHerald('metrics');
+  ok = await startReceiver(() => ({ status: 204 }));
+  failing = await startReceiver(() => ({ status: 500 }));
+  // Drops the connection after reading the request: the outcome is unknown.
+  hangingUp = await startReceiver(() => 'destroy');
+});
+after(async () => {
+  await t.close();
+  await Promise.all([ok.close(), failing.close(), hangingUp.close()]);
+});
+
+type Samples = Map<string, number>;
+
+/** Parses the Prometheus text format into `name{label="v",…}` (labels sorted) → value. */
+function parse(text: string): Samples {
+  const samples: Samples = new Map();
+  for (const line of text.split('\n')) {
+    if (line === '' || line.startsWith('#')) continue;
+    const match = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$/.exec(line);
+    assert.ok(match, `not a sample line: ${line}`);
+    const labels = [...(match[2] ?? '').matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)]
+      .map(([, k, v]) => `${k}="${v}"`)
+      .sort();
+    samples.set(`${match[1]}{${labels.join(',')}}`, Number(match[3]));
+  }
+  return samples;
+}
+
+const key = (name: string, labels: Record<string, string> = {}) =>
+  `${name}{${Object.entries(labels)
+    .map(([k, v]) => `${k}="${v}"`)
+    .sort()
+    .join(',')}}`;
+
+/** A sample's value; a series not exposed yet counts as 0 (counters with labels start absent). */
+const value = (s: Samples, name: string, labels: Record<string, string> = {}) =>
+  s.get(key(name, labels)) ?? 0;
+
+async function scrape(): Promise<{ text: string; samples: Samples; contentType: string | null }> {
+  // No authorization header: /metrics is public like /api/v1/health.
+  const response = await fetch(`${t.url}/metrics`);
+  assert.equal(response.status, 200);
+  const text = await response.text();
+  return { text, samples: parse(text), contentType: response.headers.get('content-type') };
+}
+
+test('counters and gauges move by exactly what happened; no ids are exposed', async () => {
+  const first = await scrape();
+  assert.match(first.contentType ?? '', /^text\/plain; version=0\.0\.4/);
+  const b = first.samples;
+  assert.equal(value(b, 'herald_metrics_database_up'), 1);
+
+  const app = await createApp(t, 'metrics-shop');
+  await createEndpoint(t, app, { url: `${ok.url}/ok`, filterTypes: ['order.ok'] });
+  const failingEp = await createEndpoint(t, app, { url: `${failing.url}/fail`, filterTypes: ['order.fail'] });
+  await createEndpoint(t, app, {
+    url: `${hangingUp.url}/hup`,
+    filterTypes: ['order.hup'],
+    idempotent: false,
+  });
+
+  // API: three to the healthy receiver (one of them published twice with one idempotency key: the
+  // replay is not a new message), one to the failing receiver, one to the receiver that hangs up.
+  for (let i = 0; i < 3; i++) {
+    await publishVia(t, app, { eventType: 'order.ok', payload: { i } }, { 'idempotency-key': `ok-${i}` });
+  }
+  await publishVia(t, app, { eventType: 'order.ok', payload: { i: 0 } }, { 'idempotency-key': 'ok-0' });
+  await publishVia(t, app, { eventType: 'order.fail', payload: {} });
+  await publishVia(t, app, { eventType: 'order.hup', payload: {} });
+  // Library: one more to the healthy receiver.
+  await t.herald.publish(app, { eventType: 'order.ok', payload: { via: 'library' } });
+
+  // Ingest: one claim, one duplicate of it, one refused signature. Its event type has no endpoint.
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'metrics-src',
+    scheme: 'standard-webhooks',
+    secret: SOURCE_SECRET,
+    app: 'metrics-shop',
+    eventType: 'order.relayed',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  const body = '{"order":1}';
+  const now = new Date();
+  const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
+  const headers = {
+    'content-type': 'application/json',
+    'webhook-id': 'evt_m1',
+    'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+    'webhook-signature': signer.sign('evt_m1', now, body),
+  };
+  const ingest = (h: Record<string, string>) =>
+    fetch(`${t.url}/ingest/metrics-src`, { method: 'POST', headers: h, body }).then((r) => r.status);
+  assert.equal(await ingest(headers), 204);
+  assert.equal(await ingest(headers), 204);
+  assert.equal(await ingest({ ...headers, 'webhook-signature': 'v1,AAAA' }), 401);
+
+  // 4 successes; 5 known failures, after which the endpoint is disabled and its delivery waits;
+  // 1 unknown, parked as failed because that endpoint has no idempotency contract.
+  await waitFor('every delivery to settle', async () => {
+    const rows = await t.database.db.query<{ n: number }>(
+      `select count(*)::int as n from delivery d join endpoint e on e.id = d.endpoint_id
+        where (d.state = 'succeeded') or (d.state = 'failed' and not e.idempotent)
+           or (d.state = 'pending' and e.disabled)`,
+    );
+    return rows.rows[0]!.n === 6;
+  });
+  // The counters move when the worker has its answer, a moment after the outcome's COMMIT.
+  const a = await waitFor('the attempt counters', async () => {
+    const { samples } = await scrape();
+    return value(samples, 'herald_attempt_duration_seconds_count') -
+      value(b, 'herald_attempt_duration_seconds_count') ===
+      10
+      ? samples
+      : null;
+  });
+  const delta = (name: string, labels: Record<string, string> = {}) =>
+    value(a, name, labels) - value(b, name, labels);
+
+  assert.equal(delta('herald_messages_published_total', { via: 'api' }), 5);
+  assert.equal(delta('herald_messages_published_total', { via: 'library' }), 1);
+  assert.equal(delta('herald_messages_published_total', { via: 'ingest' }), 1);
+  assert.equal(delta('herald_intake_claims_total', { source: 'metrics-src', outcome: 'claimed' }), 1);
+  assert.equal(delta('herald_intake_claims_total', { source: 'metrics-src', outcome: 'duplicate' }), 1);
+  assert.equal(delta('herald_intake_claims_total', { source: 'metrics-src', outcome: 'rejected' }), 1);
+  assert.equal(delta('herald_attempts_total', { outcome: 'success', response_class: 'http_2xx' }), 4);
+  assert.equal(delta('herald_attempts_total', { outcome: 'failure', response_class: 'http_5xx' }), 5);
+  assert.equal(delta('herald_attempts_total', { outcome: 'unknown', response_class: 'connection_lost' }), 1);
+  // One first attempt per delivery, each observed once although the failing one was retried.
+  assert.equal(delta('herald_publish_to_first_attempt_seconds_count'), 6);
+  assert.ok(delta('herald_publish_to_first_attempt_seconds_sum') >= 0);
+  assert.equal(delta('herald_lease_recoveries_total'), 0);
+  assert.equal(delta('herald_finalization_retries_total'), 0);
+
+  assert.equal(delta('herald_deliveries', { state: 'pending' }), 1);
+  assert.equal(delta('herald_deliveries', { state: 'sending' }), 0);
+  assert.equal(delta('herald_deliveries', { state: 'failed' }), 1);
+  assert.equal(delta('herald_unknown_outcomes_parked'), 1);
+  assert.equal(delta('herald_endpoints_disabled'), 1);
+  // The waiting delivery belongs to a disabled endpoint: it is not "due and late".
+  assert.equal(value(a, 'herald_oldest_due_delivery_age_seconds'), 0);
+
+  // Re-enabled, the endpoint's delivery is due: the age gauge sees it until a worker takes it.
+  // (Backdated first, while the endpoint is still disabled and no worker may take the delivery.)
+  await t.database.db.query(
+    `update delivery set next_attempt_at = now() - interval '90 seconds' where endpoint_id = $1`,
+    [failingEp],
+  );
+  await t.database.db.query(`update endpoint set disabled = false, disabled_reason = null where id = $1`, [
+    failingEp,
+  ]);
+  // (The worker may have already taken it again; then the age is 0 and that is right too.)
+  const age = value((await scrape()).samples, 'herald_oldest_due_delivery_age_seconds');
+  assert.ok(age === 0 || age >= 90, `oldest due age ${age}`);
+
+  const { text } = await scrape();
+  assert.doesNotMatch(text, /\b(msg|ep|app|dlv|atmpt|src|in)_[0-9a-f]{12}/, 'no object ids in metrics');
+});
+
+test('with the database unreachable, counters are served and the gauges say "unknown", not 0', async () => {
+  const down = createPgDb({
+    connectionString: `postgres://postgres@127.0.0.1:${await freePort()}/none`,
+    max: 1,
+  });
+  try {
+    const metrics = createMetrics(down);
+    metrics.published('api');
+    const samples = parse(await metrics.scrape());
+    assert.equal(value(samples, 'herald_messages_published_total', { via: 'api' }), 1);
+    assert.equal(value(samples, 'herald_metrics_database_up'), 0);
+    assert.ok(Number.isNaN(value(samples, 'herald_endpoints_disabled')));
+    assert.ok(Number.isNaN(value(samples, 'herald_deliveries', { state: 'pending' })));
+  } finally {
+    await down.close();
+  }
+});
+
+test('two heralds in one process keep separate registries', async () => {
+  const other = createMetrics(t.database.db);
+  other.published('library');
+  other.published('library');
+  const mine = parse(await t.herald.core.metrics.scrape());
+  const theirs = parse(await other.scrape());
+  assert.equal(value(theirs, 'herald_messages_published_total', { via: 'library' }), 2);
+  assert.equal(value(mine, 'herald_messages_published_total', { via: 'library' }), 1);
+});
+
+test('one scrape reads the database once, whatever the number of gauges', async () => {
+  let queries = 0;
+  const metrics = createMetrics({
+    query: (text, params) => {
+      queries++;
+      return t.database.db.query(text, params);
+    },
+  });
+  await metrics.scrape();
+  assert.equal(queries, 1);
+  // Concurrent scrapes share the query in flight.
+  await Promise.all([metrics.scrape(), metrics.scrape()]);
+  assert.equal(queries, 2);
+});
+
+test('a database outage during finalization counts its retries, and the lease recovery after it', async () => {
+  // Its own database and worker, connected through a proxy that the receiver cuts just before it
+  // answers; the outage outlasts the lease, so the outcome is given up and the lease recovered.
+  const database = await freshDatabase('metrics_outage');
+  const target = new URL(database.url);
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  const receiver = await startReceiver((_request, n) => {
+    if (n === 1) {
+      proxy.pause();
+      proxy.cutAll();
+    }
+    return { status: 204 };
+  });
+  const config = loadConfig(
+    testEnv(proxy.urlFor(database.url), { HERALD_LEASE_SECONDS: '2', HERALD_ATTEMPT_TIMEOUT_MS: '1500' }),
+  );
+  const herald = await createHerald({ config, logger: createLogger(config.logLevel), migrate: false });
+  try {
+    const app = await insertApp(database.db, {
+      uid: 'outage',
+      name: 'outage',
+      throttleRate: null,
+      metadata: {},
+      retentionDays: null,
+    });
+    await database.db.transaction((tx) =>
+      createEndpointIn(herald.core, tx, LIBRARY_ACTOR, app, parseOrThrow(EndpointIn, { url: receiver.url })),
+    );
+    const { message } = await herald.publish('outage', { eventType: 'invoice.paid', payload: {} });
+    await herald.startWorker();
+    await waitFor('the receiver to answer', () => receiver.requests.length === 1);
+    await waitFor('the lease to be over by a second while the database is away', async () => {
+      const rows = await database.db.query<{ over: number }>(
+        `select extract(epoch from now() - lease_expires_at)::float8 as over from delivery where message_id = $1`,
+        [message.id],
+      );
+      return (rows.rows[0]?.over ?? 0) > 1;
+    });
+    proxy.resume();
+    await waitFor('the retry to succeed', async () => {
+      const rows = await database.db.query(
+        `select 1 from delivery where message_id = $1 and state = 'succeeded'`,
+        [message.id],
+      );
+      return rows.rowCount === 1;
+    });
+    const samples = await waitFor('the success to be counted', async () => {
+      const parsed = parse(await herald.core.metrics.scrape());
+      return value(parsed, 'herald_attempts_total', { outcome: 'success', response_class: 'http_2xx' }) === 1
+        ? parsed
+        : null;
+    });
+    assert.ok(value(samples, 'herald_finalization_retries_total') >= 1);
+    assert.equal(value(samples, 'herald_lease_recoveries_total'), 1);
+    // The given-up outcome was never recorded by the worker, so it is not an attempt it counted.
+    assert.equal(value(samples, 'herald_attempt_duration_seconds_count'), 1);
+    // One first attempt, although the delivery was attempted twice.
+    assert.equal(value(samples, 'herald_publish_to_first_attempt_seconds_count'), 1);
+  } finally {
+    proxy.resume();
+    await herald.close();
+    await receiver.close();
+    await proxy.close();
+    await database.drop();
+  }
+});

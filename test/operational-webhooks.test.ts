@@ -1,0 +1,423 @@
+// Operational webhooks: with HERALD_OPERATOR_WEBHOOK_URL set, herald ensures its operator app at
+// start-up and tells the operator about endpoint changes and delivery trouble — signed, in Svix's
+// event shapes, published through herald's own pipeline in the transaction of the change that
+// caused them. Changes to the operator's own endpoint report nothing (no feedback loop).
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Webhook } from 'svix';
+import { loadConfig } from '../src/config.ts';
+import { findApp } from '../src/db/apps.ts';
+import type { AttemptResult } from '../src/db/deliveries.ts';
+import { LIBRARY_ACTOR } from '../src/engine/core.ts';
+import { createEndpoint as createEndpointInTx } from '../src/engine/endpoints.ts';
+import { createHerald, createLogger } from '../src/herald.ts';
+import { emitOutcomeEvents, OPERATOR_APP_UID } from '../src/ops/operational-webhooks.ts';
+import { ensureOperatorWebhooks } from '../src/ops/operator-app.ts';
+import { EndpointIn } from '../src/schemas/svix.ts';
+import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
+const verifier = new Webhook(SECRET);
+/** The operator's receiver refuses its first requests: the operator's own delivery trouble. */
+const OPERATOR_FAILS_FIRST = 4;
+
+let t: TestHerald;
+let operatorReceiver: Receiver;
+let receiver: Receiver;
+let env: Record<string, string>;
+let operator: { appId: string; endpointId: string };
+let operatorPing: string;
+
+interface OperationalEvent {
+  type: string;
+  timestamp: string;
+  data: Record<string, unknown> & {
+    lastAttempt?: { id: string; responseStatusCode: number; timestamp: string };
+  };
+}
+
+/** Every distinct event the operator's receiver got, each verified against the secret. */
+function received(): (OperationalEvent & { webhookId: string })[] {
+  const byId = new Map<string, OperationalEvent & { webhookId: string }>();
+  for (const request of operatorReceiver.requests) {
+    const headers = {
+      'webhook-id': String(request.headers['webhook-id']),
+      'webhook-timestamp': String(request.headers['webhook-timestamp']),
+      'webhook-signature': String(request.headers['webhook-signature']),
+    };
+    // Throws on a bad signature: every request must verify.
+    const event = verifier.verify(request.body, headers) as OperationalEvent;
+    byId.set(headers['webhook-id'], { ...event, webhookId: headers['webhook-id'] });
+  }
+  return [...byId.values()];
+}
+
+function eventFor(type: string, match: Record<string, unknown>) {
+  return waitFor(`a ${type} event for ${JSON.stringify(match)}`, () =>
+    received().find((e) => e.type === type && Object.entries(match).every(([k, v]) => e.data?.[k] === v)),
+  );
+}
+
+/** Operational messages in the database (committed with their cause), by type, about `match`. */
+async function storedEvents(match: Record<string, string>): Promise<OperationalEvent[]> {
+  const result = await t.database.db.query<{ payload: string }>(
+    'select payload from message where app_id = $1 order by id',
+    [operator.appId],
+  );
+  return result.rows
+    .map((r) => JSON.parse(r.payload) as OperationalEvent)
+    .filter((e) => e.data !== undefined && Object.entries(match).every(([k, v]) => e.data[k] === v));
+}
+
+async function deliveryOfId(id: string) {
+  const result = await t.database.db.query<{ endpoint_id: string }>(
+    'select endpoint_id from delivery where id = $1',
+    [id],
+  );
+  return result.rows[0]!;
+}
+
+function assertShape(event: OperationalEvent, type: string) {
+  assert.equal(event.type, type);
+  assert.ok(!Number.isNaN(Date.parse(event.timestamp)), `timestamp ${event.timestamp}`);
+  assert.equal(typeof event.data['appId'], 'string');
+  assert.equal(typeof event.data['endpointId'], 'string');
+}
+
+function assertAttemptShape(event: OperationalEvent, type: string) {
+  assertShape(event, type);
+  assert.deepEqual(Object.keys(event.data).sort(), [
+    'appId',
+    'appUid',
+    'endpointId',
+    'lastAttempt',
+    'msgEventId',
+    'msgId',
+  ]);
+  const last = event.data.lastAttempt!;
+  assert.match(last.id, /^atmpt_/);
+  assert.equal(typeof last.responseStatusCode, 'number');
+  assert.ok(!Number.isNaN(Date.parse(last.timestamp)));
+}
+
+before(async () => {
+  operatorReceiver = await startReceiver((request) => {
+    const seen = operatorReceiver.requests.filter((r) => r.path === request.path).length;
+    return { status: seen <= OPERATOR_FAILS_FIRST ? 500 : 204 };
+  });
+  receiver = await startReceiver((request) => {
+    const seen = receiver.requests.filter((r) => r.path === request.path).length;
+    if (request.path === '/flaky') return { status: seen <= 4 ? 500 : 204 };
+    if (request.path === '/dead') return { status: 500 };
+    return { status: 204 };
+  });
+  env = {
+    HERALD_OPERATOR_WEBHOOK_URL: `${operatorReceiver.url}/operator`,
+    HERALD_OPERATOR_WEBHOOK_SECRET: SECRET,
+    // Five attempts per cycle; five consecutive failures disable an endpoint.
+    HERALD_RETRY_SCHEDULE: '0.05,0.05,0.05,0.05',
+    HERALD_DISABLE_AFTER_FAILURES: '5',
+  };
+  t = await startTestHerald('operational_webhooks', { env });
+  // The test harness opens herald without its set-up step; a real start-up (migrate, then ensure)
+  // is what `herald serve`, `api` and `worker` do.
+  const config = loadConfig(testEnv(t.database.url, env));
+  const started = await createHerald({ config, logger: createLogger('silent') });
+  await started.close();
+  const app = await findApp(t.database.db, OPERATOR_APP_UID);
+  assert.ok(app, 'the operator app exists after start-up');
+  const endpoints = await t.database.db.query<{ id: string; url: string }>(
+    'select id, url from endpoint where app_id = $1',
+    [app.id],
+  );
+  assert.equal(endpoints.rows.length, 1);
+  assert.equal(endpoints.rows[0]!.url, env['HERALD_OPERATOR_WEBHOOK_URL']);
+  operator = { appId: app.id, endpointId: endpoints.rows[0]!.id };
+  // A message of the operator's own, while its receiver refuses the first requests: four failures
+  // and a success, which for any other endpoint would be `failing` and `recovered` events.
+  operatorPing = await publishVia(t, OPERATOR_APP_UID, { eventType: 'ping', payload: { ping: true } });
+  await waitFor(
+    'the ping to reach the operator',
+    async () => (await deliveryOf(t, operatorPing, operator.endpointId))?.state === 'succeeded',
+  );
+});
+
+after(async () => {
+  await t.close();
+  await operatorReceiver.close();
+  await receiver.close();
+});
+
+describe('operator app', () => {
+  test('ensured idempotently, also by concurrent start-ups; a changed URL is applied', async () => {
+    const again = await Promise.all([1, 2, 3].map(() => ensureOperatorWebhooks(t.herald.core)));
+    for (const ensured of again) assert.deepEqual(ensured, operator);
+    const apps = await t.database.db.query('select id from app where uid = $1', [OPERATOR_APP_UID]);
+    assert.equal(apps.rowCount, 1);
+    const endpoints = await t.database.db.query('select id from endpoint where app_id = $1', [
+      operator.appId,
+    ]);
+    assert.equal(endpoints.rowCount, 1);
+
+    const moved = `${operatorReceiver.url}/operator-moved`;
+    const core = t.herald.core;
+    await ensureOperatorWebhooks({ ...core, config: { ...core.config, operatorWebhookUrl: moved } });
+    const url = async () =>
+      (
+        await t.database.db.query<{ url: string }>('select url from endpoint where id = $1', [
+          operator.endpointId,
+        ])
+      ).rows[0]!.url;
+    assert.equal(await url(), moved);
+    await ensureOperatorWebhooks(core);
+    assert.equal(await url(), env['HERALD_OPERATOR_WEBHOOK_URL']);
+    // Its own endpoint's changes report nothing.
+    assert.deepEqual(await storedEvents({ endpointId: operator.endpointId }), []);
+  });
+
+  test('the endpoint has the configured secret', async () => {
+    const secret = await t.call(
+      'GET',
+      `/api/v1/app/${OPERATOR_APP_UID}/endpoint/${operator.endpointId}/secret`,
+    );
+    assert.equal(secret.status, 200);
+    assert.equal(secret.body.key, SECRET);
+  });
+  test('a bad URL or secret stops start-up naming the variable', () => {
+    const base = testEnv(t.database.url);
+    assert.throws(
+      () => loadConfig({ ...base, HERALD_OPERATOR_WEBHOOK_URL: 'ftp://example.com/x' }),
+      /HERALD_OPERATOR_WEBHOOK_URL/,
+    );
+    assert.throws(
+      () =>
+        loadConfig({
+          ...base,
+          HERALD_OPERATOR_WEBHOOK_URL: 'https://ops.example',
+          HERALD_OPERATOR_WEBHOOK_SECRET: 'x',
+        }),
+      /HERALD_OPERATOR_WEBHOOK_SECRET/,
+    );
+    assert.throws(
+      () => loadConfig({ ...base, HERALD_OPERATOR_WEBHOOK_SECRET: SECRET }),
+      /HERALD_OPERATOR_WEBHOOK_URL/,
+    );
+  });
+});
+
+describe('endpoint events', () => {
+  test('created, updated (an operator disabling is an update), deleted: signed, in Svix shape', async () => {
+    const app = await createApp(t, 'tenant');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/hook`, uid: 'ep-one' });
+    const expected = { appId: app, appUid: 'tenant', endpointId: ep, endpointUid: 'ep-one' };
+
+    const created = await eventFor('endpoint.created', { endpointId: ep });
+    assertShape(created, 'endpoint.created');
+    assert.deepEqual(created.data, expected);
+
+    const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { description: 'changed' });
+    assert.equal(patched.status, 200);
+    await waitFor('the first endpoint.updated', () =>
+      received().some((e) => e.type === 'endpoint.updated' && e.data?.['endpointId'] === ep),
+    );
+    const disabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: true });
+    assert.equal(disabled.status, 200);
+    const updates = await waitFor('two endpoint.updated events', () => {
+      const found = received().filter((e) => e.type === 'endpoint.updated' && e.data?.['endpointId'] === ep);
+      return found.length === 2 && found;
+    });
+    for (const update of updates) {
+      assertShape(update, 'endpoint.updated');
+      assert.deepEqual(update.data, expected);
+    }
+
+    const deleted = await t.call('DELETE', `/api/v1/app/${app}/endpoint/${ep}`);
+    assert.equal(deleted.status, 204);
+    const gone = await eventFor('endpoint.deleted', { endpointId: ep });
+    assertShape(gone, 'endpoint.deleted');
+    assert.deepEqual(gone.data, expected);
+
+    // Svix's endpoint.disabled is for automatic disabling only.
+    assert.deepEqual(
+      (await storedEvents({ endpointId: ep })).map((e) => e.type),
+      ['endpoint.created', 'endpoint.updated', 'endpoint.updated', 'endpoint.deleted'],
+    );
+  });
+
+  test('a change that rolls back publishes nothing: the event is in its transaction', async () => {
+    const app = await findApp(t.database.db, 'tenant');
+    let endpointId = '';
+    await assert.rejects(
+      t.herald.core.db.transaction(async (tx) => {
+        const endpoint = await createEndpointInTx(
+          t.herald.core,
+          tx,
+          LIBRARY_ACTOR,
+          app!,
+          EndpointIn.parse({ url: `${receiver.url}/never` }),
+        );
+        endpointId = endpoint.id;
+        // Published inside this transaction, visible to it...
+        const inside = await tx.query('select 1 from message where app_id = $1 and payload like $2', [
+          operator.appId,
+          `%${endpoint.id}%`,
+        ]);
+        assert.equal(inside.rowCount, 1);
+        throw new Error('roll back');
+      }),
+      /roll back/,
+    );
+    // ...and gone with it.
+    assert.match(endpointId, /^ep_/);
+    assert.deepEqual(await storedEvents({ endpointId }), []);
+  });
+});
+
+describe('delivery events', () => {
+  test('four failures, then a success: message.attempt.failing, then message.attempt.recovered', async () => {
+    const app = await createApp(t, 'flaky-tenant');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/flaky` });
+    const msg = await publishVia(t, app, { eventType: 'order.paid', eventId: 'order-7', payload: { n: 7 } });
+    await waitFor(
+      'the delivery to succeed',
+      async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
+    );
+    const attempts = await attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+    assert.deepEqual(
+      attempts.map((a) => a.outcome),
+      ['failure', 'failure', 'failure', 'failure', 'success'],
+    );
+
+    const failing = await eventFor('message.attempt.failing', { msgId: msg });
+    assertAttemptShape(failing, 'message.attempt.failing');
+    assert.equal(failing.data['appId'], app);
+    assert.equal(failing.data['appUid'], 'flaky-tenant');
+    assert.equal(failing.data['endpointId'], ep);
+    assert.equal(failing.data['msgEventId'], 'order-7');
+    assert.equal(failing.data.lastAttempt!.id, attempts[3]!.id, 'sent on the fourth failure');
+    assert.equal(failing.data.lastAttempt!.responseStatusCode, 500);
+
+    const recovered = await eventFor('message.attempt.recovered', { msgId: msg });
+    assertAttemptShape(recovered, 'message.attempt.recovered');
+    assert.equal(recovered.data.lastAttempt!.id, attempts[4]!.id);
+    assert.equal(recovered.data.lastAttempt!.responseStatusCode, 204);
+
+    // Committed with the outcomes, so the database already holds all of them: exactly these two.
+    assert.deepEqual(
+      (await storedEvents({ msgId: msg })).map((e) => e.type),
+      ['message.attempt.failing', 'message.attempt.recovered'],
+    );
+  });
+
+  test('a spent budget: message.attempt.exhausted, and endpoint.disabled when auto-disable triggers', async () => {
+    const app = await createApp(t, 'dead-tenant');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/dead`, uid: 'dead-ep' });
+    const msg = await publishVia(t, app, { eventType: 'order.paid', payload: { n: 8 } });
+    await waitFor('the delivery to fail', async () => (await deliveryOf(t, msg, ep))?.state === 'failed');
+    const attempts = await attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+    assert.equal(attempts.length, 5);
+
+    const exhausted = await eventFor('message.attempt.exhausted', { msgId: msg });
+    assertAttemptShape(exhausted, 'message.attempt.exhausted');
+    assert.equal(exhausted.data.lastAttempt!.id, attempts[4]!.id);
+    assert.equal(exhausted.data.lastAttempt!.responseStatusCode, 500);
+    assert.equal(exhausted.data['msgEventId'], null);
+
+    const disabled = await eventFor('endpoint.disabled', { endpointId: ep });
+    assertShape(disabled, 'endpoint.disabled');
+    assert.deepEqual(Object.keys(disabled.data).sort(), [
+      'appId',
+      'appUid',
+      'endpointId',
+      'endpointUid',
+      'failSince',
+    ]);
+    assert.equal(disabled.data['endpointUid'], 'dead-ep');
+    assert.equal(disabled.data['appUid'], 'dead-tenant');
+    const firstFailure = await t.database.db.query<{ started_at: Date }>(
+      'select started_at from attempt where id = $1',
+      [attempts[0]!.id],
+    );
+    assert.equal(Date.parse(String(disabled.data['failSince'])), firstFailure.rows[0]!.started_at.getTime());
+
+    assert.deepEqual((await storedEvents({ msgId: msg })).map((e) => e.type).sort(), [
+      'message.attempt.exhausted',
+      'message.attempt.failing',
+    ]);
+    assert.equal(
+      (await storedEvents({ endpointId: ep })).filter((e) => e.type === 'endpoint.disabled').length,
+      1,
+    );
+  });
+
+  test('fencing and repeats: a lost lease emits nothing, a repeated write emits nothing twice', async () => {
+    const app = await findApp(t.database.db, 'dead-tenant');
+    const rows = await t.database.db.query<{ deliveryId: string; leaseToken: string; messageId: string }>(
+      `select a.delivery_id as "deliveryId", a.lease_token as "leaseToken", a.message_id as "messageId"
+         from attempt a where a.app_id = $1 order by a.started_at desc limit 1`,
+      [app!.id],
+    );
+    const last = rows.rows[0]!;
+    const result = { deliveryId: last.deliveryId, leaseToken: last.leaseToken } as AttemptResult;
+    const before = (await storedEvents({ msgId: last.messageId })).length;
+    const outcome = (recorded: boolean) => [
+      { deliveryId: last.deliveryId, recorded, endpointDisabled: true },
+    ];
+    await t.herald.core.db.transaction((tx) => emitOutcomeEvents(tx, [result], outcome(false)));
+    assert.equal((await storedEvents({ msgId: last.messageId })).length, before, 'recorded = false: nothing');
+    // What a repeat of an outcome write that already committed does: its events exist already.
+    await t.herald.core.db.transaction((tx) => emitOutcomeEvents(tx, [result], outcome(true)));
+    assert.equal((await storedEvents({ msgId: last.messageId })).length, before, 'a repeat: nothing new');
+    const disabled = await storedEvents({ endpointId: (await deliveryOfId(last.deliveryId)).endpoint_id });
+    assert.equal(disabled.filter((e) => e.type === 'endpoint.disabled').length, 1);
+  });
+
+  test('a lease that expires on the last attempt of a cycle: message.attempt.exhausted, from lease recovery', async () => {
+    const app = await createApp(t, 'orphan-tenant');
+    // Disabled, so no worker claims it: the test plays a worker that claimed it and died.
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/never`, disabled: true });
+    const msg = await publishVia(t, app, { eventType: 'order.paid', payload: { n: 9 } });
+    const delivery = (await deliveryOf(t, msg, ep))!;
+    const claimed = await t.database.db.query<{ id: string }>(
+      `with leased as (
+         update delivery set state = 'sending', lease_token = gen_random_uuid(),
+                lease_expires_at = now() - interval '1 second', next_attempt_at = null,
+                attempts_in_cycle = 5, attempts_total = 5
+          where id = $1 returning *
+       )
+       insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url)
+       select app_id, id, message_id, endpoint_id, cycle, lease_token, trigger, $2 from leased
+       returning id`,
+      [delivery.id, `${receiver.url}/never`],
+    );
+    const attemptId = claimed.rows[0]!.id;
+    await waitFor(
+      'lease recovery to end the cycle',
+      async () => (await deliveryOf(t, msg, ep))?.state === 'failed',
+    );
+
+    const exhausted = await eventFor('message.attempt.exhausted', { msgId: msg });
+    assertAttemptShape(exhausted, 'message.attempt.exhausted');
+    assert.equal(exhausted.data.lastAttempt!.id, attemptId);
+    assert.equal(exhausted.data.lastAttempt!.responseStatusCode, 0, 'no response: the outcome is unknown');
+    assert.deepEqual(
+      (await storedEvents({ msgId: msg })).map((e) => e.type),
+      ['message.attempt.exhausted'],
+    );
+  });
+
+  test("the operator endpoint's own failures emit nothing (no feedback loop)", async () => {
+    const attempts = await attemptsOf(t, (await deliveryOf(t, operatorPing, operator.endpointId))!.id);
+    assert.deepEqual(
+      attempts.map((a) => a.outcome),
+      ['failure', 'failure', 'failure', 'failure', 'success'],
+    );
+    assert.deepEqual(await storedEvents({ appId: operator.appId }), []);
+    assert.deepEqual(await storedEvents({ endpointId: operator.endpointId }), []);
+    assert.deepEqual(await storedEvents({ msgId: operatorPing }), []);
+  });
+});

@@ -1,0 +1,310 @@
+// Replay as a business action: a dry run lists exactly what the real run restarts; the real run
+// starts one new cycle per selected delivery (same delivery, lifetime history kept), never touches
+// deliveries that are waiting or in flight, refuses a selection above its cap, needs the admin
+// scope (within its apps for a restricted key), and leaves one audit entry naming the actor. The
+// CLI does the same through the same code.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { type AuditRow, listAuditForTarget } from '../src/db/audit.ts';
+import { attemptsOf, createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { killAll, runHerald } from './support/processes.ts';
+import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+let t: TestHerald;
+let receiver: Receiver;
+/** Per-path answers; a path with no entry gets 204. */
+const answers = new Map<string, ReturnType<Respond>>();
+/** An admin key of our own, so audit entries can be checked for their actor. */
+let admin: { id: string; key: string };
+
+let shop: string;
+let epOk: string;
+let epDown: string;
+let epHeld: string;
+const messages: string[] = [];
+
+interface DeliveryRow {
+  id: string;
+  message_id: string;
+  endpoint_id: string;
+  state: string;
+  cycle: number;
+  attempts_in_cycle: number;
+  attempts_total: number;
+}
+
+async function deliveriesOf(endpointId: string): Promise<DeliveryRow[]> {
+  const result = await t.database.db.query<DeliveryRow>(
+    `select id, message_id, endpoint_id, state, cycle, attempts_in_cycle, attempts_total
+       from delivery where endpoint_id = $1 order by message_id`,
+    [endpointId],
+  );
+  return result.rows;
+}
+
+async function replayAuditEntries(): Promise<AuditRow[]> {
+  const ids = await t.database.db.query<{ target_id: string }>(
+    `select target_id from audit_entry where action = 'replay.started' order by id`,
+  );
+  const rows: AuditRow[] = [];
+  for (const { target_id } of ids.rows) rows.push(...(await listAuditForTarget(t.database.db, target_id)));
+  return rows;
+}
+
+const asAdmin = (body: unknown) =>
+  t.call('POST', '/api/v1/replay', body, { authorization: `Bearer ${admin.key}` });
+
+before(async () => {
+  receiver = await startReceiver((request) => answers.get(request.path) ?? { status: 204 });
+  // Two attempts per cycle, and no auto-disable: failed deliveries end `failed`, not waiting.
+  t = await startTestHerald('replay', {
+    env: { HERALD_RETRY_SCHEDULE: '0.05', HERALD_DISABLE_AFTER_FAILURES: '1000' },
+  });
+  const key = await t.call('POST', '/api/v1/api-key', { name: 'replayer', scopes: ['admin'] });
+  assert.equal(key.status, 201);
+  admin = { id: key.body.id, key: key.body.key };
+
+  answers.set('/down', { status: 500 });
+  shop = await createApp(t, 'shop');
+  epOk = await createEndpoint(t, shop, { url: `${receiver.url}/ok` });
+  epDown = await createEndpoint(t, shop, { url: `${receiver.url}/down` });
+  // Disabled from the start: its deliveries wait (pending), which replay must never touch.
+  epHeld = await createEndpoint(t, shop, { url: `${receiver.url}/held`, disabled: true });
+  for (let i = 0; i < 3; i++) {
+    messages.push(await publishVia(t, shop, { eventType: 'order.paid', payload: { order: i } }));
+  }
+  await waitFor('every delivery of the shop to finish', async () => {
+    const ok = await deliveriesOf(epOk);
+    const down = await deliveriesOf(epDown);
+    return (
+      ok.length === 3 &&
+      ok.every((d) => d.state === 'succeeded') &&
+      down.length === 3 &&
+      down.every((d) => d.state === 'failed' && d.attempts_total === 2)
+    );
+  });
+});
+
+after(async () => {
+  await t.close();
+  await receiver.close();
+  await killAll();
+});
+
+describe('replay', () => {
+  test('a dry run lists what the real run restarts; one new cycle each, history kept, one audit entry', async () => {
+    const selection = { status: 'failed', app: 'shop', cap: 3 };
+    const heldBefore = await deliveriesOf(epHeld);
+    const okBefore = await deliveriesOf(epOk);
+    const downBefore = await deliveriesOf(epDown);
+    const auditBefore = (await replayAuditEntries()).length;
+
+    const dry = await asAdmin({ ...selection, dryRun: true });
+    assert.equal(dry.status, 200, JSON.stringify(dry.body));
+    assert.equal(dry.body.dryRun, true);
+    assert.equal(dry.body.count, 3);
+    assert.equal(dry.body.exceedsCap, false);
+    assert.deepEqual(
+      dry.body.deliveries.map((d: { messageId: string; endpointId: string }) => [d.messageId, d.endpointId]),
+      [...messages].sort().map((m) => [m, epDown]),
+    );
+    // A dry run changes no delivery.
+    assert.deepEqual(await deliveriesOf(epDown), downBefore);
+
+    answers.set('/down', { status: 204 });
+    const real = await asAdmin(selection);
+    assert.equal(real.status, 202, JSON.stringify(real.body));
+    assert.equal(real.body.dryRun, false);
+    assert.equal(real.body.count, dry.body.count);
+    assert.deepEqual(real.body.deliveries, dry.body.deliveries);
+
+    // Exactly one new cycle each, at once; attempts_total and the attempt rows of cycle 1 stay.
+    const restarted = await deliveriesOf(epDown);
+    for (const [i, d] of restarted.entries()) {
+      assert.equal(d.id, downBefore[i]!.id, 'the same delivery');
+      assert.equal(d.cycle, 2, 'one new cycle');
+      assert.ok(d.attempts_total >= 2, 'lifetime attempts kept');
+    }
+    await waitFor('the replayed deliveries to succeed', async () =>
+      (await deliveriesOf(epDown)).every((d) => d.state === 'succeeded'),
+    );
+    for (const d of await deliveriesOf(epDown)) {
+      assert.equal(d.cycle, 2);
+      assert.equal(d.attempts_total, 3);
+      const attempts = await attemptsOf(t, d.id);
+      assert.deepEqual(
+        attempts.map((a) => [a.cycle, a.outcome]),
+        [
+          [1, 'failure'],
+          [1, 'failure'],
+          [2, 'success'],
+        ],
+      );
+    }
+    // Same webhook-id on the replayed request as on the first ones.
+    const seen = receiver.requests.filter((r) => r.path === '/down').map((r) => r.headers['webhook-id']);
+    for (const m of messages) assert.equal(seen.filter((id) => id === m).length, 3);
+
+    // Waiting and other finished deliveries are untouched.
+    assert.deepEqual(await deliveriesOf(epHeld), heldBefore);
+    assert.deepEqual(await deliveriesOf(epOk), okBefore);
+
+    const audit = (await replayAuditEntries()).slice(auditBefore);
+    assert.equal(audit.length, 2, 'one entry per call: the dry run and the real run');
+    const [dryEntry, realEntry] = audit;
+    for (const entry of [dryEntry!, realEntry!]) {
+      assert.equal(entry.actor, admin.id);
+      assert.equal(entry.targetType, 'replay');
+      assert.equal(entry.appId, shop);
+      assert.equal(entry.details['count'], 3);
+      assert.equal(entry.details['cap'], 3);
+      assert.deepEqual(entry.details['filters'], {
+        status: 'failed',
+        app: 'shop',
+        endpoint: null,
+        since: null,
+        until: null,
+        messageIds: null,
+      });
+      // Ids and counts only: no payload reaches the audit log.
+      assert.doesNotMatch(JSON.stringify(entry.details), /order/);
+    }
+    assert.equal(dryEntry!.details['dryRun'], true);
+    assert.equal(realEntry!.details['dryRun'], false);
+    assert.equal(realEntry!.targetId, real.body.id);
+  });
+
+  test('filters combine: endpoint, message ids, status, time window', async () => {
+    const plan = (body: Record<string, unknown>) => asAdmin({ cap: 100, dryRun: true, ...body });
+    const byEndpoint = await plan({
+      status: 'all-finished',
+      endpoint: epOk,
+      messageIds: messages.slice(0, 2),
+    });
+    assert.equal(byEndpoint.status, 200, JSON.stringify(byEndpoint.body));
+    assert.equal(byEndpoint.body.count, 2);
+    assert.ok(byEndpoint.body.deliveries.every((d: { endpointId: string }) => d.endpointId === epOk));
+
+    // Everything in the shop is finished except the held deliveries, which never count.
+    assert.equal((await plan({ status: 'all-finished', app: shop })).body.count, 6);
+    assert.equal((await plan({ status: 'failed', app: shop })).body.count, 0);
+
+    const future = new Date(Date.now() + 3_600_000).toISOString();
+    const past = new Date(Date.now() - 3_600_000).toISOString();
+    assert.equal((await plan({ status: 'succeeded', app: shop, since: future })).body.count, 0);
+    assert.equal((await plan({ status: 'succeeded', app: shop, since: past, until: future })).body.count, 6);
+
+    const typo = await plan({ status: 'succeeded', endpointId: epOk });
+    assert.equal(typo.status, 422, 'an unknown filter is refused, not ignored');
+    const inFlight = await plan({ status: 'pending' });
+    assert.equal(inFlight.status, 422, 'waiting or in-flight deliveries cannot be selected');
+    const noCap = await asAdmin({ status: 'failed', dryRun: true });
+    assert.equal(noCap.status, 422, 'the cap is required');
+    const unknownEndpoint = await plan({ status: 'failed', endpoint: 'ep_nope' });
+    assert.equal(unknownEndpoint.status, 422);
+  });
+
+  test('a selection above the cap is refused with 422 and changes nothing', async () => {
+    const before = [...(await deliveriesOf(epOk)), ...(await deliveriesOf(epDown))];
+    const auditBefore = (await replayAuditEntries()).length;
+    const refused = await asAdmin({ status: 'succeeded', app: shop, cap: 5 });
+    assert.equal(refused.status, 422, JSON.stringify(refused.body));
+    assert.equal(refused.body.code, 'validation');
+    assert.match(JSON.stringify(refused.body.detail), /6 deliveries/);
+    assert.deepEqual([...(await deliveriesOf(epOk)), ...(await deliveriesOf(epDown))], before);
+    assert.equal((await replayAuditEntries()).length, auditBefore, 'a refused replay is rolled back whole');
+
+    // The dry run says so up front instead of refusing.
+    const dry = await asAdmin({ status: 'succeeded', app: shop, cap: 5, dryRun: true });
+    assert.equal(dry.status, 200);
+    assert.equal(dry.body.count, 6);
+    assert.equal(dry.body.exceedsCap, true);
+  });
+
+  test('a delivery in flight is never restarted', async () => {
+    const app = await createApp(t, 'inflight');
+    answers.set('/slow', 'hang');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/slow` });
+    await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor('the request to be in flight', () => receiver.requests.some((r) => r.path === '/slow'));
+    const [sending] = await deliveriesOf(ep);
+    assert.equal(sending!.state, 'sending');
+    for (const status of ['failed', 'succeeded', 'all-finished']) {
+      const answer = await asAdmin({ status, app: 'inflight', cap: 10 });
+      assert.equal(answer.status, 202, JSON.stringify(answer.body));
+      assert.equal(answer.body.count, 0);
+    }
+    const [after] = await deliveriesOf(ep);
+    assert.equal(after!.cycle, 1);
+    assert.equal(after!.attempts_total, 1);
+    // Let the attempt end (the worker times it out as unknown and retries into a 204).
+    answers.set('/slow', { status: 204 });
+    await waitFor('the delivery to succeed in its first cycle', async () => {
+      const [d] = await deliveriesOf(ep);
+      return d!.state === 'succeeded' && d!.cycle === 1;
+    });
+  });
+
+  test('only admin keys may replay, and a restricted admin key only within its apps', async () => {
+    const other = await createApp(t, 'other');
+    const keyFor = async (scopes: string[], apps?: string[]) => {
+      const created = await t.call('POST', '/api/v1/api-key', { name: 'k', scopes, apps });
+      assert.equal(created.status, 201);
+      return created.body.key as string;
+    };
+    const body = { status: 'all-finished', cap: 100, dryRun: true };
+    for (const scopes of [['publish'], ['read'], ['publish', 'read']]) {
+      const key = await keyFor(scopes);
+      const answer = await t.call('POST', '/api/v1/replay', body, { authorization: `Bearer ${key}` });
+      assert.equal(answer.status, 403, `${scopes.join('+')}: ${JSON.stringify(answer.body)}`);
+    }
+    const restricted = await keyFor(['admin'], [other]);
+    const as = (b: unknown) => t.call('POST', '/api/v1/replay', b, { authorization: `Bearer ${restricted}` });
+    assert.equal((await as({ ...body, app: 'shop' })).status, 403);
+    assert.equal((await as({ ...body, endpoint: epOk })).status, 403);
+    // No app filter: the selection stays inside the key's apps (the shop's six are not in it).
+    const own = await as(body);
+    assert.equal(own.status, 200, JSON.stringify(own.body));
+    assert.equal(own.body.count, 0);
+    const real = await as({ status: 'all-finished', cap: 100, messageIds: messages });
+    assert.equal(real.status, 202);
+    assert.equal(real.body.count, 0, "another app's messages are out of reach");
+  });
+
+  test('herald replay (CLI): dry run, real run, cap refused', async () => {
+    const env = testEnv(t.database.url);
+    const before = await deliveriesOf(epDown);
+    const dry = await runHerald(
+      ['replay', '--status', 'succeeded', '--endpoint', epDown, '--cap', '3', '--dry-run', '--json'],
+      env,
+    );
+    assert.equal(dry.code, 0, dry.stderr);
+    const planned = JSON.parse(dry.stdout);
+    assert.equal(planned.count, 3);
+    assert.deepEqual(await deliveriesOf(epDown), before);
+
+    const tooMany = await runHerald(['replay', '--status', 'succeeded', '--app', 'shop', '--cap', '2'], env);
+    assert.equal(tooMany.code, 1);
+    assert.match(tooMany.stderr, /more than the cap of 2/);
+
+    const real = await runHerald(
+      ['replay', '--status', 'succeeded', '--endpoint', epDown, '--cap', '3', '--json'],
+      env,
+    );
+    assert.equal(real.code, 0, real.stderr);
+    const done = JSON.parse(real.stdout);
+    assert.equal(done.count, 3);
+    assert.deepEqual(done.deliveries, planned.deliveries);
+    for (const d of await deliveriesOf(epDown)) assert.equal(d.cycle, 3);
+    const [entry] = await listAuditForTarget(t.database.db, done.id);
+    assert.equal(entry!.actor, 'cli');
+    assert.equal(entry!.action, 'replay.started');
+    assert.equal(entry!.details['dryRun'], false);
+    await waitFor('the CLI-replayed deliveries to succeed', async () =>
+      (await deliveriesOf(epDown)).every((d) => d.state === 'succeeded' && d.attempts_total === 4),
+    );
+  });
+});
