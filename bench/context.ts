@@ -1,0 +1,55 @@
+// What scenarios share: the options, the receiver, the main scratch database, a lazily started
+// in-process herald with the apps the scenarios need, and the raw results they leave behind.
+
+import type { BenchOptions } from './config.ts';
+import type { ScratchDatabase } from './db.ts';
+import type { InProcessHerald } from './herald-setup.ts';
+import type { Receiver } from './receiver.ts';
+
+export interface Throughput {
+  /** operations per second */
+  perSecond: number;
+  count: number;
+  elapsedMs: number;
+}
+
+export interface MemoryResult {
+  pending: number;
+  endpoints: number;
+  delivered: number;
+  workedSeconds: number;
+  /** RSS once the worker said it started, before it had claimed much. */
+  startRssBytes: number;
+  peakRssBytes: number;
+  sizes: Record<string, number>;
+  sizesAfterRetention: Record<string, number>;
+}
+
+export interface Results {
+  httpLimit?: Throughput & { latencies: number[] };
+  commitLimit?: Throughput;
+  peer?: Throughput & { peakRssBytes: number };
+  peerLatency?: number[];
+  e2eOne?: Throughput & { recordedMs: number; peakRssBytes: number };
+  e2eFan?: Throughput & { recordedMs: number; peakRssBytes: number; endpoints: number };
+  latency?: number[];
+  publishHttp?: Throughput;
+  publishLibrary?: Throughput;
+  intake?: Throughput;
+  fanout?: { commitMs: number[]; endpoints: number };
+  memory?: MemoryResult;
+}
+
+export interface Context {
+  options: BenchOptions;
+  receiver: Receiver;
+  db: ScratchDatabase;
+  /** The in-process herald on `db` (started on first use). */
+  herald(): Promise<InProcessHerald>;
+  /** The 1,000-endpoint app (created on first use). */
+  fanApp(): Promise<string>;
+  results: Results;
+  /** Things a reader of the figures must know (truncations, fallbacks). */
+  notes: string[];
+  log(message: string): void;
+}

@@ -1,0 +1,123 @@
+// herald as the benchmark runs it: one environment (loopback allowed, rate limit off, a random
+// master and admin key), an in-process instance (createHerald + buildApi on 127.0.0.1) for the
+// API, the library face and set-up, and helpers that create apps, endpoints and sources through
+// the public HTTP API, as a user would.
+
+import crypto from 'node:crypto';
+import type { FastifyInstance } from 'fastify';
+import { Pool } from 'undici';
+import { buildApi } from '../src/api/server.ts';
+import { loadConfig } from '../src/config.ts';
+import { createHerald, createLogger, type Herald } from '../src/herald.ts';
+import { closedLoop } from './load.ts';
+
+export const ADMIN_KEY = `bench-admin-${crypto.randomBytes(12).toString('hex')}`;
+const MASTER_KEY = crypto.randomBytes(32).toString('base64');
+
+/** The settings every herald of the run gets, in-process or as a `herald worker` process. */
+export function heraldEnv(databaseUrl: string, concurrency: number): Record<string, string> {
+  return {
+    DATABASE_URL: databaseUrl,
+    HERALD_MASTER_KEY: MASTER_KEY,
+    HERALD_ADMIN_KEY: ADMIN_KEY,
+    HERALD_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8',
+    // The benchmark is the only client; the per-key limit (200/s by default) would cap it.
+    HERALD_API_RATE_LIMIT: '0',
+    HERALD_WORKER_CONCURRENCY: String(concurrency),
+    LOG_LEVEL: 'error',
+  };
+}
+
+export interface InProcessHerald {
+  herald: Herald;
+  api: FastifyInstance;
+  url: string;
+  /** keep-alive connections to the API */
+  client: Pool;
+  call(
+    method: 'GET' | 'POST' | 'PATCH',
+    path: string,
+    body?: unknown,
+  ): Promise<{ status: number; body: unknown }>;
+  close(): Promise<void>;
+}
+
+/** createHerald({config}) + buildApi, listening on an ephemeral loopback port; no worker. */
+export async function startInProcess(
+  env: Record<string, string>,
+  poolSize: number,
+): Promise<InProcessHerald> {
+  const config = loadConfig({ ...env, HERALD_DB_POOL_SIZE: String(poolSize) });
+  const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
+  const api = await buildApi(herald.core);
+  await api.listen({ port: 0, host: '127.0.0.1' });
+  const url = `http://127.0.0.1:${(api.server.address() as { port: number }).port}`;
+  const client = new Pool(url, { connections: 64, keepAliveTimeout: 60_000 });
+  return {
+    herald,
+    api,
+    url,
+    client,
+    async call(method, path, body) {
+      const response = await client.request({
+        method,
+        path,
+        headers: {
+          authorization: `Bearer ${ADMIN_KEY}`,
+          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await response.body.text();
+      return { status: response.statusCode, body: text ? JSON.parse(text) : null };
+    },
+    async close() {
+      await client.close();
+      await api.close();
+      await herald.close();
+    },
+  };
+}
+
+function expect(result: { status: number; body: unknown }, status: number, what: string): void {
+  if (result.status !== status) {
+    throw new Error(`${what}: expected ${status}, got ${result.status} ${JSON.stringify(result.body)}`);
+  }
+}
+
+/** An app (by uid) with `endpoints` endpoints, all pointing at `url`; returns the endpoint ids. */
+export async function createAppWithEndpoints(
+  h: InProcessHerald,
+  uid: string,
+  endpoints: number,
+  url: string,
+): Promise<string[]> {
+  expect(await h.call('POST', '/api/v1/app', { name: uid, uid }), 201, `create app ${uid}`);
+  const ids: string[] = [];
+  const made = await closedLoop(endpoints, 8, 300_000, async (i) => {
+    const created = await h.call('POST', `/api/v1/app/${uid}/endpoint`, { url, description: `bench ${i}` });
+    expect(created, 201, `create endpoint ${i} of ${uid}`);
+    ids.push((created.body as { id: string }).id);
+  });
+  if (made.truncated) throw new Error(`created only ${made.done} of ${endpoints} endpoints of ${uid}`);
+  return ids;
+}
+
+/** A standard-webhooks inbound source relaying into `app`; returns its uid and raw HMAC key. */
+export async function createSource(
+  h: InProcessHerald,
+  uid: string,
+  app: string,
+  eventType: string,
+): Promise<{ uid: string; key: Buffer }> {
+  const key = crypto.randomBytes(24);
+  const created = await h.call('POST', '/api/v1/source', {
+    uid,
+    scheme: 'standard-webhooks',
+    secret: `whsec_${key.toString('base64')}`,
+    app,
+    eventType,
+  });
+  expect(created, 201, `create source ${uid}`);
+  return { uid, key };
+}

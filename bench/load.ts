@@ -1,0 +1,91 @@
+// Load shapes. Both are bounded in count and in time: past `maxMs` no new work starts.
+
+import { nowMs } from './stats.ts';
+
+export interface LoadResult {
+  /** Operations that completed. */
+  done: number;
+  /** From the first start to the last completion. */
+  elapsedMs: number;
+  /** Per-operation duration in ms, in completion order. */
+  durations: number[];
+  /** True when the deadline stopped the loop before `count`. */
+  truncated: boolean;
+}
+
+/** Closed loop: `concurrency` workers take the next index until `count` are done. */
+export async function closedLoop(
+  count: number,
+  concurrency: number,
+  maxMs: number,
+  op: (i: number) => Promise<void>,
+): Promise<LoadResult> {
+  const durations: number[] = [];
+  let next = 0;
+  let truncated = false;
+  const start = nowMs();
+  const deadline = start + maxMs;
+  let failed = false;
+  async function worker(): Promise<void> {
+    while (next < count && !failed) {
+      if (nowMs() > deadline) {
+        truncated = true;
+        return;
+      }
+      const i = next++;
+      const t0 = nowMs();
+      try {
+        await op(i);
+      } catch (error) {
+        // One failure ends the loop: the other workers stop taking work.
+        failed = true;
+        throw error;
+      }
+      durations.push(nowMs() - t0);
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker));
+  return { done: durations.length, elapsedMs: nowMs() - start, durations, truncated };
+}
+
+/**
+ * Open loop at a fixed rate: operation i starts at start + i / rate whether or not earlier ones
+ * finished (no coordinated omission). Resolves when every started operation has settled.
+ */
+export async function openLoop(
+  count: number,
+  perSecond: number,
+  maxMs: number,
+  op: (i: number, scheduledAt: number) => Promise<void>,
+): Promise<LoadResult> {
+  const durations: number[] = [];
+  const running: Promise<void>[] = [];
+  const failures: unknown[] = [];
+  const start = nowMs();
+  const interval = 1000 / perSecond;
+  let truncated = false;
+  for (let i = 0; i < count; i++) {
+    const at = start + i * interval;
+    if (at - start > maxMs) {
+      truncated = true;
+      break;
+    }
+    const wait = at - nowMs();
+    if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait));
+    running.push(
+      op(i, at).then(
+        () => {
+          durations.push(nowMs() - at);
+        },
+        (error: unknown) => {
+          failures.push(error);
+        },
+      ),
+    );
+  }
+  await Promise.all(running);
+  if (failures.length > 0) throw failures[0];
+  return { done: durations.length, elapsedMs: nowMs() - start, durations, truncated };
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -1,0 +1,168 @@
+// Child processes of a run: `herald worker` (the real CLI, with the node binary running this
+// bench) and the graphile-worker peer. Every child is registered and killed when the run ends.
+
+import { type ChildProcess, fork, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+const PEER = fileURLToPath(new URL('./peer-process.ts', import.meta.url));
+
+const children = new Set<ChildProcess>();
+
+/** VmHWM (peak resident set) and VmRSS of a live process, in bytes; null once it is gone. */
+export function memoryOf(pid: number): { peakRss: number; rss: number } | null {
+  let text: string;
+  try {
+    text = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch {
+    return null;
+  }
+  const kib = (field: string) =>
+    Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0) * 1024;
+  return { peakRss: kib('VmHWM'), rss: kib('VmRSS') };
+}
+
+/** Samples a process's memory every `everyMs` and keeps the highest VmHWM seen. */
+export function sampleMemory(pid: number, everyMs = 200): { stop(): number } {
+  let peak = 0;
+  const take = () => {
+    const m = memoryOf(pid);
+    if (m) peak = Math.max(peak, m.peakRss);
+  };
+  take();
+  const timer = setInterval(take, everyMs);
+  return {
+    stop() {
+      take();
+      clearInterval(timer);
+      return peak;
+    },
+  };
+}
+
+async function stopChild(child: ChildProcess, signal: NodeJS.Signals, graceMs: number): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill(signal);
+  const timer = setTimeout(() => child.kill('SIGKILL'), graceMs);
+  await exited;
+  clearTimeout(timer);
+  children.delete(child);
+}
+
+export interface WorkerProcess {
+  readonly pid: number;
+  /** The tail of what it printed (for error messages). */
+  tail(): string;
+  stop(): Promise<void>;
+}
+
+// Variables of ours that must not reach a child unless we set them.
+const DROPPED = /^(DATABASE_URL|HERALD_.*|PORT|HOST|LOG_LEVEL|NODE_OPTIONS)$/;
+
+function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
+  const base: NodeJS.ProcessEnv = {};
+  for (const [key, value] of Object.entries(process.env)) if (!DROPPED.test(key)) base[key] = value;
+  return { ...base, ...env };
+}
+
+/** Spawns `node src/cli.ts worker` and resolves once it logs "herald started". */
+export async function startHeraldWorker(
+  env: Record<string, string>,
+  timeoutMs = 30_000,
+): Promise<WorkerProcess> {
+  const child = spawn(process.execPath, [CLI, 'worker'], {
+    env: childEnv({ ...env, LOG_LEVEL: 'info' }),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.add(child);
+  let output = '';
+  const keep = (chunk: string) => {
+    output = (output + chunk).slice(-8000);
+  };
+  child.stdout!.setEncoding('utf8');
+  child.stderr!.setEncoding('utf8');
+  child.stderr!.on('data', keep);
+  let onEarlyExit: (code: number | null) => void = () => {};
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`herald worker did not start:\n${output}`)), timeoutMs);
+    onEarlyExit = (code) => {
+      clearTimeout(timer);
+      reject(new Error(`herald worker exited (${code}) before it started:\n${output}`));
+    };
+    child.once('exit', onEarlyExit);
+    let started = false;
+    child.stdout!.on('data', (chunk: string) => {
+      keep(chunk);
+      if (!started && output.includes('"msg":"herald started"')) {
+        started = true;
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  child.removeListener('exit', onEarlyExit);
+  return {
+    pid: child.pid!,
+    tail: () => output,
+    stop: () => stopChild(child, 'SIGTERM', 15_000),
+  };
+}
+
+/** Forks the graphile-worker peer (peer-process.ts) and resolves once its runner is up. */
+export async function startPeerWorker(
+  connectionString: string,
+  receiverUrl: string,
+  concurrency: number,
+  timeoutMs = 30_000,
+): Promise<WorkerProcess> {
+  const child = fork(PEER, [connectionString, receiverUrl, String(concurrency)], {
+    env: childEnv({}),
+    stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+  });
+  children.add(child);
+  let output = '';
+  const keep = (chunk: string) => {
+    output = (output + chunk).slice(-8000);
+  };
+  child.stdout!.setEncoding('utf8').on('data', keep);
+  child.stderr!.setEncoding('utf8').on('data', keep);
+  let onEarlyExit: (code: number | null) => void = () => {};
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`the peer did not start:\n${output}`)), timeoutMs);
+    onEarlyExit = (code) => {
+      clearTimeout(timer);
+      reject(new Error(`the peer exited (${code}) before it started:\n${output}`));
+    };
+    child.once('exit', onEarlyExit);
+    child.on('message', (message: { ready?: boolean }) => {
+      if (message.ready) {
+        clearTimeout(timer);
+        resolve();
+      }
+    });
+  });
+  child.removeListener('exit', onEarlyExit);
+  return {
+    pid: child.pid!,
+    tail: () => output,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = new Promise((resolve) => child.once('exit', resolve));
+      child.send({ cmd: 'stop' });
+      const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(timer);
+      children.delete(child);
+    },
+  };
+}
+
+/** SIGKILLs every child still running (the run failed or was interrupted). */
+export function killChildren(): void {
+  for (const child of children) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+  children.clear();
+}

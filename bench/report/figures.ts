@@ -1,0 +1,148 @@
+// Raw results → the rows of the table and of latest.json, with their ratios:
+// - deliveries/s (e2e) to the peer's jobs/s (higher is better) and to the HTTP limit;
+// - publish and intake per second to the commit limit;
+// - latency percentiles to the peer's same percentile (lower is better).
+
+import type { Results } from '../context.ts';
+import { summarize } from '../stats.ts';
+
+export interface Figure {
+  name: string;
+  value: number;
+  unit: string;
+  ratioToPeer?: number;
+  ratioToLimit?: number;
+}
+
+const MIB = 1024 * 1024;
+const n = (x: number) => x.toLocaleString('en-US');
+
+function ratio(value: number, base: number | undefined): number | undefined {
+  return base && Number.isFinite(value) && Number.isFinite(base) && base > 0 ? value / base : undefined;
+}
+
+function row(name: string, value: number, unit: string, toPeer?: number, toLimit?: number): Figure {
+  const figure: Figure = { name, value, unit };
+  if (toPeer !== undefined) figure.ratioToPeer = toPeer;
+  if (toLimit !== undefined) figure.ratioToLimit = toLimit;
+  return figure;
+}
+
+export function buildFigures(r: Results, concurrency: number): Figure[] {
+  const out: Figure[] = [];
+  const http = r.httpLimit?.perSecond;
+  const commit = r.commitLimit?.perSecond;
+  const peerRate = r.peer?.perSecond;
+  const peerLat = r.peerLatency ? summarize(r.peerLatency) : undefined;
+
+  if (r.httpLimit)
+    out.push(row(`HTTP limit: bare keep-alive POST loop, c=${concurrency}`, r.httpLimit.perSecond, 'req/s'));
+  if (r.commitLimit)
+    out.push(
+      row(`commit limit: 1-row insert transactions, c=${concurrency}`, r.commitLimit.perSecond, 'commits/s'),
+    );
+  if (r.peer) {
+    out.push(
+      row(
+        `peer graphile-worker: ${n(r.peer.count)} jobs, 1 POST each`,
+        r.peer.perSecond,
+        'jobs/s',
+        undefined,
+        ratio(r.peer.perSecond, http),
+      ),
+    );
+  }
+  if (peerLat) {
+    for (const p of ['p50', 'p95', 'p99'] as const) {
+      out.push(row(`peer add-to-receiver latency ${p}`, peerLat[p], 'ms'));
+    }
+  }
+  if (r.peer)
+    out.push(row('peer worker peak RSS (during its throughput run)', r.peer.peakRssBytes / MIB, 'MiB'));
+  if (r.e2eOne) {
+    out.push(
+      row(
+        `herald e2e E=1: ${n(r.e2eOne.count)} deliveries, 1 worker`,
+        r.e2eOne.perSecond,
+        'deliveries/s',
+        ratio(r.e2eOne.perSecond, peerRate),
+        ratio(r.e2eOne.perSecond, http),
+      ),
+    );
+  }
+  if (r.e2eFan) {
+    out.push(
+      row(
+        `herald e2e E=${n(r.e2eFan.endpoints)}: ${n(r.e2eFan.count)} deliveries, 1 worker`,
+        r.e2eFan.perSecond,
+        'deliveries/s',
+        ratio(r.e2eFan.perSecond, peerRate),
+        ratio(r.e2eFan.perSecond, http),
+      ),
+    );
+  }
+  if (r.publishHttp)
+    out.push(
+      row(
+        `herald publish over HTTP, c=${concurrency}`,
+        r.publishHttp.perSecond,
+        'msgs/s',
+        undefined,
+        ratio(r.publishHttp.perSecond, commit),
+      ),
+    );
+  if (r.publishLibrary) {
+    out.push(
+      row(
+        `herald publish, library in caller's txn, c=${concurrency}`,
+        r.publishLibrary.perSecond,
+        'msgs/s',
+        undefined,
+        ratio(r.publishLibrary.perSecond, commit),
+      ),
+    );
+  }
+  if (r.latency) {
+    const s = summarize(r.latency);
+    for (const p of ['p50', 'p95', 'p99'] as const) {
+      out.push(
+        row(
+          `herald publish-to-receiver latency ${p}`,
+          s[p],
+          'ms',
+          peerLat ? ratio(s[p], peerLat[p]) : undefined,
+        ),
+      );
+    }
+  }
+  if (r.intake)
+    out.push(
+      row(
+        `herald intake: signed /ingest, c=${concurrency}`,
+        r.intake.perSecond,
+        'req/s',
+        undefined,
+        ratio(r.intake.perSecond, commit),
+      ),
+    );
+  if (r.fanout) {
+    const s = summarize(r.fanout.commitMs);
+    out.push(row(`fan-out: publish to ${n(r.fanout.endpoints)} endpoints, time to commit p50`, s.p50, 'ms'));
+    out.push(row(`fan-out: publish to ${n(r.fanout.endpoints)} endpoints, time to commit max`, s.max, 'ms'));
+  }
+  if (r.memory) {
+    const m = r.memory;
+    out.push(row(`herald worker peak RSS, ${n(m.pending)} pending deliveries`, m.peakRssBytes / MIB, 'MiB'));
+    out.push(row('  herald worker RSS when it started', m.startRssBytes / MIB, 'MiB'));
+    out.push(
+      row(`  deliveries it finished (cap ${Math.round(m.workedSeconds)} s)`, m.delivered, 'deliveries'),
+    );
+    for (const [table, bytes] of Object.entries(m.sizes)) {
+      out.push(row(`  table ${table} after the finished work`, bytes / MIB, 'MiB'));
+    }
+    for (const [table, bytes] of Object.entries(m.sizesAfterRetention)) {
+      out.push(row(`  table ${table} after retention + VACUUM`, bytes / MIB, 'MiB'));
+    }
+  }
+  return out;
+}

@@ -1,0 +1,35 @@
+// The one table the run prints: figure, value, unit, ratio to the peer, ratio to the limit.
+
+import type { Figure } from './figures.ts';
+
+function formatValue(value: number): string {
+  if (!Number.isFinite(value)) return 'n/a';
+  if (Math.abs(value) >= 100) return Math.round(value).toLocaleString('en-US');
+  if (Math.abs(value) >= 10) return value.toFixed(1);
+  return value.toFixed(2);
+}
+
+const formatRatio = (ratio: number | undefined) => (ratio === undefined ? '' : `${ratio.toFixed(2)}×`);
+
+export function renderTable(figures: readonly Figure[]): string {
+  const header = ['figure', 'value', 'unit', '× peer', '× limit'];
+  const rows = figures.map((f) => [
+    f.name,
+    formatValue(f.value),
+    f.unit,
+    formatRatio(f.ratioToPeer),
+    formatRatio(f.ratioToLimit),
+  ]);
+  const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, i) => (i === 0 || i === 2 ? cell.padEnd(widths[i]!) : cell.padStart(widths[i]!)))
+      .join('  ');
+  return [line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n');
+}
+
+export const RATIO_LEGEND = [
+  '× peer: herald ÷ graphile-worker in this run (throughput: higher is better; latency: lower is better).',
+  '× limit: e2e and peer ÷ the HTTP limit; publish and intake ÷ the commit limit (same concurrency).',
+  'E=1 is serial by design (one request in flight per endpoint); the peer runs its jobs in parallel.',
+].join('\n');

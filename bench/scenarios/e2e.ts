@@ -1,0 +1,84 @@
+// (4) herald end to end: N messages published (library face) to one app with E endpoints while no
+// worker runs, then ONE `herald worker` process starts and the receiver counts the deliveries in;
+// the rate is taken between the first and the last arrival. Afterwards the run waits until every
+// delivery is recorded as succeeded (every attempt recorded), and reports how long that took.
+
+import { EVENT_TYPE, PAYLOAD } from '../config.ts';
+import type { Context } from '../context.ts';
+import { createAppWithEndpoints, heraldEnv } from '../herald-setup.ts';
+import { closedLoop, sleep } from '../load.ts';
+import { sampleMemory, startHeraldWorker } from '../processes.ts';
+import { nowMs, rate } from '../stats.ts';
+
+async function succeeded(ctx: Context, app: string): Promise<number> {
+  const h = await ctx.herald();
+  const result = await h.herald.core.db.query<{ n: number }>(
+    `select count(*)::int as n from delivery where app_id = (select id from app where uid = $1) and state = 'succeeded'`,
+    [app],
+  );
+  return result.rows[0]!.n;
+}
+
+async function runCase(ctx: Context, app: string, messages: number, endpoints: number) {
+  const h = await ctx.herald();
+  const { concurrency } = ctx.options;
+  const expected = messages * endpoints;
+  // The backlog is not measured: a few publishers keep herald's pool small for later scenarios.
+  const published = await closedLoop(messages, 8, 300_000, async () => {
+    await h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD });
+  });
+  if (published.truncated)
+    throw new Error(`published only ${published.done} of ${messages} messages to ${app}`);
+  await ctx.receiver.reset();
+  const worker = await startHeraldWorker(heraldEnv(ctx.db.url, concurrency));
+  const memory = sampleMemory(worker.pid);
+  try {
+    const { waitMaxSeconds } = ctx.options.counts;
+    const stats = await ctx.receiver.waitForCount(expected, waitMaxSeconds * 1000);
+    if (!stats.complete) {
+      ctx.notes.push(
+        `e2e ${app}: ${stats.count} of ${expected} deliveries arrived within ${waitMaxSeconds} s; rate taken over those`,
+      );
+    }
+    const doneAt = nowMs();
+    const windowMs = stats.lastAt - stats.firstAt;
+    // Outcomes are written after the response (group commit): wait until all are recorded.
+    const deadline = Date.now() + (stats.complete ? 120_000 : 0);
+    let recorded = await succeeded(ctx, app);
+    while (recorded < expected && Date.now() < deadline) {
+      await sleep(50);
+      recorded = await succeeded(ctx, app);
+    }
+    if (recorded < expected && stats.complete) {
+      ctx.notes.push(
+        `e2e ${app}: only ${recorded} of ${expected} deliveries recorded as succeeded after 120 s`,
+      );
+    }
+    ctx.log(
+      `e2e ${app}: ${stats.count} requests for ${expected} deliveries in ${(windowMs / 1000).toFixed(2)} s` +
+        ` (${stats.count - expected} repeats); all recorded ${((nowMs() - doneAt) / 1000).toFixed(2)} s later`,
+    );
+    return {
+      perSecond: rate(stats.count - 1, windowMs),
+      count: stats.count,
+      elapsedMs: windowMs,
+      recordedMs: nowMs() - stats.firstAt,
+      peakRssBytes: memory.stop(),
+    };
+  } finally {
+    memory.stop();
+    await worker.stop();
+  }
+}
+
+export async function e2e(ctx: Context): Promise<void> {
+  const { counts } = ctx.options;
+  const h = await ctx.herald();
+  await createAppWithEndpoints(h, 'bench-e2e-one', 1, `${ctx.receiver.url}/e2e-one`);
+  ctx.results.e2eOne = await runCase(ctx, 'bench-e2e-one', counts.e2eOneMessages, 1);
+  const fan = await ctx.fanApp();
+  ctx.results.e2eFan = {
+    ...(await runCase(ctx, fan, counts.e2eFanMessages, counts.fanEndpoints)),
+    endpoints: counts.fanEndpoints,
+  };
+}

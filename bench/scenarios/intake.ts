@@ -1,0 +1,54 @@
+// (7) herald intake: signed Standard Webhooks requests per second through POST /ingest/{source}
+// (verify + claim + outbox message + 204) on the in-process API, at the run's concurrency. The
+// source (created through the API) relays into an app with one endpoint; no worker runs. Every
+// request has its own webhook-id; the signatures are computed before the clock starts.
+
+import crypto from 'node:crypto';
+import { PAYLOAD_TEXT } from '../config.ts';
+import type { Context } from '../context.ts';
+import { createAppWithEndpoints, createSource } from '../herald-setup.ts';
+import { closedLoop } from '../load.ts';
+import { rate } from '../stats.ts';
+
+export async function intake(ctx: Context): Promise<void> {
+  const { counts, concurrency } = ctx.options;
+  const h = await ctx.herald();
+  const app = 'bench-intake';
+  await createAppWithEndpoints(h, app, 1, `${ctx.receiver.url}/intake`);
+  const source = await createSource(h, 'bench-source', app, 'bench.relayed');
+  const warm = Math.min(200, counts.intakes);
+  const total = warm + counts.intakes;
+  const run = crypto.randomBytes(4).toString('hex');
+  const timestamp = String(Math.floor(Date.now() / 1000));
+  const requests = Array.from({ length: total }, (_, i) => {
+    const id = `msg_bench_${run}_${i}`;
+    const signature = crypto
+      .createHmac('sha256', source.key)
+      .update(`${id}.${timestamp}.${PAYLOAD_TEXT}`)
+      .digest('base64');
+    return {
+      'content-type': 'application/json',
+      'webhook-id': id,
+      'webhook-timestamp': timestamp,
+      'webhook-signature': `v1,${signature}`,
+    };
+  });
+  const send = (offset: number) => async (i: number) => {
+    const response = await h.client.request({
+      method: 'POST',
+      path: `/ingest/${source.uid}`,
+      headers: requests[offset + i]!,
+      body: PAYLOAD_TEXT,
+    });
+    const text = await response.body.text();
+    if (response.statusCode !== 204) throw new Error(`ingest answered ${response.statusCode}: ${text}`);
+  };
+  await closedLoop(warm, concurrency, 30_000, send(0));
+  const timed = await closedLoop(counts.intakes, concurrency, 120_000, send(warm));
+  if (timed.truncated) ctx.notes.push(`intake stopped at its deadline after ${timed.done}`);
+  ctx.results.intake = {
+    perSecond: rate(timed.done, timed.elapsedMs),
+    count: timed.done,
+    elapsedMs: timed.elapsedMs,
+  };
+}

@@ -1,0 +1,77 @@
+// (3) The peer: graphile-worker on the same PostgreSQL (schema graphile_worker in the scratch
+// database) and the same receiver, one HTTP POST of the same payload per job. Throughput: N jobs
+// queued while the runner is stopped, then the runner starts and the receiver counts them in.
+// Latency: jobs added one at a time at a fixed moderate rate to an idle runner, add → arrival.
+
+import { Logger, makeWorkerUtils, runMigrations } from 'graphile-worker';
+import type { Context } from '../context.ts';
+import { openLoop, sleep } from '../load.ts';
+import { sampleMemory, startPeerWorker } from '../processes.ts';
+import { joinLatencies, nowMs, rate } from '../stats.ts';
+
+const quiet = new Logger(() => (level, message) => {
+  if (level === 'error') console.error(`[peer] ${message}`);
+});
+
+export async function peer(ctx: Context): Promise<void> {
+  const { concurrency, counts } = ctx.options;
+  const connectionString = ctx.db.url;
+  await runMigrations({ connectionString, schema: 'graphile_worker', logger: quiet });
+  const utils = await makeWorkerUtils({
+    connectionString,
+    schema: 'graphile_worker',
+    logger: quiet,
+    maxPoolSize: 4,
+  });
+  try {
+    // Throughput.
+    for (let from = 0; from < counts.peerJobs; from += 1000) {
+      const batch = Array.from({ length: Math.min(1000, counts.peerJobs - from) }, (_, k) => ({
+        identifier: 'post',
+        payload: { id: `t${from + k}` },
+      }));
+      await utils.addJobs(batch);
+    }
+    await ctx.receiver.reset();
+    const worker = await startPeerWorker(connectionString, ctx.receiver.url, concurrency);
+    const memory = sampleMemory(worker.pid);
+    try {
+      const stats = await ctx.receiver.waitForCount(counts.peerJobs, counts.waitMaxSeconds * 1000);
+      if (!stats.complete) {
+        ctx.notes.push(
+          `peer: ${stats.count} of ${counts.peerJobs} jobs arrived within ${counts.waitMaxSeconds} s`,
+        );
+      }
+      const windowMs = stats.lastAt - stats.firstAt;
+      ctx.results.peer = {
+        perSecond: rate(stats.count - 1, windowMs),
+        count: stats.count,
+        elapsedMs: windowMs,
+        peakRssBytes: memory.stop(),
+      };
+      ctx.log(`peer: ${stats.count} jobs delivered in ${(windowMs / 1000).toFixed(2)} s`);
+
+      // Latency, with the runner idle in between.
+      await sleep(1000);
+      await ctx.receiver.reset();
+      await ctx.receiver.track(true);
+      const addedAt = new Map<string, number>();
+      const n = counts.latencySamples;
+      await openLoop(n, counts.latencyRate, (n / counts.latencyRate) * 1000 + 10_000, async (i) => {
+        const id = `l${i}`;
+        addedAt.set(id, nowMs());
+        await utils.addJob('post', { id });
+      });
+      const arrived = await ctx.receiver.waitForCount(n, counts.waitMaxSeconds * 1000);
+      if (!arrived.complete) ctx.notes.push(`peer latency: ${arrived.count} of ${n} jobs arrived in time`);
+      const arrivals = await ctx.receiver.drain();
+      await ctx.receiver.track(false);
+      ctx.results.peerLatency = joinLatencies(addedAt, arrivals);
+    } finally {
+      memory.stop();
+      await worker.stop();
+    }
+  } finally {
+    await utils.release();
+  }
+}

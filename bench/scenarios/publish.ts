@@ -1,0 +1,66 @@
+// (5) herald publish throughput at the run's concurrency (32 by default), no worker running, to an
+// app with one endpoint: through the library (herald.publish inside the caller's own
+// transaction: BEGIN, publish, COMMIT on a pg client of the caller's pool) and through the HTTP
+// API (the in-process fastify server from buildApi, keep-alive client in the same process).
+
+import pg from 'pg';
+import { EVENT_TYPE, PAYLOAD } from '../config.ts';
+import type { Context } from '../context.ts';
+import { ADMIN_KEY, createAppWithEndpoints } from '../herald-setup.ts';
+import { closedLoop } from '../load.ts';
+import { rate } from '../stats.ts';
+
+export async function publish(ctx: Context): Promise<void> {
+  const { counts, concurrency } = ctx.options;
+  const h = await ctx.herald();
+  const app = 'bench-publish';
+  await createAppWithEndpoints(h, app, 1, `${ctx.receiver.url}/publish`);
+  const body = JSON.stringify({ eventType: EVENT_TYPE, payload: PAYLOAD });
+
+  // The library first: its pool is the caller's, so herald's own pool is still small then.
+  const callerPool = new pg.Pool({ connectionString: ctx.db.url, max: concurrency });
+  try {
+    const inCallerTransaction = async () => {
+      const client = await callerPool.connect();
+      try {
+        await client.query('begin');
+        await h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD }, { db: client });
+        await client.query('commit');
+      } catch (error) {
+        await client.query('rollback').catch(() => {});
+        throw error;
+      } finally {
+        client.release();
+      }
+    };
+    await closedLoop(Math.min(200, counts.publishes), concurrency, 30_000, inCallerTransaction);
+    const lib = await closedLoop(counts.publishes, concurrency, 120_000, inCallerTransaction);
+    if (lib.truncated) ctx.notes.push(`publish (library) stopped at its deadline after ${lib.done}`);
+    ctx.results.publishLibrary = {
+      perSecond: rate(lib.done, lib.elapsedMs),
+      count: lib.done,
+      elapsedMs: lib.elapsedMs,
+    };
+  } finally {
+    await callerPool.end();
+  }
+
+  const overHttp = async () => {
+    const response = await h.client.request({
+      method: 'POST',
+      path: `/api/v1/app/${app}/msg`,
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+      body,
+    });
+    const text = await response.body.text();
+    if (response.statusCode !== 202) throw new Error(`publish answered ${response.statusCode}: ${text}`);
+  };
+  await closedLoop(Math.min(200, counts.publishes), concurrency, 30_000, overHttp);
+  const http = await closedLoop(counts.publishes, concurrency, 120_000, overHttp);
+  if (http.truncated) ctx.notes.push(`publish (HTTP) stopped at its deadline after ${http.done}`);
+  ctx.results.publishHttp = {
+    perSecond: rate(http.done, http.elapsedMs),
+    count: http.done,
+    elapsedMs: http.elapsedMs,
+  };
+}
