@@ -132,6 +132,8 @@ describe('svix SDK against herald', () => {
     assert.equal(updated.name, 'Acme Corp');
     assert.deepEqual(updated.metadata, {}, 'PUT replaces metadata');
     assert.ok(updated.updatedAt.getTime() >= created.updatedAt.getTime());
+    const keptUid = await svix.application.update('acme', { name: 'Acme Corp' });
+    assert.equal(keptUid.uid, 'acme', 'a PUT without uid keeps the uid the path used');
 
     const patched = await svix.application.patch(created.id, { metadata: { tier: 'gold' }, rateLimit: 9 });
     assert.equal(patched.name, 'Acme Corp', 'PATCH keeps what it does not name');

@@ -87,7 +87,10 @@ export const appRoutes =
         return reply.status(201).send(presentApp(created));
       }
       await requireApp(db, request.actor, existing.id);
-      return presentApp(await guardUid(() => updateAudited(request.actor.id, existing, fields)));
+      // A body without `uid` keeps the app's uid: the path may be that very uid, and losing it
+      // would make the app unreachable by the address the caller just used.
+      const kept = input.uid === undefined ? { ...fields, uid: existing.uid } : fields;
+      return presentApp(await guardUid(() => updateAudited(request.actor.id, existing, kept)));
     });
 
     app.patch<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) => {
