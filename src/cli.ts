@@ -4,7 +4,7 @@
 // against a PostgreSQL server; `migrate` applies migrations; `keys` manages API keys.
 
 import { Command, InvalidArgumentError } from 'commander';
-import { buildApi } from './api/server.ts';
+import { buildApi, buildMetricsServer } from './api/server.ts';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
@@ -48,12 +48,19 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
     const file = await ensureLocalAdminKey(herald.core.db, config.dataDir);
     if (file) log.info({ file }, 'created an admin API key for this embedded database; it is in this file');
   }
-  const api = role.api ? await buildApi(herald.core) : null;
-  if (api) await api.listen({ port: config.port, host: config.host });
+  // A worker on its own has no API; HERALD_METRICS_PORT gives it a /metrics to scrape.
+  const api = role.api
+    ? await buildApi(herald.core)
+    : config.metricsPort !== undefined
+      ? await buildMetricsServer(herald.core)
+      : null;
+  if (api) await api.listen({ port: role.api ? config.port : config.metricsPort!, host: config.host });
   if (role.worker) await herald.startWorker();
+  const listening = api ? `http://${config.host}:${(api.server.address() as { port: number }).port}` : null;
   log.info(
     {
-      api: api ? `http://${config.host}:${(api.server.address() as { port: number }).port}` : null,
+      api: role.api ? listening : null,
+      metrics: listening && `${listening}/metrics`,
       worker: role.worker,
       database: config.databaseUrl ? 'postgres' : `embedded (${config.dataDir})`,
     },

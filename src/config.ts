@@ -8,6 +8,8 @@ import { isValidEndpointSecret } from './signing/standard-webhooks.ts';
 export interface HeraldConfig {
   port: number;
   host: string;
+  /** A worker-only process serves /metrics on this port; unset: no listener. */
+  metricsPort: number | undefined;
   /** Unset → embedded PGlite in `dataDir`. */
   databaseUrl: string | undefined;
   dataDir: string;
@@ -141,6 +143,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
   const operator = operatorWebhook(env);
   return Object.freeze({
     port: integer(env, 'PORT', 8071, 0, 65535),
+    metricsPort: env['HERALD_METRICS_PORT'] ? integer(env, 'HERALD_METRICS_PORT', 0, 0, 65535) : undefined,
     host: env['HOST'] || '127.0.0.1',
     databaseUrl,
     dataDir: path.resolve(env['HERALD_DATA_DIR'] || '.herald'),

@@ -17,7 +17,7 @@ import { parseOrThrow } from '../src/schemas/validate.ts';
 import { freshDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
-import { freePort } from './support/processes.ts';
+import { freePort, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { startTcpProxy } from './support/tcp-proxy.ts';
 import { waitFor } from './support/wait.ts';
@@ -295,5 +295,22 @@ test('a database outage during finalization counts its retries, and the lease re
     await receiver.close();
     await proxy.close();
     await database.drop();
+  }
+});
+
+test('a worker-only process serves /metrics on HERALD_METRICS_PORT', async () => {
+  const port = await freePort();
+  const worker = await startHerald(
+    'worker',
+    testEnv(t.database.url, { HERALD_METRICS_PORT: String(port), LOG_LEVEL: 'info' }),
+  );
+  try {
+    const response = await fetch(`http://127.0.0.1:${port}/metrics`);
+    assert.equal(response.status, 200);
+    assert.match(await response.text(), /herald_metrics_database_up 1/);
+    assert.equal((await fetch(`http://127.0.0.1:${port}/api/v1/health`)).status, 204);
+    assert.equal((await fetch(`http://127.0.0.1:${port}/api/v1/app`)).status, 404, 'no API on a worker');
+  } finally {
+    await worker.proc.kill('SIGTERM');
   }
 });

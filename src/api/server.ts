@@ -72,6 +72,17 @@ function toHeraldError(error: FastifyError | Error): HeraldError {
   return new HeraldError('internal', 'internal error');
 }
 
+/** Just /metrics and the liveness check: what a worker-only process serves. */
+export async function buildMetricsServer(core: Core): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: core.log as FastifyBaseLogger,
+    logController: new LogController({ disableRequestLogging: true }),
+  });
+  await app.register(healthRoutes(core));
+  await app.register(metricsRoutes(core));
+  return app;
+}
+
 export async function buildApi(core: Core): Promise<FastifyInstance> {
   const app = Fastify({
     loggerInstance: core.log as FastifyBaseLogger,
