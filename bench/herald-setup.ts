@@ -24,6 +24,9 @@ export function heraldEnv(databaseUrl: string, concurrency: number): Record<stri
     // The benchmark is the only client; the per-key limit (200/s by default) would cap it.
     HERALD_API_RATE_LIMIT: '0',
     HERALD_WORKER_CONCURRENCY: String(concurrency),
+    // Every bench endpoint is on one origin (the local receiver); the peer keeps `concurrency`
+    // requests on the wire, so herald may open as many connections to it.
+    HERALD_CONNECTIONS_PER_ORIGIN: String(concurrency),
     LOG_LEVEL: 'error',
   };
 }

@@ -67,6 +67,7 @@ async function seed(appUid: string, endpoints: number, messages: number): Promis
         idempotencyKey: null,
         requestHash: null,
         retentionDays: 1,
+        wakeOnCommit: false,
       },
       'test',
     );

@@ -139,6 +139,7 @@ async function setUp(db: Db, setup: Setup): Promise<Model> {
         idempotencyKey: null,
         requestHash: null,
         retentionDays: 1,
+        wakeOnCommit: false,
       },
       'test',
     );

@@ -151,3 +151,35 @@ describe('idempotent publish', () => {
     );
   });
 });
+
+describe('waking the workers', () => {
+  test('API, library and in-transaction publishes wake an idle worker at once (no polling)', async () => {
+    // A poll interval of a minute: only a NOTIFY can bring these deliveries within the deadline.
+    const quiet = await startTestHerald('wake', { env: { HERALD_POLL_INTERVAL_MS: '60000' } });
+    try {
+      const app = await createApp(quiet, 'wake');
+      await createEndpoint(quiet, app, { url: `${receiver.url}/wake` });
+      const arrived = (n: number) => receiver.requests.filter((r) => r.path === '/wake').length >= n;
+      await publishVia(quiet, app, { eventType: 'e', payload: { via: 'api' } });
+      await waitFor('the API publish to arrive', () => arrived(1), 5000);
+      await quiet.herald.publish('wake', { eventType: 'e', payload: { via: 'library' } });
+      await waitFor('the library publish to arrive', () => arrived(2), 5000);
+      const client = new pg.Client({ connectionString: quiet.database.url });
+      await client.connect();
+      try {
+        await client.query('begin');
+        await quiet.herald.publish(
+          'wake',
+          { eventType: 'e', payload: { via: 'transaction' } },
+          { db: client },
+        );
+        await client.query('commit');
+      } finally {
+        await client.end();
+      }
+      await waitFor('the in-transaction publish to arrive', () => arrived(3), 5000);
+    } finally {
+      await quiet.close();
+    }
+  });
+});

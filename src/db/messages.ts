@@ -29,6 +29,11 @@ export interface NewMessage {
   businessKey?: string | null;
   requestHash: Buffer | null;
   retentionDays: number;
+  /**
+   * NOTIFY the workers inside this transaction (fires exactly at the caller's COMMIT, but
+   * serialises commits: see waker.ts). false: the caller wakes them after committing.
+   */
+  wakeOnCommit: boolean;
 }
 
 const COLUMNS = `id, app_id as "appId", event_type as "eventType", event_id as "eventId", payload, channels,
@@ -64,7 +69,7 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
        select $9, 'message.created', $1, 'message', msg.id from msg
      )
      select msg.*, (select count(*) from fanout)::int as deliveries
-       from msg, lateral (select pg_notify('${WAKE_CHANNEL}', $1)) wake`,
+       from msg${m.wakeOnCommit ? `, lateral (select pg_notify('${WAKE_CHANNEL}', $1)) wake` : ''}`,
     [
       m.appId,
       m.eventType,

@@ -5,6 +5,7 @@ import type { Logger } from 'pino';
 import type { HeraldConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { Db } from '../db/port.ts';
+import type { Waker } from '../db/waker.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics } from '../ops/metrics.ts';
 import type { AddressPolicy } from '../sender/destination.ts';
@@ -16,6 +17,8 @@ export interface Core {
   policy: RetryPolicy;
   addressPolicy: AddressPolicy;
   log: Logger;
+  /** Wakes workers after a commit that published (see db/waker.ts). */
+  waker: Waker;
   metrics: Metrics;
 }
 

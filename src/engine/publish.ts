@@ -14,6 +14,8 @@ export const DEFAULT_RETENTION_DAYS = 90;
 
 export interface PublishOptions {
   idempotencyKey?: string | null;
+  /** NOTIFY inside the transaction (default); false: the caller wakes workers after COMMIT. */
+  wakeOnCommit?: boolean;
 }
 
 export interface Published {
@@ -48,6 +50,7 @@ export async function publish(
       idempotencyKey: key,
       requestHash: key === null ? null : requestHash(input),
       retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
+      wakeOnCommit: options.wakeOnCommit ?? true,
     },
     actor.id,
   );

@@ -11,6 +11,7 @@ import { claimIntake, linkIntakeMessage, recordObservation } from '../db/intake.
 import { publishMessage } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
+import type { Waker } from '../db/waker.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
@@ -30,6 +31,8 @@ export interface IngestDeps {
   log: Logger;
   fetchText: FetchText;
   metrics?: Metrics;
+  /** Wakes workers after the commit (the publish does not NOTIFY in-transaction). */
+  waker?: Waker;
 }
 
 export type IngestResult =
@@ -137,6 +140,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
               retentionDays:
                 source.retentionDays ?? (await appRetentionDays(tx, source.appId)) ?? DEFAULT_RETENTION_DAYS,
               businessKey,
+              wakeOnCommit: false,
             },
             `source:${source.id}`,
           );
@@ -157,7 +161,10 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       failpoint('ingest.after_commit');
       // Counted after COMMIT, like the 2xx: a rolled-back claim is not a claim.
       deps.metrics?.intake(label, result.duplicate ? 'duplicate' : 'claimed');
-      if (relayed) deps.metrics?.published('ingest');
+      if (relayed) {
+        deps.metrics?.published('ingest');
+        deps.waker?.wake();
+      }
       return result;
     },
   };

@@ -38,10 +38,14 @@ export const messageRoutes =
         const { message, created } = await db.transaction((tx) =>
           publish(core, tx, request.actor, request.params.app_id, input, {
             idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
+            wakeOnCommit: false,
           }),
         );
         // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
-        if (created) core.metrics.published('api');
+        if (created) {
+          core.metrics.published('api');
+          core.waker.wake();
+        }
         return reply.status(202).send(presentMessage(message, request.query.with_content !== 'false'));
       },
     );
