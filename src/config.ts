@@ -28,6 +28,8 @@ export interface HeraldConfig {
   pollIntervalMs: number;
   /** Requests a worker keeps in flight at once (across endpoints; one per endpoint). */
   workerConcurrency: number;
+  /** On SIGTERM, how long a worker waits for attempts in flight before abandoning them to lease recovery. */
+  shutdownGraceMs: number;
   /** Keep-alive connections a worker opens per receiver origin. */
   connectionsPerOrigin: number;
   /** Connections this process keeps to a PostgreSQL server (server mode). */
@@ -162,6 +164,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     attemptTimeoutMs,
     pollIntervalMs: integer(env, 'HERALD_POLL_INTERVAL_MS', 1000, 10, 60_000),
     workerConcurrency: integer(env, 'HERALD_WORKER_CONCURRENCY', 64, 1, 4096),
+    shutdownGraceMs: integer(env, 'HERALD_SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),

@@ -176,7 +176,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       return worker;
     },
     async close() {
-      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await Promise.all(workers.splice(0).map((w) => w.stop(config.shutdownGraceMs)));
       await Promise.all(senders.splice(0).map((s) => s.close()));
       await db.close();
     },

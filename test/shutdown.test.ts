@@ -1,0 +1,99 @@
+// SIGTERM: stop claiming, let attempts in flight finish within the grace period, or abandon them
+// to lease recovery — never lose them — then close the database and exit 0.
+
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, test } from 'node:test';
+import { createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { killAll, startHerald } from './support/processes.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+let t: TestHerald;
+let receiver: Receiver;
+
+before(async () => {
+  // The API only: deliveries are made by the worker processes each test starts.
+  t = await startTestHerald('shutdown', { worker: false });
+  receiver = await startReceiver();
+});
+after(async () => {
+  await killAll();
+  await t.close();
+  await receiver.close();
+});
+
+const attempts = async (deliveryId: string) =>
+  (
+    await t.database.db.query<{ outcome: string | null }>(
+      'select outcome from attempt where delivery_id = $1 order by id',
+      [deliveryId],
+    )
+  ).rows.map((r) => r.outcome);
+
+test('SIGTERM during a slow attempt waits for it, records it, and exits 0', async () => {
+  // A receiver that answers 1.5 s after the request arrives.
+  let arrived = 0;
+  const slow = http.createServer((_request, response) => {
+    arrived++;
+    setTimeout(() => response.writeHead(204).end(), 1500);
+  });
+  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  try {
+    const app = await createApp(t, 'graceful');
+    const ep = await createEndpoint(t, app, {
+      url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/slow`,
+    });
+    const worker = await startHerald('worker', testEnv(t.database.url, { LOG_LEVEL: 'info' }));
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor('the request to arrive', () => arrived === 1);
+    worker.proc.signal('SIGTERM');
+    const exit = await worker.proc.waitForExit(20_000);
+    assert.deepEqual(exit, { code: 0, signal: null });
+    const delivery = (await deliveryOf(t, msg, ep))!;
+    assert.equal(
+      delivery.state,
+      'succeeded',
+      'the attempt in flight finished and was recorded before exiting',
+    );
+    assert.deepEqual(await attempts(delivery.id), ['success']);
+  } finally {
+    slow.closeAllConnections();
+    await new Promise((resolve) => slow.close(resolve));
+  }
+});
+
+test('an attempt that outlives the grace period is abandoned, then recovered and completed after restart', async () => {
+  receiver.respond = (request) => (request.path === '/stuck' ? 'hang' : { status: 204 });
+  const app = await createApp(t, 'abandon');
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}/stuck` });
+  const env = testEnv(t.database.url, {
+    LOG_LEVEL: 'info',
+    HERALD_SHUTDOWN_GRACE_MS: '200',
+    HERALD_LEASE_SECONDS: '3',
+    HERALD_ATTEMPT_TIMEOUT_MS: '2500',
+  });
+  const first = await startHerald('worker', env, { name: 'first worker' });
+  const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+  await waitFor('the request to arrive', () => receiver.requests.some((r) => r.path === '/stuck'));
+  first.proc.signal('SIGTERM');
+  const exit = await first.proc.waitForExit(10_000);
+  assert.deepEqual(exit, { code: 0, signal: null });
+  // Abandoned, never lost: either its lease is still held (lease recovery will end it) or the
+  // sender's shutdown cut the request and the worker recorded it as unknown.
+  const delivery = (await deliveryOf(t, msg, ep))!;
+  assert.ok(['sending', 'pending'].includes(delivery.state), delivery.state);
+  const [outcome] = await attempts(delivery.id);
+  assert.ok(outcome === null || outcome === 'unknown', String(outcome));
+
+  receiver.respond = () => ({ status: 204 });
+  await startHerald('worker', env, { name: 'second worker' });
+  await waitFor(
+    'the delivery to complete',
+    async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
+    20_000,
+  );
+  assert.deepEqual(await attempts(delivery.id), ['unknown', 'success']);
+});
