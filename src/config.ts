@@ -28,6 +28,8 @@ export interface HeraldConfig {
   pollIntervalMs: number;
   /** Requests a worker keeps in flight at once (across endpoints; one per endpoint). */
   workerConcurrency: number;
+  /** Days finished messages, deliveries and attempts are kept; undefined: forever (the audit trail). */
+  historyRetentionDays: number | undefined;
   /** On SIGTERM, how long a worker waits for attempts in flight before abandoning them to lease recovery. */
   shutdownGraceMs: number;
   /** Keep-alive connections a worker opens per receiver origin. */
@@ -164,6 +166,9 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     attemptTimeoutMs,
     pollIntervalMs: integer(env, 'HERALD_POLL_INTERVAL_MS', 1000, 10, 60_000),
     workerConcurrency: integer(env, 'HERALD_WORKER_CONCURRENCY', 64, 1, 4096),
+    historyRetentionDays: env['HERALD_HISTORY_RETENTION_DAYS']
+      ? integer(env, 'HERALD_HISTORY_RETENTION_DAYS', 0, 1, 3650)
+      : undefined,
     shutdownGraceMs: integer(env, 'HERALD_SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),

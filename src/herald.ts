@@ -167,6 +167,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         disableAfterFailures: config.disableAfterFailures,
         concurrency: config.workerConcurrency,
         pollIntervalMs: config.pollIntervalMs,
+        historyRetentionDays: config.historyRetentionDays,
         metrics: core.metrics,
         afterRecord: config.operatorWebhookUrl ? emitOutcomeEvents : undefined,
         afterRecover: config.operatorWebhookUrl ? emitRecoveryEvents : undefined,

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { expireOldPayloads } from '../src/db/retention.ts';
+import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
@@ -69,4 +69,33 @@ test('an expired payload is removed; the history stays and reads as an empty pay
   const attempts = await t.call('GET', `/api/v1/app/old/attempt/endpoint/${ep}`);
   assert.equal(attempts.body.data.length, 1, 'the attempt history outlives the content');
   assert.equal(await expireOldPayloads(t.database.db), 0, 'nothing left to expire');
+});
+
+test('history pruning removes old finished messages with their attempts, never unfinished ones', async () => {
+  await t.call('POST', '/api/v1/app', { name: 'prune', uid: 'prune' });
+  const ep = await createEndpoint(t, 'prune', { url: `${receiver.url}/prune` });
+  const finished = await publishVia(t, 'prune', { eventType: 'e', payload: {} });
+  await waitFor('the delivery', async () => {
+    const rows = await t.database.db.query(
+      `select 1 from delivery where message_id = $1 and state = 'succeeded'`,
+      [finished],
+    );
+    return rows.rowCount === 1;
+  });
+  await t.call('PATCH', `/api/v1/app/prune/endpoint/${ep}`, { disabled: true });
+  const waiting = await publishVia(t, 'prune', { eventType: 'e', payload: {} });
+  await t.database.db.query(`update message set created_at = now() - interval '40 days' where id = any($1)`, [
+    [finished, waiting],
+  ]);
+  assert.equal(await pruneFinishedHistory(t.database.db, 30), 1);
+  const left = await t.database.db.query<{ id: string }>('select id from message where id = any($1)', [
+    [finished, waiting],
+  ]);
+  assert.deepEqual(
+    left.rows.map((r) => r.id),
+    [waiting],
+    'the waiting delivery keeps its message',
+  );
+  const attempts = await t.database.db.query('select 1 from attempt where message_id = $1', [finished]);
+  assert.equal(attempts.rowCount, 0, 'attempts go with their message');
 });

@@ -4,6 +4,23 @@
 
 import type { Queryable } from './port.ts';
 
+/**
+ * Deletes up to `batch` messages older than `days` whose deliveries are all finished, with their
+ * deliveries and attempts (foreign keys cascade; intake records keep their claim, losing only the
+ * link). Opt-in: by default herald keeps the history, which is its audit trail.
+ */
+export async function pruneFinishedHistory(db: Queryable, days: number, batch = 1000): Promise<number> {
+  const result = await db.query(
+    `delete from message where id in (
+       select m.id from message m
+        where m.created_at < now() - make_interval(days => $1)
+          and not exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
+        order by m.created_at limit $2 for update skip locked)`,
+    [days, batch],
+  );
+  return result.rowCount;
+}
+
 /** Removes up to `batch` expired payloads; returns how many. Small batches keep locks short. */
 export async function expireOldPayloads(db: Queryable, batch = 1000): Promise<number> {
   const result = await db.query(

@@ -12,7 +12,7 @@ import {
 } from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
-import { expireOldPayloads } from '../db/retention.ts';
+import { expireOldPayloads, pruneFinishedHistory } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
@@ -25,6 +25,8 @@ const RETENTION_EVERY_MS = 60_000;
 
 export interface WorkerOptions {
   db: Db;
+  /** Days to keep finished messages with their deliveries and attempts; undefined: forever. */
+  historyRetentionDays?: number;
   box: SecretBox;
   sender: Sender;
   policy: RetryPolicy;
@@ -145,6 +147,10 @@ export function createWorker(options: WorkerOptions): Worker {
       lastRetention = Date.now();
       const expired = await expireOldPayloads(db);
       if (expired > 0) log.info({ count: expired }, 'removed payloads past their retention period');
+      if (options.historyRetentionDays !== undefined) {
+        const pruned = await pruneFinishedHistory(db, options.historyRetentionDays);
+        if (pruned > 0) log.info({ count: pruned }, 'pruned finished messages past the history retention');
+      }
     }
     const free = options.concurrency - inFlight;
     if (free <= 0) return 0;
