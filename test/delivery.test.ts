@@ -289,3 +289,34 @@ describe('resend', () => {
     }
   });
 });
+
+describe('send-example', () => {
+  test('delivers the event type’s example to that endpoint only, whatever its filters', async () => {
+    const app = await createApp(t, 'examples');
+    const target = await createEndpoint(t, app, {
+      url: `${receiver.url}/example-target`,
+      filterTypes: ['other'],
+    });
+    await createEndpoint(t, app, { url: `${receiver.url}/example-bystander` });
+    const created = await t.call('POST', '/api/v1/event-type', {
+      name: 'example.only',
+      description: 'x',
+      schemas: { '1': { type: 'object', examples: [{ sample: true }] } },
+    });
+    assert.equal(created.status, 201);
+    const sent = await t.call('POST', `/api/v1/app/${app}/endpoint/${target}/send-example`, {
+      eventType: 'example.only',
+    });
+    assert.equal(sent.status, 200);
+    const [request] = await waitFor(
+      'the example',
+      () => requestsTo('/example-target').length === 1 && requestsTo('/example-target'),
+    );
+    assert.deepEqual(JSON.parse(request!.body), { sample: true });
+    assert.equal(request!.headers['webhook-id'], sent.body.id);
+    const deliveries = await t.database.db.query('select endpoint_id from delivery where message_id = $1', [
+      sent.body.id,
+    ]);
+    assert.deepEqual(deliveries.rows, [{ endpoint_id: target }], 'no other endpoint gets the example');
+  });
+});

@@ -35,9 +35,6 @@ const MISSING_OPERATIONS: Record<string, string> = {
   'POST /api/v1/auth/app-portal-access/{app_id}': 'no application portal',
   // Logs out an app-portal token; herald issues none. API keys are revoked with DELETE /api/v1/api-key/{id}.
   'POST /api/v1/auth/logout': 'no app-portal tokens',
-  // Needs a publish that targets one endpoint and example payloads from event-type schemas;
-  // herald's publish always fans out to every subscribed endpoint.
-  'POST /api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example': 'no single-endpoint publish',
 };
 
 /** Request parts Svix defines that herald does not read: `<op> <in>.<name>`. */
@@ -435,6 +432,18 @@ describe('every answer matches the schema documented for its status', () => {
     assert.equal((await call('v1.message-attempt.resend', { params: resend })).status, 202);
     const since = new Date(Date.now() - 3600_000).toISOString();
     assert.equal((await call('v1.endpoint.recover', { params: ep, body: { since } })).status, 202);
+    const exampleType = {
+      name: 'example.sent',
+      description: 'An example',
+      schemas: { '1': { type: 'object', examples: [{ hello: 'world' }] } },
+    };
+    assert.equal((await call('v1.event-type.create', { body: exampleType })).status, 201);
+    const example = await call('v1.endpoint.send-example', {
+      params: ep,
+      body: { eventType: 'example.sent' },
+    });
+    assert.equal(example.status, 200);
+    assert.deepEqual(example.body.payload, { hello: 'world' });
     const replay = { status: 'succeeded', cap: 10, app: 'docs', messageIds: [msg.msg_id] };
     await waitFor('the resent and recovered delivery to finish', async () => {
       const page = await call('v1.message-attempt.list-attempted-destinations', { params: msg });

@@ -34,6 +34,8 @@ export interface NewMessage {
    * serialises commits: see waker.ts). false: the caller wakes them after committing.
    */
   wakeOnCommit: boolean;
+  /** Deliver to this endpoint only, whatever its filters (Svix's send-example). */
+  onlyEndpointId?: string | null;
 }
 
 const COLUMNS = `id, app_id as "appId", event_type as "eventType", event_id as "eventId", payload, channels,
@@ -61,8 +63,9 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
      ), fanout as (
        insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
        select $1, msg.id, e.id, now() from msg join endpoint e on e.app_id = $1
-        where (e.filter_types is null or $2 = any(e.filter_types))
-          and (e.channels is null or e.channels && coalesce($5::text[], '{}'))
+        where case when $12::text is not null then e.id = $12
+                   else (e.filter_types is null or $2 = any(e.filter_types))
+                        and (e.channels is null or e.channels && coalesce($5::text[], '{}')) end
        returning 1
      ), audit as (
        insert into audit_entry (actor, action, app_id, target_type, target_id)
@@ -82,6 +85,7 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
       actor,
       m.tags,
       m.businessKey ?? null,
+      m.onlyEndpointId ?? null,
     ],
   );
   const row = inserted.rows[0];

@@ -2,10 +2,11 @@
 // the library inside the caller's own transaction.
 
 import crypto from 'node:crypto';
-import { findApp, insertAppIfAbsent } from '../db/apps.ts';
+import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
+import { findEventType } from '../db/event-types.ts';
 import { type MessageRow, publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
-import { HeraldError } from '../errors.ts';
+import { HeraldError, notFound } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
 import { appFieldsFrom, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
@@ -93,4 +94,48 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
     }
   }
   return requireApp(db, actor, appIdOrUid);
+}
+
+/**
+ * Svix's send-example: a message of the event type, with the example from its newest schema (or
+ * `{}`), delivered to one endpoint only, whatever the endpoint's filters. The caller commits and
+ * then wakes the workers.
+ */
+export async function publishExample(
+  db: Queryable,
+  actor: Actor,
+  app: AppRow,
+  endpointId: string,
+  eventTypeName: string,
+): Promise<MessageRow> {
+  const eventType = await findEventType(db, eventTypeName);
+  if (!eventType) throw notFound('event type');
+  const result = await publishMessage(
+    db,
+    {
+      appId: app.id,
+      eventType: eventType.name,
+      eventId: null,
+      payload: JSON.stringify(exampleOf(eventType.schemas)),
+      channels: null,
+      tags: null,
+      idempotencyKey: null,
+      requestHash: null,
+      retentionDays: app.retentionDays ?? DEFAULT_RETENTION_DAYS,
+      wakeOnCommit: false,
+      onlyEndpointId: endpointId,
+    },
+    actor.id,
+  );
+  return result.message;
+}
+
+/** The first example of the highest schema version ("1", "2", …), when there is one. */
+function exampleOf(schemas: Record<string, unknown> | null): Record<string, unknown> {
+  const versions = Object.keys(schemas ?? {}).sort((a, b) => Number(b) - Number(a));
+  const newest = versions[0] === undefined ? undefined : (schemas![versions[0]] as Record<string, unknown>);
+  const example = (newest?.['examples'] as unknown[] | undefined)?.[0] ?? newest?.['example'];
+  return example !== null && typeof example === 'object' && !Array.isArray(example)
+    ? (example as Record<string, unknown>)
+    : {};
 }

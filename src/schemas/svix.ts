@@ -128,6 +128,8 @@ export const MessageIn = z.object({
 });
 export type MessageIn = z.infer<typeof MessageIn>;
 
+export const EventExampleIn = z.object({ eventType: ident(256) });
+
 export const ApiKeyIn = z.object({
   name: text().min(1).max(256),
   scopes: z.array(z.enum(['admin', 'publish', 'read'])).min(1),

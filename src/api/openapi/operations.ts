@@ -17,6 +17,7 @@ import {
   EndpointPatch,
   EndpointSecretRotateIn,
   EndpointUpdate,
+  EventExampleIn,
   EventTypeIn,
   EventTypePatch,
   EventTypeUpdate,
@@ -75,6 +76,7 @@ export const REQUEST_SCHEMAS = {
   EndpointHeadersIn,
   EndpointHeadersPatchIn,
   RecoverIn,
+  EventExampleIn,
   MessageIn,
   ApiKeyIn,
   SourceIn,
@@ -436,6 +438,17 @@ export const OPERATIONS: Operation[] = [
       'Starts a new cycle for every failed delivery of the endpoint since `since` (until `until`): same message id, lifetime history kept.',
     body: RecoverIn,
     responses: { 202: one('Done by the time of the answer', out.RecoverOut) },
+  },
+  {
+    method: 'POST',
+    path: '/api/v1/app/{app_id}/endpoint/{endpoint_id}/send-example',
+    operationId: 'v1.endpoint.send-example',
+    tag: 'Endpoint',
+    summary: 'Send Event Type Example Message',
+    description:
+      'Publishes a message of the event type — the example of its newest schema, or `{}` — delivered to this endpoint only, whatever its filters.',
+    body: EventExampleIn,
+    responses: { 200: one('The example message', out.MessageOut) },
   },
   {
     method: 'GET',

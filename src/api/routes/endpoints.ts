@@ -16,6 +16,7 @@ import {
   rotateEndpointSecret,
   validateHeaders,
 } from '../../engine/endpoints.ts';
+import { publishExample } from '../../engine/publish.ts';
 import { HeraldError } from '../../errors.ts';
 import { emitEndpointEvent } from '../../ops/operational-webhooks.ts';
 import {
@@ -25,11 +26,12 @@ import {
   EndpointPatch,
   EndpointSecretRotateIn,
   EndpointUpdate,
+  EventExampleIn,
   RecoverIn,
   Uid,
 } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
-import { presentEndpoint, presentPage } from '../present.ts';
+import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
 
 type AppParams = { app_id: string };
@@ -227,6 +229,19 @@ export const endpointRoutes =
           updatedAt: new Date(),
           deliveries: count,
         });
+      },
+    );
+
+    app.post<{ Params: EpParams }>(
+      '/api/v1/app/:app_id/endpoint/:endpoint_id/send-example',
+      async (request) => {
+        const input = parseOrThrow(EventExampleIn, request.body);
+        const { application, endpoint } = await load(request.actor, request.params);
+        const message = await db.transaction((tx) =>
+          publishExample(tx, request.actor, application, endpoint.id, input.eventType),
+        );
+        core.waker.wake();
+        return presentMessage(message);
       },
     );
 
