@@ -166,6 +166,27 @@ begin
 end
 $$;
 
+-- Give back a lease whose attempt was never sent (the worker found too little of the lease left
+-- to send safely, e.g. after a long pause): the delivery is due again with its budget untouched
+-- and the attempt row, which never happened, is removed. Fenced like every end of a lease; zero
+-- rows means recovery already took the lease.
+create function herald_release_unsent(token uuid)
+returns boolean
+language sql volatile as $$
+  with released as (
+    update delivery d
+       set state = 'pending', next_attempt_at = now(), lease_token = null, lease_expires_at = null,
+           attempts_in_cycle = d.attempts_in_cycle - 1, attempts_total = d.attempts_total - 1,
+           updated_at = now()
+     where d.lease_token = token and d.state = 'sending'
+    returning d.id
+  ), forgotten as (
+    delete from attempt a using released
+     where a.delivery_id = released.id and a.lease_token = token and a.outcome is null
+  )
+  select exists (select 1 from released)
+$$;
+
 -- Recover leases that expired with no recorded outcome: the attempt becomes `unknown` (nobody
 -- can tell whether the receiver applied it). The delivery is due again at once — unless its cycle's
 -- budget is spent, or its endpoint has no idempotency contract (a retry could apply the effect

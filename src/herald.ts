@@ -164,6 +164,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         policy: core.policy,
         log,
         leaseSeconds: config.leaseSeconds,
+        attemptTimeoutMs: config.attemptTimeoutMs,
         disableAfterFailures: config.disableAfterFailures,
         concurrency: config.workerConcurrency,
         pollIntervalMs: config.pollIntervalMs,

@@ -10,6 +10,7 @@ import {
   claimDeliveries,
   recordOutcomes,
   recoverExpiredLeases,
+  releaseUnsent,
 } from '../src/db/deliveries.ts';
 import { insertEndpoint } from '../src/db/endpoints.ts';
 import { publishMessage } from '../src/db/messages.ts';
@@ -241,4 +242,33 @@ test('an expired lease on an endpoint without an idempotency contract is parked,
     [claim.leaseToken],
   );
   assert.equal(attempt.rows[0]!.outcome, 'unknown');
+});
+
+test('a lease given back unsent leaves no attempt and an untouched budget; a recovered one cannot be given back', async () => {
+  await seed('unsent', 2, 1);
+  const [claim] = await claimDeliveries(database.db, 1, 30, '');
+  assert.ok(claim);
+  assert.equal(await releaseUnsent(database.db, claim.leaseToken), true);
+  const row = await database.db.query<{ state: string; attempts_in_cycle: number; attempts_total: number }>(
+    'select state, attempts_in_cycle, attempts_total from delivery where id = $1',
+    [claim.deliveryId],
+  );
+  assert.deepEqual(row.rows[0], { state: 'pending', attempts_in_cycle: 0, attempts_total: 0 });
+  const attempts = await database.db.query('select 1 from attempt where lease_token = $1', [
+    claim.leaseToken,
+  ]);
+  assert.equal(attempts.rowCount, 0, 'the attempt that never happened is not in the history');
+  assert.equal(await releaseUnsent(database.db, claim.leaseToken), false, 'fenced: the lease is gone');
+
+  const [again] = await claimDeliveries(database.db, 1, 0.05, '');
+  assert.ok(again);
+  await waitFor('recovery', async () =>
+    (await recoverExpiredLeases(database.db, 8)).some((r) => r.leaseToken === again.leaseToken),
+  );
+  assert.equal(await releaseUnsent(database.db, again.leaseToken), false);
+  const unknown = await database.db.query<{ outcome: string }>(
+    'select outcome from attempt where lease_token = $1',
+    [again.leaseToken],
+  );
+  assert.equal(unknown.rows[0]!.outcome, 'unknown', 'recovery’s verdict stands');
 });

@@ -94,6 +94,14 @@ export async function recordOutcomes(
   return result.rows;
 }
 
+/** Gives back a lease whose attempt was never sent; false when recovery took it already. */
+export async function releaseUnsent(db: Queryable, leaseToken: string): Promise<boolean> {
+  const result = await db.query<{ released: boolean }>('select herald_release_unsent($1) as released', [
+    leaseToken,
+  ]);
+  return result.rows[0]?.released ?? false;
+}
+
 export interface RecoveredLease {
   deliveryId: string;
   endpointId: string;

@@ -38,6 +38,13 @@ export function createPgDb(options: PgDbOptions): Db {
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
+      // The pool stops listening for a client's errors while it is checked out: without a listener
+      // here, a connection lost mid-transaction would be an unhandled 'error' event and kill the
+      // process. The failing query rejects on its own; this only keeps the event handled.
+      const onError = (error: Error) => {
+        broken ??= error;
+      };
+      client.on('error', onError);
       try {
         await client.query('begin');
         const tx = asQueryable(client);
@@ -49,6 +56,7 @@ export function createPgDb(options: PgDbOptions): Db {
         await client.query('rollback').catch(() => {});
         throw error;
       } finally {
+        client.off('error', onError);
         // A connection that failed mid-transaction may be unusable: destroy it rather than reuse it.
         client.release(isConnectionError(broken) ? broken : undefined);
       }

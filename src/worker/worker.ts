@@ -9,6 +9,7 @@ import {
   claimDeliveries,
   type RecoveredLease,
   recoverExpiredLeases,
+  releaseUnsent,
 } from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
@@ -25,6 +26,8 @@ const RETENTION_EVERY_MS = 60_000;
 
 export interface WorkerOptions {
   db: Db;
+  /** The sender's deadline; an attempt starts only with at least this much lease left. */
+  attemptTimeoutMs: number;
   /** Days to keep finished messages with their deliveries and attempts; undefined: forever. */
   historyRetentionDays?: number;
   box: SecretBox;
@@ -104,6 +107,18 @@ export function createWorker(options: WorkerOptions): Worker {
 
   async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
     try {
+      // A worker that was stalled (GC, SIGSTOP, a slow host) after its claim may find its lease
+      // nearly gone — or already recovered and taken by another worker. Sending then could put a
+      // second request in flight at the endpoint. An attempt starts only if its whole deadline
+      // fits in what is left of the lease; otherwise the lease is given back, unsent.
+      if (claim.leaseExpiresAt.getTime() - Date.now() < options.attemptTimeoutMs) {
+        const released = await releaseUnsent(db, claim.leaseToken);
+        log.warn(
+          { deliveryId: claim.deliveryId, released },
+          'too little of the lease left to send; not sent',
+        );
+        return;
+      }
       const result = await runAttempt({ sender: options.sender, policy: options.policy }, claim, keys);
       const recorded = await finalizer.record(result, claim.leaseExpiresAt);
       // Only outcomes that were written count: a discarded result's attempt is marked unknown by
