@@ -35,12 +35,12 @@ export const messageRoutes =
       async (request, reply) => {
         const input = parseOrThrow(MessageIn, request.body);
         const key = request.headers['idempotency-key'];
-        const { message, created } = await db.transaction((tx) =>
-          publish(core, tx, request.actor, request.params.app_id, input, {
-            idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
-            wakeOnCommit: false,
-          }),
-        );
+        // No explicit transaction: the message, its deliveries and its audit entry are written by
+        // ONE statement, atomic on its own and committed when it returns — two round trips fewer.
+        const { message, created } = await publish(core, db, request.actor, request.params.app_id, input, {
+          idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
+          wakeOnCommit: false,
+        });
         // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
         if (created) {
           core.metrics.published('api');
