@@ -3,7 +3,6 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { insertApp } from '../src/db/apps.ts';
 import {
   type AttemptResult,
   type ClaimedDelivery,
@@ -12,11 +11,10 @@ import {
   recoverExpiredLeases,
   releaseUnsent,
 } from '../src/db/deliveries.ts';
-import { insertEndpoint } from '../src/db/endpoints.ts';
-import { publishMessage } from '../src/db/messages.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
 
 let database: TestDatabase;
@@ -32,47 +30,9 @@ after(async () => {
 });
 
 async function seed(appUid: string, endpoints: number, messages: number): Promise<void> {
-  const db = database.db;
-  const app = await insertApp(db, {
-    uid: appUid,
-    name: appUid,
-    throttleRate: null,
-    metadata: {},
-    retentionDays: null,
-  });
-  for (let e = 0; e < endpoints; e++) {
-    await insertEndpoint(db, app.id, {
-      uid: null,
-      url: `http://127.0.0.1:1/${e}`,
-      description: '',
-      version: 1,
-      throttleRate: null,
-      filterTypes: null,
-      channels: null,
-      metadata: {},
-      disabled: false,
-      idempotent: true,
-      clientErrorPolicy: 'retry',
-    });
-  }
-  for (let m = 0; m < messages; m++) {
-    await publishMessage(
-      db,
-      {
-        appId: app.id,
-        eventType: 'e',
-        eventId: null,
-        payload: '{}',
-        channels: null,
-        tags: null,
-        idempotencyKey: null,
-        requestHash: null,
-        retentionDays: 1,
-        wakeOnCommit: false,
-      },
-      'test',
-    );
-  }
+  const app = await seedApp(database.db, appUid);
+  for (let e = 0; e < endpoints; e++) await seedEndpoint(database.db, app.id, `http://127.0.0.1:1/${e}`);
+  for (let m = 0; m < messages; m++) await seedMessage(database.db, app.id);
 }
 
 /** The result a worker would record for a 200 answer to this claim. */

@@ -6,7 +6,6 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import { insertApp } from '../src/db/apps.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint } from '../src/engine/endpoints.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
@@ -16,6 +15,7 @@ import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import { killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
+import { seedApp } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
 
 let database: TestDatabase;
@@ -76,13 +76,7 @@ async function deliveryOf(messageId: string) {
 }
 
 test('a worker killed mid-request is recovered only after its lease, as unknown, then redelivered', async () => {
-  const app = await insertApp(database.db, {
-    uid: 'crash',
-    name: 'crash',
-    throttleRate: null,
-    metadata: {},
-    retentionDays: null,
-  });
+  const app = await seedApp(database.db, 'crash');
   await database.db.transaction((tx) =>
     createEndpoint(
       herald.core,

@@ -7,7 +7,6 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pino from 'pino';
 import { loadConfig } from '../src/config.ts';
-import { insertApp } from '../src/db/apps.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint } from '../src/engine/endpoints.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
@@ -17,6 +16,7 @@ import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import type { LogRecord } from './support/processes.ts';
 import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
+import { seedApp } from './support/seed.ts';
 import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -73,13 +73,7 @@ async function rig(label: string, env: Record<string, string>, respond: (proxy: 
   cleanups.push(() => receiver.close());
 
   // Set-up goes straight to the database; only the worker's traffic crosses the proxy.
-  const app = await insertApp(database.db, {
-    uid: label,
-    name: label,
-    throttleRate: null,
-    metadata: {},
-    retentionDays: null,
-  });
+  const app = await seedApp(database.db, label);
   await database.db.transaction((tx) =>
     createEndpoint(
       herald.core,

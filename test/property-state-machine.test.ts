@@ -10,17 +10,16 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import fc from 'fast-check';
-import { insertApp } from '../src/db/apps.ts';
 import {
   claimDeliveries,
   recordOutcomes,
   recoverExpiredLeases,
   resendDelivery,
 } from '../src/db/deliveries.ts';
-import { findEndpoint, insertEndpoint, updateEndpoint } from '../src/db/endpoints.ts';
-import { publishMessage } from '../src/db/messages.ts';
+import { findEndpoint, updateEndpoint } from '../src/db/endpoints.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
 const SEED = Number(process.env['PROPERTY_SEED'] ?? 0x57a7e);
 const RUNS = process.env['PROPERTY_RUNS'] === undefined ? undefined : Number(process.env['PROPERTY_RUNS']);
@@ -104,46 +103,11 @@ async function setUp(db: Db, setup: Setup): Promise<Model> {
   // cascades to endpoints, messages, deliveries and attempts.
   await db.query('delete from app');
   await db.query('delete from audit_entry');
-  const app = await insertApp(db, {
-    uid: 'prop',
-    name: 'prop',
-    throttleRate: null,
-    metadata: {},
-    retentionDays: null,
-  });
+  const app = await seedApp(db, 'prop');
   const endpoint = (idempotent: boolean, i: number) =>
-    insertEndpoint(db, app.id, {
-      uid: null,
-      url: `http://127.0.0.1:9/${i}`,
-      description: '',
-      version: 1,
-      throttleRate: null,
-      filterTypes: null,
-      channels: null,
-      metadata: {},
-      disabled: false,
-      idempotent,
-      clientErrorPolicy: 'retry',
-    });
+    seedEndpoint(db, app.id, `http://127.0.0.1:9/${i}`, idempotent);
   for (const [i, idempotent] of setup.endpoints.entries()) await endpoint(idempotent, i);
-  for (let m = 0; m < setup.messages; m++) {
-    await publishMessage(
-      db,
-      {
-        appId: app.id,
-        eventType: 'e',
-        eventId: null,
-        payload: `{"n":${m}}`,
-        channels: null,
-        tags: null,
-        idempotencyKey: null,
-        requestHash: null,
-        retentionDays: 1,
-        wakeOnCommit: false,
-      },
-      'test',
-    );
-  }
+  for (let m = 0; m < setup.messages; m++) await seedMessage(db, app.id, `{"n":${m}}`);
   // Subscribed after the messages: they have no delivery for it until a resend creates one.
   if (setup.lateEndpoint !== null) await endpoint(setup.lateEndpoint, setup.endpoints.length);
 

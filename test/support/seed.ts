@@ -1,0 +1,51 @@
+// Rows for tests that work below the API, straight on the db modules: an app, endpoints with
+// the defaults the API would give them, and messages published through the real fan-out.
+
+import { type AppRow, insertApp } from '../../src/db/apps.ts';
+import { type EndpointRow, insertEndpoint } from '../../src/db/endpoints.ts';
+import { publishMessage } from '../../src/db/messages.ts';
+import type { Queryable } from '../../src/db/port.ts';
+
+export const seedApp = (db: Queryable, uid: string): Promise<AppRow> =>
+  insertApp(db, { uid, name: uid, throttleRate: null, metadata: {}, retentionDays: null });
+
+export const seedEndpoint = (
+  db: Queryable,
+  appId: string,
+  url: string,
+  idempotent = true,
+): Promise<EndpointRow> =>
+  insertEndpoint(db, appId, {
+    uid: null,
+    url,
+    description: '',
+    version: 1,
+    throttleRate: null,
+    filterTypes: null,
+    channels: null,
+    metadata: {},
+    disabled: false,
+    idempotent,
+    clientErrorPolicy: 'retry',
+  });
+
+/** Publishes to every endpoint of the app subscribed now; returns the message id. */
+export async function seedMessage(db: Queryable, appId: string, payload = '{}'): Promise<string> {
+  const published = await publishMessage(
+    db,
+    {
+      appId,
+      eventType: 'e',
+      eventId: null,
+      payload,
+      channels: null,
+      tags: null,
+      idempotencyKey: null,
+      requestHash: null,
+      retentionDays: 1,
+      wakeOnCommit: false,
+    },
+    'test',
+  );
+  return published.message.id;
+}
