@@ -10,10 +10,11 @@ import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { presentApp, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
+import { conflictOnTakenUid, isUniqueViolation } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
 
-const isUniqueViolation = (error: unknown) => (error as { code?: string }).code === '23505';
+const APP_UID_TAKEN = 'an application with this uid already exists';
 
 export const appRoutes =
   (core: Core): FastifyPluginAsync =>
@@ -59,7 +60,7 @@ export const appRoutes =
         // Two creators raced on one uid: with get_if_exists the loser gets the winner's app.
         const existing = getIfExists && input.uid ? await findApp(db, input.uid) : null;
         if (existing) return reply.status(200).send(presentApp(existing));
-        throw new HeraldError('conflict', 'an application with this uid already exists');
+        throw new HeraldError('conflict', APP_UID_TAKEN);
       }
     });
 
@@ -81,7 +82,7 @@ export const appRoutes =
             { loc: ['path', 'app_id'], msg: 'only letters, digits, - _ and .', type: 'value_error' },
           ]);
         }
-        const created = await guardUid(() =>
+        const created = await conflictOnTakenUid(APP_UID_TAKEN, () =>
           db.transaction((tx) => createApp(tx, request.actor, { ...fields, uid })),
         );
         return reply.status(201).send(presentApp(created));
@@ -90,7 +91,9 @@ export const appRoutes =
       // A body without `uid` keeps the app's uid: the path may be that very uid, and losing it
       // would make the app unreachable by the address the caller just used.
       const kept = input.uid === undefined ? { ...fields, uid: existing.uid } : fields;
-      return presentApp(await guardUid(() => updateAudited(request.actor.id, existing, kept)));
+      return presentApp(
+        await conflictOnTakenUid(APP_UID_TAKEN, () => updateAudited(request.actor.id, existing, kept)),
+      );
     });
 
     app.patch<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) => {
@@ -98,7 +101,7 @@ export const appRoutes =
       const current = await requireApp(db, request.actor, request.params.app_id);
       const throttleRate = input.throttleRate !== undefined ? input.throttleRate : input.rateLimit;
       return presentApp(
-        await guardUid(() =>
+        await conflictOnTakenUid(APP_UID_TAKEN, () =>
           updateAudited(request.actor.id, current, {
             uid: input.uid === undefined ? current.uid : input.uid,
             name: input.name ?? current.name,
@@ -125,13 +128,3 @@ export const appRoutes =
       return reply.status(204).send();
     });
   };
-
-async function guardUid<T>(fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (error) {
-    if (isUniqueViolation(error))
-      throw new HeraldError('conflict', 'an application with this uid already exists');
-    throw error;
-  }
-}

@@ -33,6 +33,7 @@ import {
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
+import { rethrowTakenUid } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
@@ -40,12 +41,7 @@ type EpParams = AppParams & { endpoint_id: string };
 /** Header names whose values are credentials: listed by name, value withheld. */
 const SENSITIVE_HEADER = /^(authorization|x-api-key|cookie|proxy-authorization)$/i;
 
-const uidTaken = (error: unknown) => {
-  if ((error as { code?: string }).code === '23505') {
-    throw new HeraldError('conflict', 'an endpoint with this uid already exists in the application');
-  }
-  throw error;
-};
+const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
 export const endpointRoutes =
   (core: Core): FastifyPluginAsync =>
@@ -73,7 +69,7 @@ export const endpointRoutes =
           if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
           return endpoint;
         })
-        .catch(uidTaken);
+        .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return reply.status(201).send(presentEndpoint(created));
     });
 
@@ -101,12 +97,12 @@ export const endpointRoutes =
               uid: input.uid ?? request.params.endpoint_id,
             }),
           )
-          .catch(uidTaken);
+          .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
         return reply.status(201).send(presentEndpoint(created));
       }
       const updated = await db
         .transaction((tx) => replaceEndpoint(core, tx, request.actor, current, input))
-        .catch(uidTaken);
+        .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);
     });
 
@@ -122,7 +118,7 @@ export const endpointRoutes =
         .transaction((tx) =>
           replaceEndpoint(core, tx, request.actor, endpoint, patchToUpdate(endpoint, patch)),
         )
-        .catch(uidTaken);
+        .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);
     });
 

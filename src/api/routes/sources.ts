@@ -5,9 +5,9 @@ import { deleteSource, listSources, type SourceRow } from '../../db/sources.ts';
 import { assertAppAllowed } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { audit, changeSource, createSource, requireSource } from '../../engine/sources.ts';
-import { HeraldError } from '../../errors.ts';
 import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { rethrowTakenUid } from '../uid-conflict.ts';
 
 type Params = { source_id: string };
 
@@ -25,11 +25,7 @@ export const presentSource = (s: SourceRow) => ({
   updatedAt: s.updatedAt,
 });
 
-const uidTaken = (error: unknown) => {
-  if ((error as { code?: string }).code === '23505')
-    throw new HeraldError('conflict', 'a source with this uid exists');
-  throw error;
-};
+const SOURCE_UID_TAKEN = 'a source with this uid exists';
 
 export const sourceRoutes =
   (core: Core): FastifyPluginAsync =>
@@ -50,7 +46,7 @@ export const sourceRoutes =
       const input = parseOrThrow(SourceIn, request.body);
       const source = await db
         .transaction((tx) => createSource(core, tx, request.actor, input))
-        .catch(uidTaken);
+        .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
       return reply.status(201).send(presentSource(source));
     });
 
@@ -63,7 +59,7 @@ export const sourceRoutes =
       const current = await load(request.actor, request.params.source_id);
       const updated = await db
         .transaction((tx) => changeSource(core, tx, request.actor, current, patch))
-        .catch(uidTaken);
+        .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
       return presentSource(updated);
     });
 
