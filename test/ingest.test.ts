@@ -210,3 +210,47 @@ describe('the outbound leg', () => {
     assert.deepEqual(new Set(sent.map((r) => r.headers['webhook-id'])), new Set([msg]));
   });
 });
+
+describe('source secret rotation', () => {
+  test('the replaced secret verifies during its overlap and stops at its end; the new one verifies', async () => {
+    const NEW_SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
+    const created = await t.call('POST', '/api/v1/source', {
+      uid: 'rotating',
+      scheme: 'standard-webhooks',
+      secret: SOURCE_SECRET,
+      app: 'tickets',
+      eventType: 'ticket.changed',
+    });
+    assert.equal(created.status, 201);
+    // Verify once first, so the ingestor has the source cached when the rotation happens.
+    const first = '{"ticket":100,"action":"a"}';
+    assert.equal((await deliver(signed('evt_rot_0', first), first, 'rotating')).status, 204);
+    const rotated = await t.call('PATCH', '/api/v1/source/rotating', {
+      secret: NEW_SECRET,
+      secretOverlapSeconds: 2,
+    });
+    assert.equal(rotated.status, 200);
+    const body = '{"ticket":101,"action":"b"}';
+    assert.equal(
+      (await deliver(signed('evt_rot_1', body), body, 'rotating')).status,
+      204,
+      'old secret, in overlap',
+    );
+    let n = 2;
+    await waitFor(
+      'the old secret to stop verifying',
+      async () => (await deliver(signed(`evt_rot_${n++}`, body), body, 'rotating')).status === 401,
+      10_000,
+      200,
+    );
+    const fresh = new Webhook(NEW_SECRET.slice('whsec_'.length));
+    const now = new Date();
+    const headers = {
+      'content-type': 'application/json',
+      'webhook-id': 'evt_rot_new',
+      'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
+      'webhook-signature': fresh.sign('evt_rot_new', now, body),
+    };
+    assert.equal((await deliver(headers, body, 'rotating')).status, 204, 'the new secret verifies');
+  });
+});

@@ -82,11 +82,19 @@ export async function rotateSourceSecrets(
 }
 
 /** Sealed secrets that verify right now: the current one first, then those still overlapping. */
-export async function liveSourceSecrets(db: Queryable, sourceId: string): Promise<Buffer[]> {
-  const result = await db.query<{ sealed: Uint8Array }>(
-    `select sealed from source_secret where source_id = $1 and (expires_at is null or expires_at > now())
+export async function liveSourceSecrets(
+  db: Queryable,
+  sourceId: string,
+): Promise<{ sealed: Buffer[]; firstExpiry: Date | null }> {
+  const result = await db.query<{ sealed: Uint8Array; expiresAt: Date | null }>(
+    `select sealed, expires_at as "expiresAt" from source_secret
+      where source_id = $1 and (expires_at is null or expires_at > now())
       order by expires_at is not null, id desc`,
     [sourceId],
   );
-  return result.rows.map((r) => Buffer.from(r.sealed));
+  const expiries = result.rows.flatMap((r) => (r.expiresAt ? [r.expiresAt.getTime()] : []));
+  return {
+    sealed: result.rows.map((r) => Buffer.from(r.sealed)),
+    firstExpiry: expiries.length > 0 ? new Date(Math.min(...expiries)) : null,
+  };
 }

@@ -16,7 +16,7 @@ import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
 import type { Metrics } from '../ops/metrics.ts';
-import { compileBusinessKey } from './business-key.ts';
+import { type BusinessKeyTemplate, compileBusinessKey } from './business-key.ts';
 import {
   createVerifier,
   type FetchText,
@@ -43,27 +43,37 @@ export interface Ingestor {
   ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
 }
 
-/** Verifiers keep caches (JWKS, certificates): one per source, rebuilt when the source changes. */
-interface CachedVerifier {
+/** Verifiers keep caches (JWKS, certificates): one per source, rebuilt when the source changes or a
+ * secret’s rotation overlap ends. */
+interface CachedSource {
   version: number;
+  /** A secret in its rotation overlap stops verifying at its expiry: rebuild then. */
+  validUntil: number;
   verifier: Verifier;
+  businessKey: BusinessKeyTemplate;
 }
 
 export function createIngestor(deps: IngestDeps): Ingestor {
-  const verifiers = new Map<string, CachedVerifier>();
+  const cache = new Map<string, CachedSource>();
 
-  async function verifierFor(source: SourceRow): Promise<Verifier> {
+  async function prepared(source: SourceRow): Promise<CachedSource> {
     const version = source.updatedAt.getTime();
-    const cached = verifiers.get(source.id);
-    if (cached?.version === version) return cached.verifier;
-    const secrets = (await liveSourceSecrets(deps.db, source.id)).map((sealed) =>
-      deps.box.open(sealed, source.id),
+    const cached = cache.get(source.id);
+    if (cached?.version === version && Date.now() < cached.validUntil) return cached;
+    const secrets = await liveSourceSecrets(deps.db, source.id);
+    const verifier = createVerifier(
+      { ...source.settings, scheme: source.scheme } as never,
+      secrets.sealed.map((sealed) => deps.box.open(sealed, source.id)),
+      { fetchText: deps.fetchText },
     );
-    const verifier = createVerifier({ ...source.settings, scheme: source.scheme } as never, secrets, {
-      fetchText: deps.fetchText,
-    });
-    verifiers.set(source.id, { version, verifier });
-    return verifier;
+    const entry: CachedSource = {
+      version,
+      validUntil: secrets.firstExpiry?.getTime() ?? Number.POSITIVE_INFINITY,
+      verifier,
+      businessKey: compileBusinessKey(source.businessKey),
+    };
+    cache.set(source.id, entry);
+    return entry;
   }
 
   async function confirmSubscription(source: SourceRow, payload: unknown): Promise<IngestResult> {
@@ -84,7 +94,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     async ingest(sourceIdOrUid, request) {
       const source = await findSource(deps.db, sourceIdOrUid);
       if (!source) throw notFound('source');
-      const verifier = await verifierFor(source);
+      const { verifier, businessKey: template } = await prepared(source);
       // Counted per source only once the source exists: the path is the sender's to choose, and
       // unknown names must not grow the metric set.
       const label = source.uid ?? source.id;
@@ -99,7 +109,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       ) {
         return confirmSubscription(source, verdict.payload);
       }
-      const businessKey = compileBusinessKey(source.businessKey).render({
+      const businessKey = template.render({
         deliveryId: verdict.deliveryId,
         headers: request.headers,
         payload: verdict.payload,
