@@ -7,6 +7,7 @@ import type { SecretBox } from '../crypto/secret-box.ts';
 import {
   type ClaimedDelivery,
   claimDeliveries,
+  type RecordedOutcome,
   type RecoveredLease,
   recoverExpiredLeases,
   releaseUnsent,
@@ -49,7 +50,7 @@ export interface Worker {
   start(): Promise<void>;
   /** Stops claiming, waits up to `graceMs` for attempts in flight, then returns. */
   stop(graceMs?: number): Promise<void>;
-  /** Attempts currently in flight (claimed and not yet recorded). */
+  /** Attempts claimed whose response is not in yet (their outcomes are written afterwards). */
   readonly inFlight: number;
 }
 
@@ -76,6 +77,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let unlisten: (() => Promise<void>) | null = null;
   let wake: (() => void) | null = null;
   let inFlight = 0;
+  /** Attempts whose request is done and whose outcome is being written. */
+  let recording = 0;
   const attempts = new Set<Promise<void>>();
   let cursor = '';
   let lastRecovery = 0;
@@ -106,6 +109,16 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
+    // The slot is for the request: it is given back as soon as the response is in, and the
+    // outcome is written meanwhile (group commit). The endpoint stays busy until then — its
+    // delivery is `sending` — so the freed slot goes to another endpoint.
+    let slotHeld = true;
+    const releaseSlot = () => {
+      if (!slotHeld) return;
+      slotHeld = false;
+      inFlight--;
+      nudge();
+    };
     try {
       // A worker that was stalled (GC, SIGSTOP, a slow host) after its claim may find its lease
       // nearly gone — or already recovered and taken by another worker. Sending then could put a
@@ -120,7 +133,14 @@ export function createWorker(options: WorkerOptions): Worker {
         return;
       }
       const result = await runAttempt({ sender: options.sender, policy: options.policy }, claim, keys);
-      const recorded = await finalizer.record(result, claim.leaseExpiresAt);
+      releaseSlot();
+      recording++;
+      let recorded: RecordedOutcome | null;
+      try {
+        recorded = await finalizer.record(result, claim.leaseExpiresAt);
+      } finally {
+        recording--;
+      }
       // Only outcomes that were written count: a discarded result's attempt is marked unknown by
       // lease recovery, which counts it there (herald_lease_recoveries_total) instead.
       if (recorded?.recorded) metrics?.attemptRecorded(result);
@@ -137,7 +157,7 @@ export function createWorker(options: WorkerOptions): Worker {
       // Whatever went wrong, the lease is still held: recovery will mark the attempt unknown.
       log.error({ deliveryId: claim.deliveryId, err: (error as Error).message }, 'attempt crashed');
     } finally {
-      inFlight--;
+      releaseSlot();
       nudge();
     }
   }
@@ -167,7 +187,9 @@ export function createWorker(options: WorkerOptions): Worker {
         if (pruned > 0) log.info({ count: pruned }, 'pruned finished messages past the history retention');
       }
     }
-    const free = options.concurrency - inFlight;
+    // Outcomes waiting for their write may number up to `concurrency` for free; beyond that each
+    // takes a slot, so a slow database slows the claims instead of piling up results in memory.
+    const free = options.concurrency - inFlight - Math.max(0, recording - options.concurrency);
     if (free <= 0) return 0;
     const claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
     if (claimed.length === 0) {
@@ -207,7 +229,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (!running) break;
       // A full batch suggests more due work: go again at once. Otherwise wait for a wake-up
       // (publish NOTIFY, a freed slot) or the poll interval, backing off while the database fails.
-      if (claimed > 0 && inFlight < options.concurrency) continue;
+      if (claimed > 0 && inFlight < options.concurrency && recording < options.concurrency) continue;
       await idle(
         failures > 0 ? Math.min(options.pollIntervalMs * 2 ** failures, 30_000) : options.pollIntervalMs,
       );
