@@ -7,6 +7,8 @@ import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { loadMasterKeys } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
+import { createGroupCommit } from './db/group-commit.ts';
+import { publishMessages } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
@@ -119,6 +121,8 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     waker: createWaker(db, (error) =>
       log.warn({ err: error.message }, 'could not wake the workers; they poll'),
     ),
+    // Two writers: one batch's statement runs while the other's commit is flushed.
+    publishGrouped: createGroupCommit((items) => publishMessages(db, items), { maxBatch: 256, parallel: 2 }),
   };
   try {
     // Set-up belongs with migrating: commands that open herald read-only (doctor) or migrate

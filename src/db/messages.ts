@@ -53,56 +53,94 @@ export type PublishResult =
  * meet at the unique index: the second waits for the first to commit and then replays it.
  */
 export async function publishMessage(db: Queryable, m: NewMessage, actor: string): Promise<PublishResult> {
-  const inserted = await db.query<MessageRow & { deliveries: number }>(
-    `with msg as (
-       insert into message (app_id, event_type, event_id, payload, channels, tags, idempotency_key, request_hash,
-                            payload_expires_at, business_key)
-       values ($1, $2, $3, $4, $5, $10, $6, $7, now() + make_interval(days => $8), $11)
+  const [result] = await publishMessages(db, [{ ...m, actor }], m.wakeOnCommit);
+  return result!;
+}
+
+/**
+ * Publishes several messages in ONE statement — each with its deliveries and audit entry, each
+ * with its own idempotency outcome — so that they share one commit (group commit). Results come
+ * back in the order of `messages`. Atomic as a whole: if it fails, nothing was published.
+ */
+export async function publishMessages(
+  db: Queryable,
+  messages: readonly (NewMessage & { actor: string })[],
+  wakeOnCommit = false,
+): Promise<PublishResult[]> {
+  const items = messages.map((m, ord) => ({
+    ord,
+    app_id: m.appId,
+    event_type: m.eventType,
+    event_id: m.eventId,
+    payload: m.payload,
+    channels: m.channels,
+    tags: m.tags,
+    idempotency_key: m.idempotencyKey,
+    request_hash: m.requestHash?.toString('hex') ?? null,
+    retention_days: m.retentionDays,
+    business_key: m.businessKey ?? null,
+    only_endpoint_id: m.onlyEndpointId ?? null,
+    actor: m.actor,
+  }));
+  const inserted = await db.query<MessageRow & { ord: number; deliveries: number }>(
+    `with input as materialized (
+       select x.*, herald_id('msg') as id
+         from jsonb_to_recordset($1::jsonb) as x(
+           ord int, app_id text, event_type text, event_id text, payload text, channels text[], tags text[],
+           idempotency_key text, request_hash text, retention_days int, business_key text,
+           only_endpoint_id text, actor text)
+     ), msg as (
+       insert into message (id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
+                            request_hash, payload_expires_at, business_key)
+       select id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
+              decode(request_hash, 'hex'), now() + make_interval(days => retention_days), business_key
+         from input order by ord
        on conflict (app_id, idempotency_key) do nothing
        returning ${COLUMNS}
      ), fanout as (
        insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
-       select $1, msg.id, e.id, now() from msg join endpoint e on e.app_id = $1
-        where case when $12::text is not null then e.id = $12
-                   else (e.filter_types is null or $2 = any(e.filter_types))
-                        and (e.channels is null or e.channels && coalesce($5::text[], '{}')) end
-       returning 1
+       select i.app_id, i.id, e.id, now() from msg join input i on i.id = msg.id join endpoint e on e.app_id = i.app_id
+        where case when i.only_endpoint_id is not null then e.id = i.only_endpoint_id
+                   else (e.filter_types is null or i.event_type = any(e.filter_types))
+                        and (e.channels is null or e.channels && coalesce(i.channels, '{}')) end
+       returning message_id
      ), audit as (
        insert into audit_entry (actor, action, app_id, target_type, target_id)
-       select $9, 'message.created', $1, 'message', msg.id from msg
+       select i.actor, 'message.created', i.app_id, 'message', i.id from msg join input i on i.id = msg.id
+     ), counted as (
+       select message_id, count(*)::int as deliveries from fanout group by message_id
      )
-     select msg.*, (select count(*) from fanout)::int as deliveries
-       from msg${m.wakeOnCommit ? `, lateral (select pg_notify('${WAKE_CHANNEL}', $1)) wake` : ''}`,
-    [
-      m.appId,
-      m.eventType,
-      m.eventId,
-      m.payload,
-      m.channels,
-      m.idempotencyKey,
-      m.requestHash,
-      m.retentionDays,
-      actor,
-      m.tags,
-      m.businessKey ?? null,
-      m.onlyEndpointId ?? null,
-    ],
+     select i.ord, msg.*, coalesce(counted.deliveries, 0) as deliveries
+       from msg join input i on i.id = msg.id left join counted on counted.message_id = msg.id
+       ${wakeOnCommit ? `, lateral (select pg_notify('${WAKE_CHANNEL}', msg."appId")) wake` : ''}`,
+    [JSON.stringify(items)],
   );
-  const row = inserted.rows[0];
-  if (row) {
-    const { deliveries, ...message } = row;
-    return { kind: 'created', message, deliveries };
+  const results: (PublishResult | undefined)[] = new Array(messages.length);
+  for (const { ord, deliveries, ...message } of inserted.rows) {
+    results[ord] = { kind: 'created', message, deliveries };
   }
-  const existing = await db.query<MessageRow & { requestHash: Uint8Array | null }>(
-    `select ${COLUMNS}, request_hash as "requestHash" from message where app_id = $1 and idempotency_key = $2`,
-    [m.appId, m.idempotencyKey],
-  );
-  const { requestHash, ...message } = existing.rows[0]!;
-  const same =
-    requestHash !== null && m.requestHash !== null && Buffer.from(requestHash).equals(m.requestHash);
-  return { kind: same ? 'replayed' : 'conflict', message };
+  // Not inserted: the idempotency key was used before (or earlier in this same batch).
+  const replays = messages.flatMap((m, ord) => (results[ord] === undefined ? [{ m, ord }] : []));
+  if (replays.length > 0) {
+    const existing = await db.query<MessageRow & { key: string; requestHash: Uint8Array | null }>(
+      `select ${COLUMNS}, idempotency_key as key, request_hash as "requestHash" from message
+        where (app_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`,
+      [replays.map((r) => r.m.appId), replays.map((r) => r.m.idempotencyKey)],
+    );
+    for (const { m, ord } of replays) {
+      const {
+        key: _key,
+        requestHash,
+        ...message
+      } = existing.rows.find((e) => e.appId === m.appId && e.key === m.idempotencyKey)!;
+      // The same key with the same content is a replay; with other content, a conflict.
+      const same =
+        requestHash !== null && m.requestHash !== null && Buffer.from(requestHash).equals(m.requestHash);
+      results[ord] = { kind: same ? 'replayed' : 'conflict', message };
+    }
+  }
+  return results as PublishResult[];
 }
-
 export async function findMessage(
   db: Queryable,
   appId: string,

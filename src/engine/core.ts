@@ -4,6 +4,7 @@
 import type { Logger } from 'pino';
 import type { HeraldConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
+import type { NewMessage, PublishResult } from '../db/messages.ts';
 import type { Db } from '../db/port.ts';
 import type { Waker } from '../db/waker.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
@@ -19,6 +20,11 @@ export interface Core {
   log: Logger;
   /** Wakes workers after a commit that published (see db/waker.ts). */
   waker: Waker;
+  /**
+   * Publishes on herald's own pool, sharing one statement and one commit with whatever else is
+   * being published at that moment (see db/group-commit.ts).
+   */
+  publishGrouped: (message: NewMessage & { actor: string }) => Promise<PublishResult>;
   metrics: Metrics;
 }
 

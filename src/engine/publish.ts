@@ -4,7 +4,7 @@
 import crypto from 'node:crypto';
 import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
 import { findEventType } from '../db/event-types.ts';
-import { type MessageRow, publishMessage } from '../db/messages.ts';
+import { type MessageRow, type NewMessage, publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
@@ -39,22 +39,24 @@ export async function publish(
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
   const key = options.idempotencyKey ?? null;
-  const result = await publishMessage(
-    db,
-    {
-      appId: app.id,
-      eventType: input.eventType,
-      eventId: input.eventId ?? null,
-      payload,
-      channels: input.channels ?? null,
-      tags: input.tags ?? null,
-      idempotencyKey: key,
-      requestHash: key === null ? null : requestHash(input),
-      retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
-      wakeOnCommit: options.wakeOnCommit ?? true,
-    },
-    actor.id,
-  );
+  const message: NewMessage = {
+    appId: app.id,
+    eventType: input.eventType,
+    eventId: input.eventId ?? null,
+    payload,
+    channels: input.channels ?? null,
+    tags: input.tags ?? null,
+    idempotencyKey: key,
+    requestHash: key === null ? null : requestHash(input),
+    retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
+    wakeOnCommit: options.wakeOnCommit ?? true,
+  };
+  // On herald's own pool the publish joins a group commit; in a caller's transaction it runs
+  // there, and commits with the caller's work.
+  const result =
+    db === core.db && !message.wakeOnCommit
+      ? await core.publishGrouped({ ...message, actor: actor.id })
+      : await publishMessage(db, message, actor.id);
   if (result.kind === 'conflict') {
     throw new HeraldError(
       'idempotency_conflict',

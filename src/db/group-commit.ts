@@ -1,0 +1,70 @@
+// Group commit in the application. Callers that arrive while a write is under way wait for the
+// next one, which writes all of them in one statement: N concurrent callers share one round trip
+// and one commit (one WAL flush) instead of queueing for N. At low load a caller finds no write
+// under way and goes at once, so nothing waits for a batch to fill.
+//
+// A batch is atomic, so one bad item would fail its neighbours. When the database REJECTED the
+// statement (an ERROR: nothing was committed), each item is written again on its own, and only the
+// bad one fails. Any other failure (connection lost, server gone) may have come after the commit:
+// retrying could write twice, so every caller of the batch gets that error, as a caller of a
+// single write would.
+
+export interface GroupCommitOptions {
+  /** Items per statement at most. */
+  maxBatch: number;
+  /** Writes under way at once: lets one batch's statement overlap another's commit. */
+  parallel: number;
+}
+
+export type Write<I, O> = (items: I[]) => Promise<O[]>;
+
+/** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
+export function createGroupCommit<I, O>(
+  write: Write<I, O>,
+  options: GroupCommitOptions,
+): (item: I) => Promise<O> {
+  interface Waiting {
+    item: I;
+    resolve: (result: O) => void;
+    reject: (error: unknown) => void;
+  }
+  const queue: Waiting[] = [];
+  let writers = 0;
+
+  async function writeAlone(w: Waiting): Promise<void> {
+    try {
+      w.resolve((await write([w.item]))[0]!);
+    } catch (error) {
+      w.reject(error);
+    }
+  }
+
+  async function writer(): Promise<void> {
+    writers++;
+    try {
+      while (queue.length > 0) {
+        const batch = queue.splice(0, options.maxBatch);
+        try {
+          const results = await write(batch.map((w) => w.item));
+          for (const [i, w] of batch.entries()) w.resolve(results[i]!);
+        } catch (error) {
+          if (batch.length > 1 && rejectedByDatabase(error)) await Promise.all(batch.map(writeAlone));
+          else for (const w of batch) w.reject(error);
+        }
+      }
+    } finally {
+      writers--;
+    }
+  }
+
+  return (item) =>
+    new Promise<O>((resolve, reject) => {
+      queue.push({ item, resolve, reject });
+      if (writers < options.parallel) void writer();
+    });
+}
+
+/** An ERROR reported by the server for an autocommit statement: it did not commit. */
+function rejectedByDatabase(error: unknown): boolean {
+  return (error as { severity?: unknown } | null)?.severity === 'ERROR';
+}

@@ -1,0 +1,209 @@
+// Group commit of publishes (src/db/group-commit.ts + publishMessages): concurrent publishes
+// share one statement, each still gets its own result, a bad item fails alone, and an error
+// that may have come after the commit is never retried behind the caller's back.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { createGroupCommit } from '../src/db/group-commit.ts';
+import { type NewMessage, publishMessages } from '../src/db/messages.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { seedApp, seedEndpoint } from './support/seed.ts';
+
+/** A write that waits until released, so that a test decides when a batch completes. */
+function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
+  const batches: I[][] = [];
+  const gates: (() => void)[] = [];
+  return {
+    batches,
+    write: async (items: I[]) => {
+      batches.push(items);
+      await new Promise<void>((resolve) => gates.push(resolve));
+      return fn(items);
+    },
+    releaseAll: () => {
+      for (const open of gates.splice(0)) open();
+    },
+  };
+}
+
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+describe('group commit', () => {
+  test('callers that arrive during a write share the next one, and each gets its own result', async () => {
+    const gated = gatedWrite((items: number[]) => items.map((n) => n * 10));
+    const submit = createGroupCommit(gated.write, { maxBatch: 100, parallel: 1 });
+    const first = submit(1);
+    await settle();
+    const rest = [2, 3, 4, 5].map((n) => submit(n));
+    await settle();
+    assert.deepEqual(gated.batches, [[1]], 'the first caller went at once, alone');
+    gated.releaseAll();
+    assert.equal(await first, 10);
+    await settle();
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4, 5]], 'the next four shared one write');
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all(rest), [20, 30, 40, 50]);
+  });
+
+  test('a batch holds at most maxBatch items', async () => {
+    const sizes: number[] = [];
+    const submit = createGroupCommit(
+      async (items: number[]) => {
+        sizes.push(items.length);
+        return items;
+      },
+      { maxBatch: 3, parallel: 1 },
+    );
+    assert.deepEqual(await Promise.all([1, 2, 3, 4, 5, 6, 7].map(submit)), [1, 2, 3, 4, 5, 6, 7]);
+    assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
+  });
+
+  test('when the database rejects a batch, each item is written alone and only the bad one fails', async () => {
+    const calls: string[][] = [];
+    const submit = createGroupCommit(
+      async (items: string[]) => {
+        calls.push(items);
+        if (items.includes('bad'))
+          throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
+        return items.map((s) => s.toUpperCase());
+      },
+      { maxBatch: 10, parallel: 1 },
+    );
+    const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
+    assert.deepEqual(
+      results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
+      ['A', 'violates a constraint', 'C'],
+    );
+    assert.ok(
+      calls.some((c) => c.length === 1 && c[0] === 'a'),
+      'a was retried on its own',
+    );
+  });
+
+  test('an error that may follow the commit fails every caller and is not retried', async () => {
+    let writes = 0;
+    const submit = createGroupCommit(
+      async (items: string[]) => {
+        writes++;
+        await settle();
+        throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
+      },
+      { maxBatch: 10, parallel: 1 },
+    );
+    const first = submit('a');
+    const others = ['b', 'c'].map(submit);
+    const results = await Promise.allSettled([first, ...others]);
+    assert.ok(results.every((r) => r.status === 'rejected'));
+    assert.equal(writes, 2, 'one write for a, one for b and c together; no retries');
+  });
+});
+
+describe('publishMessages: several messages in one statement', () => {
+  let database: TestDatabase;
+  before(async () => {
+    database = await freshDatabase('group_commit');
+  });
+  after(async () => {
+    await database.drop();
+  });
+
+  const message = (appId: string, over: Partial<NewMessage> = {}): NewMessage & { actor: string } => ({
+    appId,
+    eventType: 'order.paid',
+    eventId: null,
+    payload: '{"n":1}',
+    channels: null,
+    tags: null,
+    idempotencyKey: null,
+    requestHash: null,
+    retentionDays: 1,
+    wakeOnCommit: false,
+    actor: 'test',
+    ...over,
+  });
+
+  test('each message gets its own fan-out by its own filters, and its own audit entry', async () => {
+    const db = database.db;
+    const app = await seedApp(db, 'multi');
+    const other = await seedApp(db, 'multi-other');
+    await seedEndpoint(db, app.id, 'http://127.0.0.1:1/a');
+    await seedEndpoint(db, app.id, 'http://127.0.0.1:1/b');
+    const filtered = await seedEndpoint(db, app.id, 'http://127.0.0.1:1/c');
+    await db.query(`update endpoint set filter_types = '{order.refunded}' where id = $1`, [filtered.id]);
+    await seedEndpoint(db, other.id, 'http://127.0.0.1:1/d');
+
+    const results = await publishMessages(db, [
+      message(app.id),
+      message(app.id, { eventType: 'order.refunded' }),
+      message(other.id),
+    ]);
+    assert.deepEqual(
+      results.map((r) => (r.kind === 'created' ? r.deliveries : r.kind)),
+      [2, 3, 1],
+    );
+    for (const r of results) {
+      assert.equal(r.kind, 'created');
+      const deliveries = await db.query<{ n: number }>(
+        'select count(*)::int as n from delivery where message_id = $1',
+        [r.message.id],
+      );
+      assert.equal(deliveries.rows[0]!.n, (r as { deliveries: number }).deliveries);
+      const audit = await db.query<{ n: number }>(
+        `select count(*)::int as n from audit_entry where action = 'message.created' and target_id = $1`,
+        [r.message.id],
+      );
+      assert.equal(audit.rows[0]!.n, 1, `audit entry of ${r.message.id}`);
+    }
+    assert.equal(results[2]!.message.appId, other.id);
+  });
+
+  test('one idempotency key twice in one batch: one message; same content replays, other content conflicts', async () => {
+    const db = database.db;
+    const app = await seedApp(db, 'multi-idem');
+    await seedEndpoint(db, app.id, 'http://127.0.0.1:1/a');
+    const hash = (s: string) => Buffer.from(s.padEnd(32, '.'));
+    const results = await publishMessages(db, [
+      message(app.id, { idempotencyKey: 'k1', requestHash: hash('one') }),
+      message(app.id, { idempotencyKey: 'k1', requestHash: hash('one') }),
+      message(app.id, { idempotencyKey: 'k1', requestHash: hash('two') }),
+    ]);
+    assert.deepEqual(
+      results.map((r) => r.kind),
+      ['created', 'replayed', 'conflict'],
+    );
+    assert.equal(results[1]!.message.id, results[0]!.message.id);
+    const stored = await db.query<{ n: number }>(
+      `select count(*)::int as n from message where app_id = $1 and idempotency_key = 'k1'`,
+      [app.id],
+    );
+    assert.equal(stored.rows[0]!.n, 1);
+  });
+
+  test('through the group commit, a message for a vanished app fails alone', async () => {
+    const db = database.db;
+    const app = await seedApp(db, 'multi-vanished');
+    await seedEndpoint(db, app.id, 'http://127.0.0.1:1/a');
+    const submit = createGroupCommit(
+      (items: (NewMessage & { actor: string })[]) => publishMessages(db, items),
+      {
+        maxBatch: 50,
+        parallel: 1,
+      },
+    );
+    const results = await Promise.allSettled([
+      submit(message(app.id)),
+      submit(message(app.id)),
+      submit(message('app_does_not_exist')),
+      submit(message(app.id)),
+    ]);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['fulfilled', 'fulfilled', 'rejected', 'fulfilled'],
+    );
+    assert.equal(((results[2] as PromiseRejectedResult).reason as { code?: string }).code, '23503');
+    const stored = await db.query<{ n: number }>('select count(*)::int as n from message where app_id = $1', [
+      app.id,
+    ]);
+    assert.equal(stored.rows[0]!.n, 3, 'the good messages were published, once each');
+  });
+});
