@@ -113,7 +113,7 @@ export async function publishMessages(
      select i.ord, msg.*, coalesce(counted.deliveries, 0) as deliveries
        from msg join input i on i.id = msg.id left join counted on counted.message_id = msg.id
        ${wakeOnCommit ? `, lateral (select pg_notify('${WAKE_CHANNEL}', msg."appId")) wake` : ''}`,
-    [JSON.stringify(items)],
+    [JSON.stringify(items, wellFormed)],
   );
   const results: (PublishResult | undefined)[] = new Array(messages.length);
   for (const { ord, deliveries, ...message } of inserted.rows) {
@@ -141,6 +141,13 @@ export async function publishMessages(
   }
   return results as PublishResult[];
 }
+/**
+ * JSON cannot carry a lone UTF-16 surrogate into PostgreSQL (jsonb refuses the escape); it
+ * becomes U+FFFD, as it would on its way into a text parameter.
+ */
+const wellFormed = (_key: string, value: unknown): unknown =>
+  typeof value === 'string' ? value.toWellFormed() : value;
+
 export async function findMessage(
   db: Queryable,
   appId: string,

@@ -7,6 +7,7 @@ import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { findApp } from '../db/apps.ts';
+import { createGroupCommit } from '../db/group-commit.ts';
 import { claimIntake, linkIntakeMessage, recordObservation } from '../db/intake.ts';
 import { publishMessage } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
@@ -55,6 +56,19 @@ interface CachedSource {
 
 export function createIngestor(deps: IngestDeps): Ingestor {
   const cache = new Map<string, CachedSource>();
+  // Receipts that arrive together share one transaction and one commit (group commit). Each is
+  // recorded in (source, delivery id) order, so that two batches holding the same ids lock them
+  // in the same order and cannot deadlock.
+  const submitIntake = createGroupCommit(
+    (items: IntakeItem[]) =>
+      deps.db.transaction(async (tx) => {
+        const results: RecordedIntake[] = new Array(items.length);
+        const order = items.map((_, i) => i).sort((a, b) => compareIntakes(items[a]!, items[b]!));
+        for (const i of order) results[i] = await recordIntake(tx, items[i]!);
+        return results;
+      }),
+    { maxBatch: 64, parallel: 2 },
+  );
 
   async function prepared(source: SourceRow): Promise<CachedSource> {
     const version = source.updatedAt.getTime();
@@ -121,53 +135,15 @@ export function createIngestor(deps: IngestDeps): Ingestor {
           `the business key template ${source.businessKey} names a missing field`,
         );
       }
-      const bodySha256 = crypto.createHash('sha256').update(request.rawBody).digest();
       failpoint('ingest.before_claim');
-      let relayed = false;
-      const result = await deps.db.transaction(async (tx) => {
-        const claim = await claimIntake(tx, {
-          sourceId: source.id,
-          appId: source.appId,
-          deliveryId: verdict.deliveryId,
-          businessKey,
-          bodySha256,
-        });
-        let messageId = claim.messageId;
-        if (claim.claimed) {
-          // The business key is the message's idempotency key: another delivery id carrying the
-          // same business event joins the message the first one produced.
-          const published = await publishMessage(
-            tx,
-            {
-              appId: source.appId,
-              eventType: source.eventType,
-              eventId: null,
-              payload: relayedPayload(request.rawBody, verdict.payload),
-              channels: null,
-              tags: null,
-              idempotencyKey: `intake:${source.id}:${businessKey}`,
-              requestHash: crypto.createHash('sha256').update(businessKey).digest(),
-              retentionDays:
-                source.retentionDays ?? (await appRetentionDays(tx, source.appId)) ?? DEFAULT_RETENTION_DAYS,
-              businessKey,
-              wakeOnCommit: false,
-            },
-            `source:${source.id}`,
-          );
-          messageId = published.message.id;
-          // Another delivery id with the same business key joins the existing message: not new.
-          relayed = published.kind === 'created';
-          await linkIntakeMessage(tx, claim.intakeId, messageId);
-        }
-        await recordObservation(tx, {
-          intakeId: claim.intakeId,
-          appId: source.appId,
-          duplicate: !claim.claimed,
-          bodySha256,
-        });
-        failpoint('ingest.after_claim');
-        return { kind: 'accepted' as const, intakeId: claim.intakeId, messageId, duplicate: !claim.claimed };
+      const recorded = await submitIntake({
+        source,
+        deliveryId: verdict.deliveryId,
+        businessKey,
+        bodySha256: crypto.createHash('sha256').update(request.rawBody).digest(),
+        payload: relayedPayload(request.rawBody, verdict.payload),
       });
+      const { relayed, ...result } = recorded;
       failpoint('ingest.after_commit');
       // Counted after COMMIT, like the 2xx: a rolled-back claim is not a claim.
       deps.metrics?.intake(label, result.duplicate ? 'duplicate' : 'claimed');
@@ -178,6 +154,73 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       return result;
     },
   };
+}
+
+interface IntakeItem {
+  source: SourceRow;
+  deliveryId: string;
+  businessKey: string;
+  bodySha256: Buffer;
+  /** The relayed message's payload. */
+  payload: string;
+}
+
+type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: boolean };
+
+function compareIntakes(a: IntakeItem, b: IntakeItem): number {
+  const [ka, kb] = [`${a.source.id}\u0000${a.deliveryId}`, `${b.source.id}\u0000${b.deliveryId}`];
+  return ka < kb ? -1 : ka > kb ? 1 : 0;
+}
+
+/**
+ * Claims the delivery id, publishes the relayed message when the claim is new, and records the
+ * observation — inside the caller's transaction.
+ */
+async function recordIntake(tx: Queryable, item: IntakeItem): Promise<RecordedIntake> {
+  const { source, businessKey, bodySha256 } = item;
+  const claim = await claimIntake(tx, {
+    sourceId: source.id,
+    appId: source.appId,
+    deliveryId: item.deliveryId,
+    businessKey,
+    bodySha256,
+  });
+  let messageId = claim.messageId;
+  let relayed = false;
+  if (claim.claimed) {
+    // The business key is the message's idempotency key: another delivery id carrying the
+    // same business event joins the message the first one produced.
+    const published = await publishMessage(
+      tx,
+      {
+        appId: source.appId,
+        eventType: source.eventType,
+        eventId: null,
+        payload: item.payload,
+        channels: null,
+        tags: null,
+        idempotencyKey: `intake:${source.id}:${businessKey}`,
+        requestHash: crypto.createHash('sha256').update(businessKey).digest(),
+        retentionDays:
+          source.retentionDays ?? (await appRetentionDays(tx, source.appId)) ?? DEFAULT_RETENTION_DAYS,
+        businessKey,
+        wakeOnCommit: false,
+      },
+      `source:${source.id}`,
+    );
+    messageId = published.message.id;
+    // Another delivery id with the same business key joins the existing message: not new.
+    relayed = published.kind === 'created';
+    await linkIntakeMessage(tx, claim.intakeId, messageId);
+  }
+  await recordObservation(tx, {
+    intakeId: claim.intakeId,
+    appId: source.appId,
+    duplicate: !claim.claimed,
+    bodySha256,
+  });
+  failpoint('ingest.after_claim');
+  return { kind: 'accepted', intakeId: claim.intakeId, messageId, duplicate: !claim.claimed, relayed };
 }
 
 /**
