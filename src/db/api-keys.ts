@@ -32,6 +32,7 @@ export async function findLiveApiKeyByHash(db: Queryable, hash: Buffer): Promise
   const result = await db.query<ApiKeyRow>(
     `select ${COLUMNS} from api_key where hash = $1 and revoked_at is null`,
     [hash],
+    'find_live_api_key',
   );
   return result.rows[0] ?? null;
 }

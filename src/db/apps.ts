@@ -47,9 +47,11 @@ export async function insertAppIfAbsent(db: Queryable, fields: AppFields): Promi
 }
 
 export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
-  const result = await db.query<AppRow>(`select ${COLUMNS} from app where id = $1 or uid = $1 limit 1`, [
-    idOrUid,
-  ]);
+  const result = await db.query<AppRow>(
+    `select ${COLUMNS} from app where id = $1 or uid = $1 limit 1`,
+    [idOrUid],
+    'find_app',
+  );
   return result.rows[0] ?? null;
 }
 

@@ -43,6 +43,7 @@ export async function claimDeliveries(
             message_created_at as "messageCreatedAt", business_key as "businessKey"
        from herald_claim($1, make_interval(secs => $2), $3)`,
     [batch, leaseSeconds, afterEndpoint],
+    'claim_deliveries',
   );
   return result.rows;
 }
@@ -90,6 +91,7 @@ export async function recordOutcomes(
     `select delivery_id as "deliveryId", recorded, endpoint_disabled as "endpointDisabled"
        from herald_record_outcomes($1::jsonb, $2)`,
     [JSON.stringify(items), disableAfter],
+    'record_outcomes',
   );
   return result.rows;
 }

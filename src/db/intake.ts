@@ -23,18 +23,20 @@ export async function claimIntake(
     `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256)
      values ($1, $2, $3, $4, $5) on conflict (source_id, delivery_id) do nothing returning id`,
     [claim.sourceId, claim.appId, claim.deliveryId, claim.businessKey, claim.bodySha256],
+    'claim_intake',
   );
   if (inserted.rows[0]) return { intakeId: inserted.rows[0].id, claimed: true, messageId: null };
   const existing = await db.query<{ id: string; messageId: string | null }>(
     `select id, message_id as "messageId" from intake where source_id = $1 and delivery_id = $2`,
     [claim.sourceId, claim.deliveryId],
+    'find_intake',
   );
   const row = existing.rows[0]!;
   return { intakeId: row.id, claimed: false, messageId: row.messageId };
 }
 
 export async function linkIntakeMessage(db: Queryable, intakeId: string, messageId: string): Promise<void> {
-  await db.query('update intake set message_id = $2 where id = $1', [intakeId, messageId]);
+  await db.query('update intake set message_id = $2 where id = $1', [intakeId, messageId], 'link_intake');
 }
 
 export async function recordObservation(
@@ -44,6 +46,7 @@ export async function recordObservation(
   await db.query(
     'insert into intake_observation (intake_id, app_id, duplicate, body_sha256) values ($1, $2, $3, $4)',
     [o.intakeId, o.appId, o.duplicate, o.bodySha256],
+    'record_observation',
   );
 }
 

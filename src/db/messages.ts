@@ -114,6 +114,7 @@ export async function publishMessages(
        from msg join input i on i.id = msg.id left join counted on counted.message_id = msg.id
        ${wakeOnCommit ? `, lateral (select pg_notify('${WAKE_CHANNEL}', msg."appId")) wake` : ''}`,
     [JSON.stringify(items, wellFormed)],
+    wakeOnCommit ? 'publish_messages_notify' : 'publish_messages',
   );
   const results: (PublishResult | undefined)[] = new Array(messages.length);
   for (const { ord, deliveries, ...message } of inserted.rows) {
@@ -126,6 +127,7 @@ export async function publishMessages(
       `select ${COLUMNS}, idempotency_key as key, request_hash as "requestHash" from message
         where (app_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`,
       [replays.map((r) => r.m.appId), replays.map((r) => r.m.idempotencyKey)],
+      'find_replayed_messages',
     );
     for (const { m, ord } of replays) {
       const {

@@ -3,7 +3,7 @@
 
 import pg from 'pg';
 import type { Db, Transaction } from './port.ts';
-import { asQueryable } from './port.ts';
+import { preparingQueryable } from './port.ts';
 
 export interface PgDbOptions {
   connectionString: string;
@@ -34,7 +34,7 @@ export function createPgDb(options: PgDbOptions): Db {
 
   return {
     kind: 'pg',
-    query: asQueryable(pool).query,
+    query: preparingQueryable(pool).query,
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
@@ -47,7 +47,7 @@ export function createPgDb(options: PgDbOptions): Db {
       client.on('error', onError);
       try {
         await client.query('begin');
-        const tx = asQueryable(client);
+        const tx = preparingQueryable(client);
         const result = await fn({ query: tx.query, script: async (sql) => void (await client.query(sql)) });
         await client.query('commit');
         return result;

@@ -8,7 +8,16 @@ export interface QueryResult<R> {
 
 /** Anything that runs SQL: the pool, a transaction, or a caller's own pg client. */
 export interface Queryable {
-  query<R = Record<string, unknown>>(text: string, params?: readonly unknown[]): Promise<QueryResult<R>>;
+  /**
+   * `prepareAs` names a hot statement: on herald's own PostgreSQL connections it is parsed and
+   * analysed once per connection, not on every call (its text must never vary under one name).
+   * Other adapters run it as a plain statement.
+   */
+  query<R = Record<string, unknown>>(
+    text: string,
+    params?: readonly unknown[],
+    prepareAs?: string,
+  ): Promise<QueryResult<R>>;
 }
 
 /** A transaction handle; `script` runs several statements without parameters (migrations). */
@@ -33,7 +42,8 @@ export interface ForeignQueryable {
   ): Promise<{ rows: unknown[]; rowCount?: number | null; affectedRows?: number }>;
 }
 
-/** Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port. */
+/** Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port; it runs
+ * every statement as a plain one (a caller's driver may not support named statements). */
 export function asQueryable(client: ForeignQueryable): Queryable {
   return {
     async query<R>(text: string, params?: readonly unknown[]) {
@@ -42,6 +52,21 @@ export function asQueryable(client: ForeignQueryable): Queryable {
         rows: result.rows as R[],
         rowCount: result.rowCount ?? result.affectedRows ?? result.rows.length,
       };
+    },
+  };
+}
+
+/** A pg Pool or client as the port, with named statements prepared once per connection. */
+export function preparingQueryable(client: {
+  query(config: { text: string; values?: unknown[]; name?: string }): Promise<{
+    rows: unknown[];
+    rowCount: number | null;
+  }>;
+}): Queryable {
+  return {
+    async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
+      const result = await client.query({ text, values: params as unknown[] | undefined, name: prepareAs });
+      return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
     },
   };
 }

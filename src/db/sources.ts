@@ -44,6 +44,7 @@ export async function findSource(db: Queryable, idOrUid: string): Promise<Source
   const result = await db.query<SourceRow>(
     `select ${COLUMNS} from source where id = $1 or uid = $1 limit 1`,
     [idOrUid],
+    'find_source',
   );
   return result.rows[0] ?? null;
 }
