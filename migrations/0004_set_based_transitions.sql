@@ -1,14 +1,14 @@
 -- The claim and the outcome recording, set-based: a few statements per batch instead of several
 -- per delivery, same guarantees.
 --
--- Why: plpgsql caches a generic plan for each statement of a function after a few calls and
--- keeps it for the life of the connection. Planned while the attempt table was nearly empty, the
--- outcome write's `where lease_token = …` became a sequential scan, and a long-lived worker kept
--- it as the table grew: every recorded outcome read the whole attempt table (3.7 ms per delivery
--- at 10,000 attempts, growing without bound). Both functions now plan their statements for the
--- values at hand on every call (plan_cache_mode = force_custom_plan); with a handful of
--- statements per batch, that planning costs less than the per-row statements it replaced.
-
+-- Their plans are pinned. plpgsql caches a plan for each statement of a function and keeps it for
+-- the life of the connection; planned while the tables were nearly empty, the outcome write's
+-- `where lease_token = …` became a sequential scan, and a long-lived worker kept it as the table
+-- grew (3.7 ms per recorded outcome at 10,000 attempts, growing without bound). Planning afresh on
+-- every call avoids that but costs more than the statements themselves (1.5–3 ms each). These
+-- functions only ever touch a handful of rows per call through indexes, so they keep one generic
+-- plan per connection and are told what shape it must have: index lookups and nested loops, never
+-- a scan of a whole table, whatever the statistics said when it was made.
 -- Claim up to `batch` deliveries, at most one per endpoint, round-robin over endpoints starting
 -- after `after_endpoint`.
 --   1. Lock up to `batch` enabled endpoints that have due work and (on this snapshot) nothing in
@@ -28,7 +28,10 @@ returns table (
   event_type text, payload text, message_created_at timestamptz, business_key text
 )
 language plpgsql volatile
-set plan_cache_mode = force_custom_plan
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
 as $$
 declare
   locked text[];
@@ -58,15 +61,21 @@ begin
       union all
       select id from before_cursor where id is not null and id <= after_endpoint
     )
+  -- LATERAL keeps the walk's order (the round robin) and its laziness: endpoints are tried one by
+  -- one as the walk yields them, and the walk stops once `batch` of them are locked.
   select array_agg(t.id) into locked from (
-    select e.id from busy join endpoint e on e.id = busy.id
-     where not e.disabled
-       and exists (select 1 from delivery p
-                    where p.endpoint_id = e.id and p.state = 'pending' and p.next_attempt_at <= now())
-       -- A pre-filter on this statement's snapshot; the decision is statement 2's.
-       and not exists (select 1 from delivery s where s.endpoint_id = e.id and s.state = 'sending')
+    select e.id
+      from busy
+      cross join lateral (
+        select e.id from endpoint e
+         where e.id = busy.id and not e.disabled
+           and exists (select 1 from delivery p
+                        where p.endpoint_id = e.id and p.state = 'pending' and p.next_attempt_at <= now())
+           -- A pre-filter on this statement's snapshot; the decision is statement 2's.
+           and not exists (select 1 from delivery s where s.endpoint_id = e.id and s.state = 'sending')
+           for no key update skip locked
+      ) e
      limit batch
-     for no key update of e skip locked
   ) t;
 
   if locked is null then
@@ -119,7 +128,10 @@ $$;
 create or replace function herald_record_outcomes(items jsonb, disable_after int)
 returns table (delivery_id text, recorded boolean, endpoint_disabled boolean)
 language plpgsql volatile
-set plan_cache_mode = force_custom_plan
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
 as $$
 declare
   ended jsonb;
@@ -213,3 +225,12 @@ begin
     from jsonb_to_recordset(items) as x(delivery_id text, lease_token uuid, outcome text, response_class text);
 end
 $$;
+
+-- Fewer index writes per delivery.
+-- Recording an outcome updates columns of the attempt that no index covers: with room left on its
+-- page the new row version stays there (a HOT update) and none of the attempt's five indexes is
+-- written. Free space only applies to pages filled from now on.
+alter table attempt set (fillfactor = 60);
+-- Expired leases are found among the rows in flight, which delivery_one_in_flight already lists
+-- (at most one per endpoint): a second index over the same rows only cost a write per claim.
+drop index delivery_lease_idx;
