@@ -20,6 +20,8 @@ export interface AttemptSample {
   durationMs: number;
 }
 
+export type NotSentReason = 'lease_short' | 'origin_congested';
+
 export interface Metrics {
   readonly registry: Registry;
   /** A new message was committed (idempotent replays are not new messages). */
@@ -31,6 +33,8 @@ export interface Metrics {
   /** Seconds from the message's creation to the start of its first attempt at one endpoint. */
   firstAttempt(latencySeconds: number): void;
   leasesRecovered(count: number): void;
+  /** A claimed attempt was given back unsent: too little lease left, or its origin congested. */
+  attemptNotSent(reason: NotSentReason): void;
   finalizationRetried(): void;
   /** The Prometheus text exposition, with the database gauges read now. */
   scrape(): Promise<string>;
@@ -108,6 +112,12 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
   const recoveries = new Counter({
     name: 'herald_lease_recoveries_total',
     help: 'Expired leases this process recovered (their attempts became unknown).',
+    registers,
+  });
+  const notSent = new Counter({
+    name: 'herald_attempts_not_sent_total',
+    help: 'Claimed attempts given back unsent (no outcome recorded, budget kept), by reason.',
+    labelNames: ['reason'],
     registers,
   });
   const finalizationRetries = new Counter({
@@ -189,6 +199,7 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     },
     firstAttempt: (seconds) => firstAttempt.observe(Math.max(0, seconds)),
     leasesRecovered: (count) => recoveries.inc(count),
+    attemptNotSent: (reason) => notSent.inc({ reason }),
     finalizationRetried: () => finalizationRetries.inc(),
     scrape: () => registry.metrics(),
   };

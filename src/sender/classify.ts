@@ -32,7 +32,8 @@ export const RESPONSE_CLASSES = {
   connect_failed: 'no connection could be made (refused, unreachable, reset); nothing was sent (failure)',
   tls_error:
     'the TLS handshake failed (untrusted, expired or misnamed certificate); nothing was sent (failure)',
-  timeout: 'the deadline passed: before the request was written (failure) or after, with no status (unknown)',
+  timeout:
+    'the deadline (started once a connection to the origin was free) passed: before the request was written (failure) or after, with no status (unknown)',
   connection_lost: 'the connection broke after the request was written, before a status arrived (unknown)',
   response_too_large: 'the response headers exceeded the size limit, so no status was read (unknown)',
   invalid_response: 'the receiver answered something that is not HTTP/1.1 (unknown)',

@@ -3,8 +3,10 @@
 // The rule: a request counts as sent from the moment undici hands it to an established
 // connection — onRequestStart, returning without an abort. With HTTP/1.1 undici calls it on a
 // connected (and, for https, fully handshaken) socket and writes the request bytes right
-// after. Everything before it — waiting in the pool queue, DNS, TCP connect, TLS handshake —
-// cannot deliver a single byte of the request, so an error there is a known failure. Any
+// after. Everything before it — DNS, TCP connect, TLS handshake — cannot deliver a single byte
+// of the request, so an error there is a known failure. (Waiting for a free connection happens
+// before the deadline starts, at the sender's origin gate, so undici's pool queue stays empty and
+// a request that only waited is never blamed on its receiver; see origin-gate.ts.) Any
 // error after it (reset, close, timeout before the status) may follow a request the receiver
 // processed, so it is 'unknown', never 'failure'.
 
@@ -29,7 +31,7 @@ class StartWatchingHandler implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController, context: unknown): void {
     this.#inner.onRequestStart?.(controller, context);
-    // The inner handler aborts here when the deadline passed while the request was queued;
+    // The inner handler aborts here when the deadline passed before the connection was ready;
     // undici then writes nothing.
     if (!controller.aborted) this.#tracker.requestSent = true;
   }

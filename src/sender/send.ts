@@ -20,6 +20,7 @@ import {
   isIpLiteral,
 } from './destination.ts';
 import { DeadlineExceededError } from './errors.ts';
+import { createOriginGate, type OriginGate } from './origin-gate.ts';
 import { type SendTracker, trackRequestStart } from './request-tracker.ts';
 import { type Resolver, systemResolver } from './resolve.ts';
 import { parseRetryAfter } from './retry-after.ts';
@@ -28,12 +29,15 @@ export { checkDestination } from './check-destination.ts';
 export { RESPONSE_CLASSES } from './classify.ts';
 export type { AttemptOutcome, Resolver, ResponseClass };
 
-export interface SendResult {
+/** The request was attempted: the receiver answered, or it ended in an error, sent or not. */
+export interface SendAttempt {
+  kind: 'attempted';
   outcome: AttemptOutcome;
   statusCode: number | null;
   responseClass: ResponseClass;
   /** At most `storedResponseBytes` of the body, UTF-8 lossy. */
   responseBody: string;
+  /** From the moment the request was let through to its origin (its deadline's start) to its end. */
   durationMs: number;
   /** Retry-After in seconds, on 429/502/503/504 only. */
   retryAfterSeconds: number | null;
@@ -41,12 +45,32 @@ export interface SendResult {
   requestSent: boolean;
   /** When no status arrived: the underlying error code (e.g. CERT_HAS_EXPIRED), if any. */
   errorCode: string | null;
+  /** How long it waited for a free place at its origin before its deadline started. */
+  queuedMs: number;
 }
+
+/**
+ * The request was never started: its `startBy` passed while it waited for a free place at its
+ * origin (herald's own congestion). Nothing was sent, no connection was asked for, and it says
+ * nothing about the receiver: it is no outcome of any kind, and must not be recorded as one.
+ */
+export interface SendNotStarted {
+  kind: 'not_started';
+  requestSent: false;
+  queuedMs: number;
+}
+
+export type SendResult = SendAttempt | SendNotStarted;
 
 export interface OutboundRequest {
   url: string;
   headers: Record<string, string>;
   body: string;
+}
+
+/** A request that may start no later than `startBy` (its whole deadline must fit before a limit). */
+export interface OutboundRequestBy extends OutboundRequest {
+  startBy: Date;
 }
 
 export interface SenderOptions {
@@ -64,13 +88,20 @@ export interface SenderOptions {
   userAgent?: string;
   /**
    * Keep-alive connections per receiver origin (default 8). Many endpoints may share one origin
-   * (one receiving service behind many URLs): this bounds what herald opens against it.
+   * (one receiving service behind many URLs): this bounds what herald opens against it. Requests
+   * beyond it wait in herald's gate (origin-gate.ts), FIFO, with their deadlines not yet running.
    */
   connectionsPerOrigin?: number;
 }
 
 export interface Sender {
-  send(req: OutboundRequest): Promise<SendResult>;
+  /**
+   * Sends once a place at the request's origin is free, and only if that happens by `startBy`;
+   * otherwise it comes back `not_started`, unsent.
+   */
+  send(req: OutboundRequestBy): Promise<SendResult>;
+  /** With no `startBy` the request waits for its origin as long as it takes: it is always attempted. */
+  send(req: OutboundRequest & { startBy?: undefined }): Promise<SendAttempt>;
   /** Waits for in-flight attempts, then closes every connection. */
   close(): Promise<void>;
 }
@@ -80,6 +111,7 @@ const MAX_HEADER_BYTES = 16 * 1024;
 
 interface Settings {
   agent: Agent;
+  gate: OriginGate;
   policy: AddressPolicy;
   timeoutMs: number;
   maxResponseBytes: number;
@@ -98,14 +130,15 @@ function positiveInteger(name: string, value: number): number {
 export function createSender(opts: SenderOptions): Sender {
   const policy = createAddressPolicy(opts.allowPrivateNetworks);
   const timeoutMs = positiveInteger('timeoutMs', opts.timeoutMs);
+  const connectionsPerOrigin = positiveInteger(
+    'connectionsPerOrigin',
+    opts.connectionsPerOrigin ?? DEFAULT_CONNECTIONS_PER_ORIGIN,
+  );
   const settings: Settings = {
     // One Agent per Sender: keep-alive connections are reused across attempts, at most
     // connectionsPerOrigin per receiver. undici follows no redirects unless told to.
     agent: new Agent({
-      connections: positiveInteger(
-        'connectionsPerOrigin',
-        opts.connectionsPerOrigin ?? DEFAULT_CONNECTIONS_PER_ORIGIN,
-      ),
+      connections: connectionsPerOrigin,
       maxHeaderSize: MAX_HEADER_BYTES,
       connect: createPinnedConnector({
         policy,
@@ -114,15 +147,27 @@ export function createSender(opts: SenderOptions): Sender {
         extraCaPem: opts.extraCaPem,
       }),
     }),
+    // As many requests of one origin inside undici as it has connections to it: none waits in
+    // undici's pool queue, where its deadline would run although it cannot be sent.
+    gate: createOriginGate(connectionsPerOrigin),
     policy,
     timeoutMs,
     maxResponseBytes: positiveInteger('maxResponseBytes', opts.maxResponseBytes ?? 64 * 1024),
     storedResponseBytes: positiveInteger('storedResponseBytes', opts.storedResponseBytes ?? 4096),
     userAgent: opts.userAgent ?? 'herald-webhooks/0.1',
   };
+  function send(req: OutboundRequestBy): Promise<SendResult>;
+  function send(req: OutboundRequest & { startBy?: undefined }): Promise<SendAttempt>;
+  function send(req: OutboundRequest & { startBy?: Date }): Promise<SendResult> {
+    return sendOnce(settings, req);
+  }
   return {
-    send: (req) => sendOnce(settings, req),
-    close: () => settings.agent.close(),
+    send,
+    async close() {
+      // As undici's close() waits for its queued requests, this waits for those at the gate.
+      await settings.gate.idle();
+      await settings.agent.close();
+    },
   };
 }
 
@@ -130,10 +175,13 @@ function hasHeader(headers: Record<string, string>, name: string): boolean {
   return Object.keys(headers).some((key) => key.toLowerCase() === name);
 }
 
-async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendResult> {
-  const startedAt = performance.now();
+async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: Date }): Promise<SendResult> {
+  let startedAt = performance.now();
+  let queuedMs = 0;
   const elapsedMs = () => Math.round(performance.now() - startedAt);
-  const notSent = (responseClass: ResponseClass): SendResult => ({
+  /** A known failure with nothing sent: the request itself, or the way to its receiver, is bad. */
+  const unsentFailure = (responseClass: ResponseClass): SendAttempt => ({
+    kind: 'attempted',
     outcome: 'failure',
     statusCode: null,
     responseClass,
@@ -142,17 +190,23 @@ async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendR
     retryAfterSeconds: null,
     requestSent: false,
     errorCode: null,
+    queuedMs,
   });
 
   const verdict = checkDestinationUrl(req.url);
-  if (!verdict.ok) return notSent('invalid_url');
+  if (!verdict.ok) return unsentFailure('invalid_url');
   const url = verdict.url;
   const host = hostOf(url);
   // Node skips the socket lookup for an IP literal, so the pinned lookup never sees it.
-  if (isIpLiteral(host) && settings.policy.isForbidden(host)) return notSent('destination_forbidden');
+  if (isIpLiteral(host) && settings.policy.isForbidden(host)) return unsentFailure('destination_forbidden');
   // The Host header must name the host we resolved and verified; undici would send a caller's.
-  if (hasHeader(req.headers, 'host')) return notSent('invalid_request');
+  if (hasHeader(req.headers, 'host')) return unsentFailure('invalid_request');
 
+  // Wait for a place at the origin; the deadline starts only once the request is let through.
+  const entry = await settings.gate.enter(url.origin, req.startBy);
+  queuedMs = entry.waitedMs;
+  if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs };
+  startedAt = performance.now();
   const deadline = new AbortController();
   const timer = setTimeout(
     () => deadline.abort(new DeadlineExceededError('attempt deadline passed')),
@@ -173,6 +227,7 @@ async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendR
     const body = await readBodyPrefix(response.body, settings.maxResponseBytes, settings.storedResponseBytes);
     const { outcome, responseClass } = classifyStatus(response.statusCode);
     return {
+      kind: 'attempted',
       outcome,
       statusCode: response.statusCode,
       responseClass,
@@ -183,16 +238,19 @@ async function sendOnce(settings: Settings, req: OutboundRequest): Promise<SendR
         : null,
       requestSent: true,
       errorCode: null,
+      queuedMs,
     };
   } catch (err) {
     const { outcome, responseClass } = classifyError(err, tracker.requestSent);
     return {
-      ...notSent(responseClass),
+      ...unsentFailure(responseClass),
       outcome,
       requestSent: tracker.requestSent,
       errorCode: errorCodeOf(err),
     };
   } finally {
     clearTimeout(timer);
+    // Only now, with the response read (or the request failed), is its connection free again.
+    entry.leave();
   }
 }

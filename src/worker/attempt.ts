@@ -33,17 +33,40 @@ export function buildRequestHeaders(
   };
 }
 
+/** The attempt ran and has an outcome, to be recorded under its lease. */
+export interface FinishedAttempt extends AttemptResult {
+  kind: 'finished';
+}
+
+/**
+ * The attempt never started: its request waited for a free connection to its origin until its
+ * deadline no longer fitted in the lease (herald's congestion). Nothing was sent and there is no
+ * outcome: the lease is given back unsent, and the endpoint's record is untouched.
+ */
+export interface UnstartedAttempt {
+  kind: 'not_started';
+  deliveryId: string;
+  leaseToken: string;
+  /** How long the request waited for its origin. */
+  queuedMs: number;
+}
+
+export type AttemptRun = FinishedAttempt | UnstartedAttempt;
+
+/** `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease. */
 export async function runAttempt(
   ctx: AttemptContext,
   claim: ClaimedDelivery,
   keys: readonly Buffer[],
-): Promise<AttemptResult> {
+  startBy: Date,
+): Promise<AttemptRun> {
   const now = ctx.now ?? (() => new Date());
   const base = { deliveryId: claim.deliveryId, leaseToken: claim.leaseToken };
   if (claim.payload === null || keys.length === 0) {
     // The payload passed its retention period (or the endpoint has no secret): there is nothing
     // that could be sent, and retrying cannot change that.
     return {
+      kind: 'finished',
       ...base,
       outcome: 'failure',
       statusCode: null,
@@ -61,7 +84,9 @@ export async function runAttempt(
     url: claim.url,
     headers: buildRequestHeaders(claim, body, keys, timestampSeconds),
     body,
+    startBy,
   });
+  if (sent.kind === 'not_started') return { kind: 'not_started', ...base, queuedMs: sent.queuedMs };
   // The request left and was answered; a crash here leaves the attempt open for lease recovery.
   failpoint('attempt.after_send');
   const verdict = judgeAttempt(sent, claim);
@@ -75,6 +100,7 @@ export async function runAttempt(
           retryAfterSeconds: sent.retryAfterSeconds,
         });
   return {
+    kind: 'finished',
     ...base,
     outcome: sent.outcome,
     statusCode: sent.statusCode,

@@ -68,6 +68,7 @@ export function createWorker(options: WorkerOptions): Worker {
     afterRecord: options.afterRecord,
   });
   const maxAttempts = attemptsPerCycle(options.policy);
+  const minClaim = Math.max(1, Math.floor(options.concurrency / 4));
   // Expired leases are looked for a few times per lease, so a dead worker's deliveries come back
   // soon after their lease ends, without a query per claim round.
   const recoverEveryMs = Math.min(5000, (options.leaseSeconds * 1000) / 4);
@@ -123,17 +124,37 @@ export function createWorker(options: WorkerOptions): Worker {
       // A worker that was stalled (GC, SIGSTOP, a slow host) after its claim may find its lease
       // nearly gone — or already recovered and taken by another worker. Sending then could put a
       // second request in flight at the endpoint. An attempt starts only if its whole deadline
-      // fits in what is left of the lease; otherwise the lease is given back, unsent.
-      if (claim.leaseExpiresAt.getTime() - Date.now() < options.attemptTimeoutMs) {
+      // fits in what is left of the lease; otherwise the lease is given back, unsent. The sender
+      // applies the same rule again once the request has its turn at its origin (startBy).
+      const startBy = new Date(claim.leaseExpiresAt.getTime() - options.attemptTimeoutMs);
+      if (Date.now() > startBy.getTime()) {
         const released = await releaseUnsent(db, claim.leaseToken);
+        metrics?.attemptNotSent('lease_short');
         log.warn(
           { deliveryId: claim.deliveryId, released },
           'too little of the lease left to send; not sent',
         );
         return;
       }
-      const result = await runAttempt({ sender: options.sender, policy: options.policy }, claim, keys);
+      const result = await runAttempt(
+        { sender: options.sender, policy: options.policy },
+        claim,
+        keys,
+        startBy,
+      );
       releaseSlot();
+      if (result.kind === 'not_started') {
+        // Its request waited for a connection to its origin (shared with other endpoints) until
+        // its deadline no longer fitted in the lease. That is herald's congestion, not the
+        // endpoint's doing: no outcome is recorded, the attempt and its budget are given back.
+        const released = await releaseUnsent(db, claim.leaseToken);
+        metrics?.attemptNotSent('origin_congested');
+        log.warn(
+          { deliveryId: claim.deliveryId, queuedMs: result.queuedMs, released },
+          'congested: the request waited for a connection to its origin past its start limit; not sent',
+        );
+        return;
+      }
       recording++;
       let recorded: RecordedOutcome | null;
       try {
@@ -190,7 +211,9 @@ export function createWorker(options: WorkerOptions): Worker {
     // Outcomes waiting for their write may number up to `concurrency` for free; beyond that each
     // takes a slot, so a slow database slows the claims instead of piling up results in memory.
     const free = options.concurrency - inFlight - Math.max(0, recording - options.concurrency);
-    if (free <= 0) return 0;
+    // A claim costs a round trip and a commit whatever its size: while requests are in flight,
+    // wait until a quarter of the slots are free and claim for all of them at once.
+    if (free <= 0 || (inFlight > 0 && free < minClaim)) return 0;
     const claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
     if (claimed.length === 0) {
       cursor = '';

@@ -1,0 +1,449 @@
+// Requests that wait for a connection to a shared origin are herald's congestion, never their
+// endpoint's failure. The sender lets at most connectionsPerOrigin requests of one origin into
+// undici at once (FIFO); a request's deadline starts only when it is let through; a request whose
+// startBy passes while it waits comes back `not_started`, unsent; and the worker gives such a
+// lease back with its budget instead of recording anything.
+//
+// The receivers hold each request for a while (that is their behaviour under test, not a sleep of
+// the test's); the tests themselves wait only on conditions with deadlines.
+
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Writable } from 'node:stream';
+import { after, before, describe, it, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import pino from 'pino';
+import { buildApi } from '../src/api/server.ts';
+import { loadConfig } from '../src/config.ts';
+import { createHerald, type Herald } from '../src/herald.ts';
+import { createOriginGate, type GateEntry } from '../src/sender/origin-gate.ts';
+import { createSender, type Resolver, type SenderOptions, type SendResult } from '../src/sender/send.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { ADMIN_KEY, testEnv } from './support/herald.ts';
+import { waitFor } from './support/wait.ts';
+
+const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
+
+interface Arrival {
+  path: string;
+  body: string;
+  webhookId: string | undefined;
+  at: number;
+}
+
+interface HoldingReceiver {
+  url: string;
+  arrivals: Arrival[];
+  /** Most requests in flight at once, over all paths. */
+  maxInFlight: () => number;
+  close(): Promise<void>;
+}
+
+/** A receiver that answers every request `status` after holding it `holdMs`. */
+async function startHoldingReceiver(holdMs: number, status = 204): Promise<HoldingReceiver> {
+  const arrivals: Arrival[] = [];
+  let inFlight = 0;
+  let maxInFlight = 0;
+  const server = http.createServer((req, res) => {
+    inFlight++;
+    maxInFlight = Math.max(maxInFlight, inFlight);
+    res.on('close', () => inFlight--);
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const id = req.headers['webhook-id'];
+      arrivals.push({
+        path: req.url ?? '/',
+        body: Buffer.concat(chunks).toString('utf8'),
+        webhookId: typeof id === 'string' ? id : undefined,
+        at: Date.now(),
+      });
+      setTimeout(() => res.writeHead(status).end(), holdMs);
+    });
+  });
+  server.listen(0, '127.0.0.1');
+  await new Promise((resolve) => server.once('listening', resolve));
+  const { port } = server.address() as AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    arrivals,
+    maxInFlight: () => maxInFlight,
+    async close() {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+function senderFor(overrides: Partial<SenderOptions>) {
+  return createSender({
+    allowPrivateNetworks: ['127.0.0.0/8'],
+    timeoutMs: 3000,
+    resolve: toLoopback,
+    ...overrides,
+  });
+}
+
+const describeResult = (r: SendResult) =>
+  r.kind === 'not_started'
+    ? `not_started after ${r.queuedMs} ms`
+    : `${r.outcome}/${r.responseClass} (queued ${r.queuedMs} ms, took ${r.durationMs} ms)`;
+
+describe('origin gate', () => {
+  it('lets `limit` in per origin, queues the rest FIFO, and hands places on in order', async () => {
+    const gate = createOriginGate(2);
+    const a1 = await gate.enter('http://a');
+    const a2 = await gate.enter('http://a');
+    assert.ok(a1.entered && a2.entered);
+    const order: number[] = [];
+    const waiting = [3, 4, 5].map((n) =>
+      gate.enter('http://a').then((entry) => {
+        order.push(n);
+        return entry;
+      }),
+    );
+    // Another origin is not held up by a full one.
+    const b = await gate.enter('http://b');
+    assert.ok(b.entered);
+    b.leave();
+    assert.deepEqual(order, [], 'nobody passes a full origin');
+    a1.leave();
+    const third = await waiting[0]!;
+    assert.ok(third.entered);
+    a2.leave();
+    a2.leave(); // leaving twice frees one place only
+    const fourth = await waiting[1]!;
+    assert.ok(fourth.entered);
+    assert.deepEqual(order, [3, 4]);
+    third.leave();
+    const fifth = await waiting[2]!;
+    assert.ok(fifth.entered);
+    assert.deepEqual(order, [3, 4, 5]);
+    fourth.leave();
+    fifth.leave();
+    assert.equal(gate.origins, 0, 'an idle origin leaves nothing behind');
+    await gate.idle();
+  });
+
+  it('turns a waiter away at its startBy, without holding up those behind it; refuses a startBy already past', async () => {
+    const gate = createOriginGate(1);
+    const inside = await gate.enter('http://a');
+    assert.ok(inside.entered);
+    const t0 = Date.now();
+    const soon = gate.enter('http://a', new Date(t0 + 150));
+    const patient = gate.enter('http://a');
+    const expired = await soon;
+    assert.equal(expired.entered, false);
+    assert.ok(Date.now() - t0 >= 140, 'turned away at its startBy, not before');
+    assert.equal(gate.origins, 1);
+    inside.leave();
+    const next = await patient;
+    assert.ok(next.entered, 'the one behind it takes the free place');
+    next.leave();
+    assert.equal(gate.origins, 0);
+
+    const late: GateEntry = await gate.enter('http://a', new Date(Date.now() - 1));
+    assert.equal(late.entered, false);
+    assert.equal(gate.origins, 0, 'a refused request leaves no lane behind');
+  });
+
+  it('turns away a waiter whose startBy passed by the time a place is handed to it', async () => {
+    const gate = createOriginGate(1);
+    const inside = await gate.enter('http://a');
+    assert.ok(inside.entered);
+    // The place is handed on synchronously in leave(); block the event loop past startBy first
+    // so that the waiter's timer cannot have fired.
+    const waiter = gate.enter('http://a', new Date(Date.now() + 30));
+    const until = Date.now() + 60;
+    while (Date.now() <= until) {
+      // busy wait: the timer must not get its turn
+    }
+    inside.leave();
+    assert.equal((await waiter).entered, false);
+    assert.equal(gate.origins, 0);
+  });
+});
+
+describe('sender: waiting for a connection is not the attempt', () => {
+  const HOLD_MS = 300;
+  let receiver: HoldingReceiver;
+  before(async () => {
+    receiver = await startHoldingReceiver(HOLD_MS);
+  });
+  after(async () => {
+    await receiver.close();
+  });
+
+  it('(a) with one connection, queued requests without startBy all succeed, each within its own deadline', async () => {
+    // Five requests of 300 ms through one connection take 1.5 s; the deadline is 500 ms. Had the
+    // deadline run while they queued, the third and later would have ended in a timeout.
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 500 });
+    try {
+      const results = await Promise.all(
+        [1, 2, 3, 4, 5].map((i) =>
+          sender.send({ url: `${receiver.url}/a/${i}`, headers: {}, body: `{"i":${i}}` }),
+        ),
+      );
+      for (const r of results) {
+        assert.equal(r.outcome, 'success', describeResult(r));
+        assert.ok(r.durationMs < 500, describeResult(r));
+      }
+      assert.ok(
+        results.some((r) => r.queuedMs >= 2 * HOLD_MS),
+        `some requests queued behind others: ${results.map(describeResult).join(', ')}`,
+      );
+    } finally {
+      await sender.close();
+    }
+  });
+
+  it('(a, b) with startBy: each request succeeds or comes back not_started, in FIFO order; a not-started one never reaches the receiver', async () => {
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 500 });
+    try {
+      const t0 = Date.now();
+      // Request k can start no earlier than (k - 1) × 300 ms: the 6th and 7th (1.5 s, 1.8 s) cannot
+      // start by 1.4 s; the first ones surely can.
+      const startBy = new Date(t0 + 1400);
+      const sends = [1, 2, 3, 4, 5, 6, 7].map((i) =>
+        sender.send({ url: `${receiver.url}/b/${i}`, headers: {}, body: `{"b":${i}}`, startBy }),
+      );
+      const results = await Promise.all(sends);
+      const summary = results.map(describeResult).join(', ');
+      const kinds = results.map((r) => (r.kind === 'attempted' ? r.outcome : r.kind));
+      for (const kind of kinds) assert.ok(kind === 'success' || kind === 'not_started', summary);
+      const firstUnstarted = kinds.indexOf('not_started');
+      assert.ok(firstUnstarted >= 2, `the first two start in time: ${summary}`);
+      assert.ok(
+        kinds.slice(firstUnstarted).every((k) => k === 'not_started'),
+        `FIFO: once one is turned away, those behind it are too: ${summary}`,
+      );
+      assert.deepEqual(kinds.slice(5), ['not_started', 'not_started'], summary);
+      for (const r of results) {
+        if (r.kind !== 'not_started') continue;
+        assert.equal(r.requestSent, false);
+        assert.ok(r.queuedMs >= 1400 - 20, `turned away at its startBy: ${summary}`);
+      }
+
+      // One more request through the same single connection, with no startBy: once it is answered,
+      // anything queued before it has reached the receiver — so what has not, never will.
+      const sentinel = await sender.send({ url: `${receiver.url}/b/sentinel`, headers: {}, body: '{}' });
+      assert.equal(sentinel.outcome, 'success');
+      const seen = new Set(receiver.arrivals.filter((a) => a.path.startsWith('/b/')).map((a) => a.path));
+      results.forEach((r, k) => {
+        const path = `/b/${k + 1}`;
+        assert.equal(
+          seen.has(path),
+          r.kind === 'attempted',
+          `${path} (${describeResult(r)}) reached the receiver?`,
+        );
+      });
+    } finally {
+      await sender.close();
+    }
+  });
+
+  it('(b) a startBy already past sends nothing at all', async () => {
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 500 });
+    try {
+      const late = await sender.send({
+        url: `${receiver.url}/c/late`,
+        headers: {},
+        body: '{}',
+        startBy: new Date(Date.now() - 1),
+      });
+      assert.equal(late.kind, 'not_started');
+      const sentinel = await sender.send({ url: `${receiver.url}/c/sentinel`, headers: {}, body: '{}' });
+      assert.equal(sentinel.outcome, 'success');
+      assert.equal(receiver.arrivals.filter((a) => a.path === '/c/late').length, 0);
+    } finally {
+      await sender.close();
+    }
+  });
+
+  it('one busy origin does not hold up another', async () => {
+    const other = await startHoldingReceiver(0);
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 2000 });
+    try {
+      const busy = sender.send({ url: `${receiver.url}/d/1`, headers: {}, body: '{}' });
+      const queued = sender.send({ url: `${receiver.url}/d/2`, headers: {}, body: '{}' });
+      const elsewhere = await sender.send({ url: `${other.url}/d/3`, headers: {}, body: '{}' });
+      assert.equal(elsewhere.outcome, 'success');
+      assert.ok(elsewhere.queuedMs < HOLD_MS, `queued ${elsewhere.queuedMs} ms behind another origin`);
+      const [a, b] = await Promise.all([busy, queued]);
+      assert.equal(a.outcome, 'success');
+      assert.equal(b.outcome, 'success');
+    } finally {
+      await sender.close();
+      await other.close();
+    }
+  });
+
+  it('close() waits for requests still queued at the gate, as for those inside undici', async () => {
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 2000 });
+    const sends = [1, 2, 3].map((i) =>
+      sender.send({ url: `${receiver.url}/e/${i}`, headers: {}, body: '{}' }),
+    );
+    await sender.close();
+    const results = await Promise.all(sends);
+    assert.deepEqual(
+      results.map((r) => r.outcome),
+      ['success', 'success', 'success'],
+      results.map(describeResult).join(', '),
+    );
+  });
+});
+
+// ---- the worker ------------------------------------------------------------------------------------
+
+const ENDPOINTS = 24;
+const MESSAGES = 2;
+const WORKER_HOLD_MS = 250;
+
+describe('worker: many endpoints on one origin, more claims than connections', () => {
+  let database: TestDatabase;
+  let herald: Herald;
+  let api: FastifyInstance;
+  let apiUrl = '';
+  let receiver: HoldingReceiver;
+  const logs: { level: number; msg: string; [key: string]: unknown }[] = [];
+
+  before(async () => {
+    database = await freshDatabase('sender_queueing');
+    receiver = await startHoldingReceiver(WORKER_HOLD_MS);
+    const config = loadConfig(
+      testEnv(database.url, {
+        // 16 claims, 2 connections: a claimed request waits for up to ~8 × 250 ms at the gate, well
+        // past a 600 ms deadline. A lease of 2 s lets a request start up to 1.4 s after its claim,
+        // so some wait past that too and are given back unsent.
+        HERALD_WORKER_CONCURRENCY: '16',
+        HERALD_CONNECTIONS_PER_ORIGIN: '2',
+        HERALD_ATTEMPT_TIMEOUT_MS: '600',
+        HERALD_LEASE_SECONDS: '2',
+        // Two known failures would disable an endpoint: any queueing blamed on one shows.
+        HERALD_DISABLE_AFTER_FAILURES: '2',
+      }),
+    );
+    const stream = new Writable({
+      write(chunk: Buffer, _encoding, done) {
+        for (const line of chunk.toString('utf8').split('\n')) if (line) logs.push(JSON.parse(line));
+        done();
+      },
+    });
+    herald = await createHerald({ config, logger: pino({ level: 'info' }, stream), migrate: false });
+    api = await buildApi(herald.core);
+    await api.listen({ port: 0, host: '127.0.0.1' });
+    apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
+  });
+
+  after(async () => {
+    await api?.close();
+    await herald?.close();
+    await receiver?.close();
+    await database?.drop();
+  });
+
+  // biome-ignore lint/suspicious/noExplicitAny: tests inspect JSON responses loosely
+  async function call(method: string, path: string, body?: unknown): Promise<{ status: number; body: any }> {
+    const response = await fetch(apiUrl + path, {
+      method,
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    const text = await response.text();
+    return { status: response.status, body: text ? JSON.parse(text) : null };
+  }
+
+  test('(c) no attempt fails for queueing, no endpoint is disabled, every delivery succeeds once', async () => {
+    const app = await call('POST', '/api/v1/app', { name: 'queueing', uid: 'queueing' });
+    assert.equal(app.status, 201, JSON.stringify(app.body));
+    const endpoints: string[] = [];
+    for (let i = 0; i < ENDPOINTS; i++) {
+      const created = await call('POST', `/api/v1/app/${app.body.id}/endpoint`, {
+        url: `${receiver.url}/ep/${i}`,
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      endpoints.push(created.body.id);
+    }
+    const messages: string[] = [];
+    for (let m = 0; m < MESSAGES; m++) {
+      const published = await call('POST', `/api/v1/app/${app.body.id}/msg`, {
+        eventType: 'e',
+        payload: { m },
+      });
+      assert.equal(published.status, 202, JSON.stringify(published.body));
+      messages.push(published.body.id);
+    }
+    await herald.startWorker();
+
+    const total = ENDPOINTS * MESSAGES;
+    const db = database.db;
+    // Done when every delivery succeeded — or as soon as the old behaviour shows: an attempt
+    // recorded as a failure or unknown (a request blamed for waiting at herald).
+    const blamed = await waitFor(
+      `all ${total} deliveries to succeed`,
+      async () => {
+        const bad = await db.query<{ outcome: string; response_class: string }>(
+          "select outcome, response_class from attempt where outcome in ('failure', 'unknown')",
+        );
+        if (bad.rows.length > 0) return bad.rows;
+        const { rows } = await db.query<{ n: number }>(
+          "select count(*)::int as n from delivery where state = 'succeeded'",
+        );
+        return rows[0]!.n === total ? [] : null;
+      },
+      60_000,
+      50,
+    );
+    assert.deepEqual(blamed, [], 'no attempt recorded as a failure or unknown');
+
+    const attempts = await db.query<{ outcome: string | null; response_class: string | null }>(
+      'select outcome, response_class from attempt',
+    );
+    assert.equal(attempts.rows.length, total, 'one attempt per delivery: the ones given back left none');
+    assert.ok(
+      attempts.rows.every((a) => a.outcome === 'success'),
+      JSON.stringify(attempts.rows.filter((a) => a.outcome !== 'success')),
+    );
+    const deliveries = await db.query<{ attempts_total: number; attempts_in_cycle: number }>(
+      'select attempts_total, attempts_in_cycle from delivery',
+    );
+    assert.ok(
+      deliveries.rows.every((d) => d.attempts_total === 1 && d.attempts_in_cycle === 1),
+      'a lease given back unsent returns its attempt to the budget',
+    );
+    const disabled = await db.query('select id from endpoint where disabled or consecutive_failures > 0');
+    assert.deepEqual(disabled.rows, [], 'no endpoint disabled or marked failing');
+
+    // The receiver saw each delivery once, and never more than connectionsPerOrigin at a time.
+    assert.equal(receiver.arrivals.length, total);
+    const pairs = new Set(receiver.arrivals.map((a) => `${a.webhookId} ${a.path}`));
+    assert.equal(pairs.size, total, 'no delivery was sent twice');
+    for (const m of messages) {
+      for (let i = 0; i < ENDPOINTS; i++) assert.ok(pairs.has(`${m} /ep/${i}`), `${m} reached /ep/${i}`);
+    }
+    assert.ok(
+      receiver.maxInFlight() <= 2,
+      `at most 2 requests at the origin at once, saw ${receiver.maxInFlight()}`,
+    );
+
+    // The congestion was real, and was reported as herald's own: some leases went back unsent
+    // (a warning), nothing was logged as an error, and only recorded outcomes were counted.
+    const congested = logs.filter((l) => l.msg.startsWith('congested'));
+    assert.ok(congested.length > 0, 'some requests waited past their start limit and were given back');
+    assert.ok(congested.every((l) => l.level === 40 && l['released'] === true));
+    assert.deepEqual(
+      logs.filter((l) => l.level >= 50).map((l) => l.msg),
+      [],
+      'nothing was logged as an error',
+    );
+    const counted = await herald.core.metrics.registry.getSingleMetric('herald_attempts_total')?.get();
+    const byOutcome = Object.fromEntries((counted?.values ?? []).map((v) => [v.labels['outcome'], v.value]));
+    assert.deepEqual(byOutcome, { success: total }, 'not-started attempts are not counted as attempts');
+    const notSent = await herald.core.metrics.registry
+      .getSingleMetric('herald_attempts_not_sent_total')
+      ?.get();
+    const congestedCount = (notSent?.values ?? []).find((v) => v.labels['reason'] === 'origin_congested');
+    assert.equal(congestedCount?.value, congested.length, 'each one given back is counted, by reason');
+  });
+});
