@@ -222,10 +222,10 @@ const ENV = {
   HERALD_LEASE_SECONDS: String(LEASE_SECONDS),
   HERALD_ATTEMPT_TIMEOUT_MS: '1500',
   HERALD_API_RATE_LIMIT: '0',
-  // All 300 endpoints share one origin: a worker keeps no more claims than it has connections to
-  // it, so no attempt spends its deadline queued inside herald.
-  HERALD_CONNECTIONS_PER_ORIGIN: '16',
-  HERALD_WORKER_CONCURRENCY: '16',
+  // All 300 endpoints share one origin, and a worker holds more claims than it has connections
+  // to it: the surplus waits at herald's per-origin gate, its deadline not yet running.
+  HERALD_CONNECTIONS_PER_ORIGIN: '8',
+  HERALD_WORKER_CONCURRENCY: '24',
   HERALD_SHUTDOWN_GRACE_MS: '3000',
   // Auto-disable is not under test here: a busy 2-core host can make a few attempts time out
   // before they leave (a known failure), and a disabled endpoint would leave its deliveries waiting.
