@@ -6,6 +6,12 @@ import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
+/** The node flags of the CLI's shebang: what node runs `herald` with when a user types it. */
+const CLI_NODE_FLAGS = fs
+  .readFileSync(CLI, 'utf8')
+  .split('\n', 1)[0]!
+  .split(' ')
+  .filter((word) => word.startsWith('--'));
 const PEER = fileURLToPath(new URL('./peer-process.ts', import.meta.url));
 
 const children = new Set<ChildProcess>();
@@ -72,7 +78,7 @@ export async function startHeraldWorker(
   env: Record<string, string>,
   timeoutMs = 30_000,
 ): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, [CLI, 'worker'], {
+  const child = spawn(process.execPath, [...CLI_NODE_FLAGS, CLI, 'worker'], {
     env: childEnv({ ...env, LOG_LEVEL: 'info' }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
