@@ -67,6 +67,7 @@ export async function publishMessages(
   messages: readonly (NewMessage & { actor: string })[],
   wakeOnCommit = false,
 ): Promise<PublishResult[]> {
+  if (messages.length === 0) return [];
   const items = messages.map((m, ord) => ({
     ord,
     app_id: m.appId,

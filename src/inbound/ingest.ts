@@ -6,10 +6,9 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { findApp } from '../db/apps.ts';
 import { createGroupCommit } from '../db/group-commit.ts';
-import { claimIntake, linkIntakeMessage, recordObservation } from '../db/intake.ts';
-import { publishMessage } from '../db/messages.ts';
+import { claimIntakes, linkIntakeMessages, recordObservations } from '../db/intake.ts';
+import { publishMessages } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
 import type { Waker } from '../db/waker.ts';
@@ -56,17 +55,9 @@ interface CachedSource {
 
 export function createIngestor(deps: IngestDeps): Ingestor {
   const cache = new Map<string, CachedSource>();
-  // Receipts that arrive together share one transaction and one commit (group commit). Each is
-  // recorded in (source, delivery id) order, so that two batches holding the same ids lock them
-  // in the same order and cannot deadlock.
+  // Receipts that arrive together share one transaction and one commit (group commit).
   const submitIntake = createGroupCommit(
-    (items: IntakeItem[]) =>
-      deps.db.transaction(async (tx) => {
-        const results: RecordedIntake[] = new Array(items.length);
-        const order = items.map((_, i) => i).sort((a, b) => compareIntakes(items[a]!, items[b]!));
-        for (const i of order) results[i] = await recordIntake(tx, items[i]!);
-        return results;
-      }),
+    (items: IntakeItem[]) => deps.db.transaction((tx) => recordIntakes(tx, items)),
     { maxBatch: 64, parallel: 2 },
   );
 
@@ -167,60 +158,98 @@ interface IntakeItem {
 
 type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: boolean };
 
-function compareIntakes(a: IntakeItem, b: IntakeItem): number {
-  const [ka, kb] = [`${a.source.id}\u0000${a.deliveryId}`, `${b.source.id}\u0000${b.deliveryId}`];
-  return ka < kb ? -1 : ka > kb ? 1 : 0;
+/**
+ * Claims the delivery ids, publishes a relayed message for each new claim, and records every
+ * receipt as an observation — inside the caller's transaction, in a handful of statements whatever
+ * the number of receipts.
+ */
+async function recordIntakes(tx: Queryable, items: readonly IntakeItem[]): Promise<RecordedIntake[]> {
+  const claims = await claimIntakes(
+    tx,
+    items.map((item) => ({
+      sourceId: item.source.id,
+      appId: item.source.appId,
+      deliveryId: item.deliveryId,
+      businessKey: item.businessKey,
+      bodySha256: item.bodySha256,
+    })),
+  );
+  const fresh = items.flatMap((item, at) => (claims[at]!.claimed ? [{ item, at }] : []));
+  // The business key is the message's idempotency key: another delivery id carrying the same
+  // business event joins the message the first one produced. Key order keeps concurrent batches
+  // from deadlocking on one another's keys.
+  fresh.sort((a, b) => compareText(idempotencyKeyOf(a.item), idempotencyKeyOf(b.item)));
+  const retention = await retentionDaysOf(
+    tx,
+    fresh.map((f) => f.item.source),
+  );
+  const published = await publishMessages(
+    tx,
+    fresh.map(({ item }) => ({
+      appId: item.source.appId,
+      eventType: item.source.eventType,
+      eventId: null,
+      payload: item.payload,
+      channels: null,
+      tags: null,
+      idempotencyKey: idempotencyKeyOf(item),
+      requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
+      retentionDays: retention.get(item.source.id)!,
+      businessKey: item.businessKey,
+      wakeOnCommit: false,
+      actor: `source:${item.source.id}`,
+    })),
+  );
+  const messageOf = new Map<string, string>();
+  const relayed = new Set<number>();
+  for (const [i, { at }] of fresh.entries()) {
+    const result = published[i]!;
+    messageOf.set(claims[at]!.intakeId, result.message.id);
+    // Another delivery id with the same business key joins the existing message: not new.
+    if (result.kind === 'created') relayed.add(at);
+  }
+  await linkIntakeMessages(
+    tx,
+    [...messageOf].map(([intakeId, messageId]) => ({ intakeId, messageId })),
+  );
+  await recordObservations(
+    tx,
+    items.map((item, at) => ({
+      intakeId: claims[at]!.intakeId,
+      appId: item.source.appId,
+      duplicate: !claims[at]!.claimed,
+      bodySha256: item.bodySha256,
+    })),
+  );
+  failpoint('ingest.after_claim');
+  return items.map((_, at) => {
+    const claim = claims[at]!;
+    return {
+      kind: 'accepted',
+      intakeId: claim.intakeId,
+      // A duplicate of a receipt in this same batch takes the message its first receipt produced.
+      messageId: claim.messageId ?? messageOf.get(claim.intakeId) ?? null,
+      duplicate: !claim.claimed,
+      relayed: relayed.has(at),
+    };
+  });
 }
 
-/**
- * Claims the delivery id, publishes the relayed message when the claim is new, and records the
- * observation — inside the caller's transaction.
- */
-async function recordIntake(tx: Queryable, item: IntakeItem): Promise<RecordedIntake> {
-  const { source, businessKey, bodySha256 } = item;
-  const claim = await claimIntake(tx, {
-    sourceId: source.id,
-    appId: source.appId,
-    deliveryId: item.deliveryId,
-    businessKey,
-    bodySha256,
-  });
-  let messageId = claim.messageId;
-  let relayed = false;
-  if (claim.claimed) {
-    // The business key is the message's idempotency key: another delivery id carrying the
-    // same business event joins the message the first one produced.
-    const published = await publishMessage(
-      tx,
-      {
-        appId: source.appId,
-        eventType: source.eventType,
-        eventId: null,
-        payload: item.payload,
-        channels: null,
-        tags: null,
-        idempotencyKey: `intake:${source.id}:${businessKey}`,
-        requestHash: crypto.createHash('sha256').update(businessKey).digest(),
-        retentionDays:
-          source.retentionDays ?? (await appRetentionDays(tx, source.appId)) ?? DEFAULT_RETENTION_DAYS,
-        businessKey,
-        wakeOnCommit: false,
-      },
-      `source:${source.id}`,
-    );
-    messageId = published.message.id;
-    // Another delivery id with the same business key joins the existing message: not new.
-    relayed = published.kind === 'created';
-    await linkIntakeMessage(tx, claim.intakeId, messageId);
+const idempotencyKeyOf = (item: IntakeItem) => `intake:${item.source.id}:${item.businessKey}`;
+const compareText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+
+/** Days to keep each source's relayed payloads: the source's, else its app's, else the default. */
+async function retentionDaysOf(tx: Queryable, sources: readonly SourceRow[]): Promise<Map<string, number>> {
+  const days = new Map<string, number>();
+  const fromApp = sources.filter((s) => s.retentionDays === null).map((s) => s.appId);
+  const apps =
+    fromApp.length === 0
+      ? new Map<string, number | null>()
+      : await appRetentionDays(tx, [...new Set(fromApp)]);
+  for (const s of sources) {
+    days.set(s.id, s.retentionDays ?? apps.get(s.appId) ?? DEFAULT_RETENTION_DAYS);
   }
-  await recordObservation(tx, {
-    intakeId: claim.intakeId,
-    appId: source.appId,
-    duplicate: !claim.claimed,
-    bodySha256,
-  });
-  failpoint('ingest.after_claim');
-  return { kind: 'accepted', intakeId: claim.intakeId, messageId, duplicate: !claim.claimed, relayed };
+  return days;
 }
 
 /**
@@ -233,5 +262,10 @@ function relayedPayload(rawBody: Buffer, parsed: unknown): string {
   return JSON.stringify({ body: parsed ?? rawBody.toString('utf8') });
 }
 
-const appRetentionDays = async (db: Queryable, appId: string) =>
-  (await findApp(db, appId))?.retentionDays ?? null;
+async function appRetentionDays(tx: Queryable, appIds: string[]): Promise<Map<string, number | null>> {
+  const result = await tx.query<{ id: string; retentionDays: number | null }>(
+    'select id, retention_days as "retentionDays" from app where id = any($1)',
+    [appIds],
+  );
+  return new Map(result.rows.map((r) => [r.id, r.retentionDays]));
+}
