@@ -185,17 +185,6 @@ export async function takeSnapshot(db: pg.Client, appId: string): Promise<Snapsh
   };
 }
 
-function groupBy<T, K>(items: readonly T[], key: (item: T) => K): Map<K, T[]> {
-  const map = new Map<K, T[]>();
-  for (const item of items) {
-    const k = key(item);
-    const list = map.get(k);
-    if (list) list.push(item);
-    else map.set(k, [item]);
-  }
-  return map;
-}
-
 const subscribes = (endpoint: EndpointModel, eventType: string) =>
   endpoint.filterTypes === null || endpoint.filterTypes.includes(eventType);
 
@@ -224,9 +213,12 @@ export function check(input: CheckInput): CheckResult {
   const messagesByKey = new Map(snapshot.messages.map((m) => [m.idempotencyKey, m]));
   const endpointsById = new Map(model.endpoints.map((e) => [e.id, e]));
   const endpointsByName = new Map(model.endpoints.map((e) => [e.name, e]));
-  const deliveriesByMessage = groupBy(snapshot.deliveries, (d) => d.messageId);
-  const attemptsByDelivery = groupBy(snapshot.attempts, (a) => a.deliveryId);
-  const requestsOf = groupBy(input.received, (r) => `${endpointsByName.get(r.receiver)?.id}|${r.webhookId}`);
+  const deliveriesByMessage = Map.groupBy(snapshot.deliveries, (d) => d.messageId);
+  const attemptsByDelivery = Map.groupBy(snapshot.attempts, (a) => a.deliveryId);
+  const requestsOf = Map.groupBy(
+    input.received,
+    (r) => `${endpointsByName.get(r.receiver)?.id}|${r.webhookId}`,
+  );
 
   // ---- 1. acceptance: one message per key, one intake per delivery id ---------------------------
   const acked: AckedMessage[] = [];
@@ -301,7 +293,7 @@ export function check(input: CheckInput): CheckResult {
     });
   }
 
-  const intakesByDeliveryId = groupBy(snapshot.intakes, (i) => i.deliveryId);
+  const intakesByDeliveryId = Map.groupBy(snapshot.intakes, (i) => i.deliveryId);
   const sentDeliveryIds = new Set<string>();
   for (const event of input.events) {
     count('ingest.business_events');
@@ -504,7 +496,7 @@ export function check(input: CheckInput): CheckResult {
   count('messages.acked', acked.length);
 
   // ---- 3. one request in flight per endpoint -----------------------------------------------------
-  for (const [receiver, requests] of groupBy(input.received, (r) => r.receiver)) {
+  for (const [receiver, requests] of Map.groupBy(input.received, (r) => r.receiver)) {
     const sorted = [...requests].sort((a, b) => a.startedAt - b.startedAt || a.seq - b.seq);
     let open: ReceivedRequest | null = null;
     let maxConcurrent = 1;
@@ -530,7 +522,7 @@ export function check(input: CheckInput): CheckResult {
   }
 
   // ---- 4. attempts and receiver requests account for each other ----------------------------------
-  const attemptsByPair = groupBy(snapshot.attempts, (a) => `${a.endpointId}|${a.messageId}`);
+  const attemptsByPair = Map.groupBy(snapshot.attempts, (a) => `${a.endpointId}|${a.messageId}`);
   const pairs = new Set([...attemptsByPair.keys(), ...requestsOf.keys()]);
   const leaseMs = input.leaseSeconds * 1000;
   for (const pair of pairs) {

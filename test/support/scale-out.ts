@@ -409,17 +409,6 @@ export interface ScaleOutResult {
  */
 export const CLOCK_TOLERANCE_MS = 50;
 
-function groupBy<T>(items: readonly T[], key: (item: T) => string): Map<string, T[]> {
-  const map = new Map<string, T[]>();
-  for (const item of items) {
-    const k = key(item);
-    const list = map.get(k);
-    if (list) list.push(item);
-    else map.set(k, [item]);
-  }
-  return map;
-}
-
 const iso = (t: number | null): string => (t === null ? '—' : new Date(t).toISOString().slice(11, 23));
 
 /**
@@ -439,10 +428,10 @@ export function checkScaleOut(history: ScaleOutHistory): ScaleOutResult {
   const fail = (check: Violation['check'], detail: string) => violations.push({ check, detail });
   const notes: string[] = [];
   const attemptOfRequest = new Map<number, AttemptRow>();
-  const attemptsByDelivery = groupBy(history.attempts, (a) => a.deliveryId);
+  const attemptsByDelivery = Map.groupBy(history.attempts, (a) => a.deliveryId);
 
   // ---- (a) every delivery there, and succeeded ----------------------------------------------------
-  const deliveriesByPair = groupBy(history.deliveries, (d) => `${d.endpointId}|${d.messageId}`);
+  const deliveriesByPair = Map.groupBy(history.deliveries, (d) => `${d.endpointId}|${d.messageId}`);
   for (const [messageId, endpoints] of history.expected) {
     for (const endpointId of endpoints) {
       const found = deliveriesByPair.get(`${endpointId}|${messageId}`) ?? [];
@@ -483,11 +472,11 @@ export function checkScaleOut(history: ScaleOutHistory): ScaleOutResult {
   }
 
   // ---- (b) attempts and receiver requests account for each other, one to one ----------------------
-  const requestsByPair = groupBy(
+  const requestsByPair = Map.groupBy(
     history.requests,
     (r) => `${history.endpointOfPath.get(r.path) ?? `unknown path ${r.path}`}|${r.webhookId}`,
   );
-  const attemptsByPair = groupBy(history.attempts, (a) => `${a.endpointId}|${a.messageId}`);
+  const attemptsByPair = Map.groupBy(history.attempts, (a) => `${a.endpointId}|${a.messageId}`);
   for (const pair of new Set([...attemptsByPair.keys(), ...requestsByPair.keys()])) {
     const attempts = attemptsByPair.get(pair) ?? [];
     const requests = [...(requestsByPair.get(pair) ?? [])].sort((x, y) => x.startedAt - y.startedAt);
@@ -576,7 +565,7 @@ export function checkScaleOut(history: ScaleOutHistory): ScaleOutResult {
     const a = attemptOfRequest.get(r.seq);
     return a?.outcome === 'unknown' && a.finishedAt !== null ? Math.min(end, a.finishedAt) : end;
   };
-  for (const [path, requests] of groupBy(history.requests, (r) => r.path)) {
+  for (const [path, requests] of Map.groupBy(history.requests, (r) => r.path)) {
     const sorted = [...requests]
       .filter((r) => endOf(r) > r.startedAt)
       .sort((x, y) => x.startedAt - y.startedAt || x.seq - y.seq);
