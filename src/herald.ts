@@ -13,7 +13,6 @@ import { migrate } from './db/migrate.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
 import { asQueryable, type Db, type ForeignQueryable } from './db/port.ts';
-import { createWaker } from './db/waker.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type Published, publish } from './engine/publish.ts';
 import { createMetrics } from './ops/metrics.ts';
@@ -118,9 +117,6 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     addressPolicy,
     log,
     metrics: createMetrics(db, log),
-    waker: createWaker(db, (error) =>
-      log.warn({ err: error.message }, 'could not wake the workers; they poll'),
-    ),
     // Two writers: one batch's statement runs while the other's commit is flushed.
     publishGrouped: createGroupCommit((items) => publishMessages(db, items), { maxBatch: 256, parallel: 2 }),
   };
@@ -140,14 +136,9 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     async publish(app, message, publishOptions = {}) {
       const input = parseOrThrow(MessageIn, message);
       const target = publishOptions.db ? asQueryable(publishOptions.db) : db;
-      // In the caller's transaction only an in-transaction NOTIFY fires at their COMMIT; on
-      // herald's own pool the statement has committed when it returns, so wake afterwards.
-      const inCallerTransaction = publishOptions.db !== undefined;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
-        wakeOnCommit: inCallerTransaction,
       });
-      if (published.created && !inCallerTransaction) core.waker.wake();
       // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
       // rolled-back publish is still counted (README, Metrics).
       if (published.created) core.metrics.published('library');

@@ -117,7 +117,6 @@ describe('publishMessages: several messages in one statement', () => {
     idempotencyKey: null,
     requestHash: null,
     retentionDays: 1,
-    wakeOnCommit: false,
     actor: 'test',
     ...over,
   });

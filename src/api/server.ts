@@ -159,7 +159,6 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   });
   app.addHook('onClose', () => fetcher.close());
   const ingestor = createIngestor({
-    waker: core.waker,
     db: core.db,
     box: core.box,
     log: core.log,

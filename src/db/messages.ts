@@ -29,11 +29,6 @@ export interface NewMessage {
   businessKey?: string | null;
   requestHash: Buffer | null;
   retentionDays: number;
-  /**
-   * NOTIFY the workers inside this transaction (fires exactly at the caller's COMMIT, but
-   * serialises commits: see waker.ts). false: the caller wakes them after committing.
-   */
-  wakeOnCommit: boolean;
   /** Deliver to this endpoint only, whatever its filters (Svix's send-example). */
   onlyEndpointId?: string | null;
 }
@@ -53,7 +48,7 @@ export type PublishResult =
  * meet at the unique index: the second waits for the first to commit and then replays it.
  */
 export async function publishMessage(db: Queryable, m: NewMessage, actor: string): Promise<PublishResult> {
-  const [result] = await publishMessages(db, [{ ...m, actor }], m.wakeOnCommit);
+  const [result] = await publishMessages(db, [{ ...m, actor }]);
   return result!;
 }
 
@@ -61,11 +56,15 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
  * Publishes several messages in ONE statement — each with its deliveries and audit entry, each
  * with its own idempotency outcome — so that they share one commit (group commit). Results come
  * back in the order of `messages`. Atomic as a whole: if it fails, nothing was published.
+ *
+ * The statement also wakes the workers: its NOTIFY fires exactly when the transaction commits.
+ * PostgreSQL holds a database-wide lock from a notifying COMMIT until its WAL flush, so notifying
+ * commits queue behind one another — one per batch (group commit) keeps that queue short, and one
+ * payload for all messages lets PostgreSQL fold them into one notification.
  */
 export async function publishMessages(
   db: Queryable,
   messages: readonly (NewMessage & { actor: string })[],
-  wakeOnCommit = false,
 ): Promise<PublishResult[]> {
   if (messages.length === 0) return [];
   const items = messages.map((m, ord) => ({
@@ -113,9 +112,9 @@ export async function publishMessages(
      )
      select i.ord, msg.*, coalesce(counted.deliveries, 0) as deliveries
        from msg join input i on i.id = msg.id left join counted on counted.message_id = msg.id
-       ${wakeOnCommit ? `, lateral (select pg_notify('${WAKE_CHANNEL}', msg."appId")) wake` : ''}`,
+       , lateral (select pg_notify('${WAKE_CHANNEL}', '')) wake`,
     [JSON.stringify(items, wellFormed)],
-    wakeOnCommit ? 'publish_messages_notify' : 'publish_messages',
+    'publish_messages',
   );
   const results: (PublishResult | undefined)[] = new Array(messages.length);
   for (const { ord, deliveries, ...message } of inserted.rows) {

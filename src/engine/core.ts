@@ -6,7 +6,6 @@ import type { HeraldConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import type { NewMessage, PublishResult } from '../db/messages.ts';
 import type { Db } from '../db/port.ts';
-import type { Waker } from '../db/waker.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics } from '../ops/metrics.ts';
 import type { AddressPolicy } from '../sender/destination.ts';
@@ -18,8 +17,6 @@ export interface Core {
   policy: RetryPolicy;
   addressPolicy: AddressPolicy;
   log: Logger;
-  /** Wakes workers after a commit that published (see db/waker.ts). */
-  waker: Waker;
   /**
    * Publishes on herald's own pool, sharing one statement and one commit with whatever else is
    * being published at that moment (see db/group-commit.ts).

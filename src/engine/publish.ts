@@ -15,8 +15,6 @@ export const DEFAULT_RETENTION_DAYS = 90;
 
 export interface PublishOptions {
   idempotencyKey?: string | null;
-  /** NOTIFY inside the transaction (default); false: the caller wakes workers after COMMIT. */
-  wakeOnCommit?: boolean;
 }
 
 export interface Published {
@@ -49,12 +47,11 @@ export async function publish(
     idempotencyKey: key,
     requestHash: key === null ? null : requestHash(input),
     retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
-    wakeOnCommit: options.wakeOnCommit ?? true,
   };
   // On herald's own pool the publish joins a group commit; in a caller's transaction it runs
   // there, and commits with the caller's work.
   const result =
-    db === core.db && !message.wakeOnCommit
+    db === core.db
       ? await core.publishGrouped({ ...message, actor: actor.id })
       : await publishMessage(db, message, actor.id);
   if (result.kind === 'conflict') {
@@ -100,8 +97,8 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
 
 /**
  * Svix's send-example: a message of the event type, with the example from its newest schema (or
- * `{}`), delivered to one endpoint only, whatever the endpoint's filters. The caller commits and
- * then wakes the workers.
+ * `{}`), delivered to one endpoint only, whatever the endpoint's filters. The workers are woken
+ * when the caller commits.
  */
 export async function publishExample(
   db: Queryable,
@@ -124,7 +121,6 @@ export async function publishExample(
       idempotencyKey: null,
       requestHash: null,
       retentionDays: app.retentionDays ?? DEFAULT_RETENTION_DAYS,
-      wakeOnCommit: false,
       onlyEndpointId: endpointId,
     },
     actor.id,

@@ -11,7 +11,6 @@ import { claimIntakes, linkIntakeMessages, recordObservations } from '../db/inta
 import { publishMessages } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
-import type { Waker } from '../db/waker.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
@@ -31,8 +30,6 @@ export interface IngestDeps {
   log: Logger;
   fetchText: FetchText;
   metrics?: Metrics;
-  /** Wakes workers after the commit (the publish does not NOTIFY in-transaction). */
-  waker?: Waker;
 }
 
 export type IngestResult =
@@ -138,10 +135,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       failpoint('ingest.after_commit');
       // Counted after COMMIT, like the 2xx: a rolled-back claim is not a claim.
       deps.metrics?.intake(label, result.duplicate ? 'duplicate' : 'claimed');
-      if (relayed) {
-        deps.metrics?.published('ingest');
-        deps.waker?.wake();
-      }
+      if (relayed) deps.metrics?.published('ingest');
       return result;
     },
   };
@@ -196,7 +190,6 @@ async function recordIntakes(tx: Queryable, items: readonly IntakeItem[]): Promi
       requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
       retentionDays: retention.get(item.source.id)!,
       businessKey: item.businessKey,
-      wakeOnCommit: false,
       actor: `source:${item.source.id}`,
     })),
   );

@@ -60,8 +60,6 @@ async function publishEvent(
       idempotencyKey,
       requestHash: null,
       retentionDays: operator.retentionDays ?? DEFAULT_RETENTION_DAYS,
-      // Rare, and inside the change's own transaction: notifying there costs nothing worth saving.
-      wakeOnCommit: true,
     },
     HERALD_ACTOR_ID,
   );

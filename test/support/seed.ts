@@ -43,7 +43,6 @@ export async function seedMessage(db: Queryable, appId: string, payload = '{}'):
       idempotencyKey: null,
       requestHash: null,
       retentionDays: 1,
-      wakeOnCommit: false,
     },
     'test',
   );

@@ -236,7 +236,6 @@ export const endpointRoutes =
         const message = await db.transaction((tx) =>
           publishExample(tx, request.actor, application, endpoint.id, input.eventType),
         );
-        core.waker.wake();
         return presentMessage(message);
       },
     );

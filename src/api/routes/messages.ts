@@ -35,17 +35,14 @@ export const messageRoutes =
       async (request, reply) => {
         const input = parseOrThrow(MessageIn, request.body);
         const key = request.headers['idempotency-key'];
-        // No explicit transaction: the message, its deliveries and its audit entry are written by
-        // ONE statement, atomic on its own and committed when it returns — two round trips fewer.
+        // No explicit transaction: the message, its deliveries, its audit entry and the workers'
+        // wake-up are written by ONE statement (shared with concurrent publishes: group commit),
+        // atomic on its own and committed when it returns.
         const { message, created } = await publish(core, db, request.actor, request.params.app_id, input, {
           idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
-          wakeOnCommit: false,
         });
         // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
-        if (created) {
-          core.metrics.published('api');
-          core.waker.wake();
-        }
+        if (created) core.metrics.published('api');
         return reply.status(202).send(presentMessage(message, request.query.with_content !== 'false'));
       },
     );
