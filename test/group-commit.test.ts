@@ -5,7 +5,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { createGroupCommit } from '../src/db/group-commit.ts';
+import { claimIntakes } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
+import { insertSource } from '../src/db/sources.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { seedApp, seedEndpoint } from './support/seed.ts';
 
@@ -204,5 +206,60 @@ describe('publishMessages: several messages in one statement', () => {
       app.id,
     ]);
     assert.equal(stored.rows[0]!.n, 3, 'the good messages were published, once each');
+  });
+});
+
+describe('claimIntakes: a batch of receipts in two statements', () => {
+  let database: TestDatabase;
+  before(async () => {
+    database = await freshDatabase('group_commit_intake');
+  });
+  after(async () => {
+    await database.drop();
+  });
+
+  test('the first receipt of an id claims it; a repeat in the batch and an earlier claim are duplicates', async () => {
+    const db = database.db;
+    const app = await seedApp(db, 'intake-batch');
+    const source = await insertSource(db, {
+      uid: 'intake-batch',
+      scheme: 'standard-webhooks',
+      settings: {},
+      appId: app.id,
+      eventType: 'e',
+      businessKey: '{{delivery_id}}',
+      retentionDays: null,
+    });
+    const receipt = (deliveryId: string) => ({
+      sourceId: source.id,
+      appId: app.id,
+      deliveryId,
+      businessKey: deliveryId,
+      bodySha256: Buffer.alloc(32, deliveryId.length),
+    });
+    const [earlier] = await claimIntakes(db, [receipt('d-old')]);
+    assert.equal(earlier!.claimed, true);
+
+    const results = await claimIntakes(db, [
+      receipt('d-b'),
+      receipt('d-a'),
+      receipt('d-b'),
+      receipt('d-old'),
+    ]);
+    assert.deepEqual(
+      results.map((r) => r.claimed),
+      [true, true, false, false],
+    );
+    assert.equal(
+      results[2]!.intakeId,
+      results[0]!.intakeId,
+      'the repeat points at the claim made in this batch',
+    );
+    assert.equal(results[3]!.intakeId, earlier!.intakeId, 'the earlier claim is found');
+    const stored = await db.query<{ n: number }>(
+      'select count(*)::int as n from intake where source_id = $1',
+      [source.id],
+    );
+    assert.equal(stored.rows[0]!.n, 3, 'one claim per delivery id');
   });
 });
