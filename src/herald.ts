@@ -8,13 +8,12 @@ import { type HeraldConfig, loadConfig } from './config.ts';
 import { loadMasterKeys } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { createGroupCommit } from './db/group-commit.ts';
-import { publishMessages } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
 import { asQueryable, type Db, type ForeignQueryable } from './db/port.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
-import { type Published, publish } from './engine/publish.ts';
+import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
 import { createMetrics } from './ops/metrics.ts';
 import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks } from './ops/operator-app.ts';
@@ -109,6 +108,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     await db.close();
     throw error;
   }
+  // Two writers: one batch's statement runs while the other's commit is flushed.
+  const submitPublish = createGroupCommit((batch: GroupedPublish[]) => publishGroup(db, batch), {
+    maxBatch: 256,
+    parallel: 2,
+  });
   const core: Core = {
     db,
     config,
@@ -117,8 +121,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     addressPolicy,
     log,
     metrics: createMetrics(db, log),
-    // Two writers: one batch's statement runs while the other's commit is flushed.
-    publishGrouped: createGroupCommit((items) => publishMessages(db, items), { maxBatch: 256, parallel: 2 }),
+    publishGrouped: async (publish) => {
+      const outcome = await submitPublish(publish);
+      if (outcome instanceof Error) throw outcome;
+      return outcome;
+    },
   };
   try {
     // Set-up belongs with migrating: commands that open herald read-only (doctor) or migrate

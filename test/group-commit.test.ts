@@ -8,6 +8,7 @@ import { createGroupCommit } from '../src/db/group-commit.ts';
 import { claimIntakes } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
 import { insertSource } from '../src/db/sources.ts';
+import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { seedApp, seedEndpoint } from './support/seed.ts';
 
@@ -261,5 +262,46 @@ describe('claimIntakes: a batch of receipts in two statements', () => {
       [source.id],
     );
     assert.equal(stored.rows[0]!.n, 3, 'one claim per delivery id');
+  });
+});
+
+describe('publishGroup: the apps of a batch looked up together', () => {
+  let database: TestDatabase;
+  before(async () => {
+    database = await freshDatabase('group_commit_apps');
+  });
+  after(async () => {
+    await database.drop();
+  });
+
+  test("by id or uid; a missing app or one out of the key's reach fails its own publish only", async () => {
+    const db = database.db;
+    const a = await seedApp(db, 'grp-a');
+    const b = await seedApp(db, 'grp-b');
+    await seedEndpoint(db, a.id, 'http://127.0.0.1:1/a');
+    const admin = { id: 'test', scopes: ['admin'] as const, appIds: null };
+    const onlyB = { id: 'test-b', scopes: ['publish'] as const, appIds: [b.id] };
+    const messageFor = (app: { id: string }) => ({
+      appId: app.id,
+      eventType: 'order.paid',
+      eventId: null,
+      payload: '{}',
+      channels: null,
+      tags: null,
+      idempotencyKey: null,
+      requestHash: null,
+      retentionDays: 1,
+    });
+    const outcomes = await publishGroup(db, [
+      { appRef: 'grp-a', actor: admin, messageFor },
+      { appRef: a.id, actor: admin, messageFor },
+      { appRef: 'grp-missing', actor: admin, messageFor },
+      { appRef: 'grp-a', actor: onlyB, messageFor },
+      { appRef: 'grp-b', actor: onlyB, messageFor },
+    ]);
+    const kinds = outcomes.map((o) => (o instanceof Error ? (o as { kind?: string }).kind : o.kind));
+    assert.deepEqual(kinds, ['created', 'created', 'not_found', 'forbidden', 'created']);
+    const appOf = (o: (typeof outcomes)[number]) => (o instanceof Error ? null : o.message.appId);
+    assert.deepEqual(outcomes.map(appOf), [a.id, a.id, null, null, b.id]);
   });
 });

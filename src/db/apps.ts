@@ -55,6 +55,21 @@ export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | 
   return result.rows[0] ?? null;
 }
 
+/** Apps by id or uid, many at once: each reference maps to the app whose id it is, else whose uid. */
+export async function findApps(db: Queryable, idsOrUids: readonly string[]): Promise<Map<string, AppRow>> {
+  const result = await db.query<AppRow>(
+    `select ${COLUMNS} from app where id = any($1) or uid = any($1)`,
+    [idsOrUids],
+    'find_apps',
+  );
+  const found = new Map<string, AppRow>();
+  for (const ref of idsOrUids) {
+    const app = result.rows.find((a) => a.id === ref) ?? result.rows.find((a) => a.uid === ref);
+    if (app) found.set(ref, app);
+  }
+  return found;
+}
+
 export async function listApps(db: Queryable, page: PageRequest, allowedAppIds: readonly string[] | null) {
   const q = pageQuery('id', page, 1);
   const result = await db.query<AppRow>(

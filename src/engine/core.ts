@@ -4,11 +4,12 @@
 import type { Logger } from 'pino';
 import type { HeraldConfig } from '../config.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import type { NewMessage, PublishResult } from '../db/messages.ts';
+import type { PublishResult } from '../db/messages.ts';
 import type { Db } from '../db/port.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics } from '../ops/metrics.ts';
 import type { AddressPolicy } from '../sender/destination.ts';
+import type { GroupedPublish } from './publish.ts';
 
 export interface Core {
   db: Db;
@@ -21,7 +22,7 @@ export interface Core {
    * Publishes on herald's own pool, sharing one statement and one commit with whatever else is
    * being published at that moment (see db/group-commit.ts).
    */
-  publishGrouped: (message: NewMessage & { actor: string }) => Promise<PublishResult>;
+  publishGrouped: (publish: GroupedPublish) => Promise<PublishResult>;
   metrics: Metrics;
 }
 

@@ -2,13 +2,19 @@
 // the library inside the caller's own transaction.
 
 import crypto from 'node:crypto';
-import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
+import { type AppRow, findApp, findApps, insertAppIfAbsent } from '../db/apps.ts';
 import { findEventType } from '../db/event-types.ts';
-import { type MessageRow, type NewMessage, publishMessage } from '../db/messages.ts';
+import {
+  type MessageRow,
+  type NewMessage,
+  type PublishResult,
+  publishMessage,
+  publishMessages,
+} from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
-import { appFieldsFrom, auditAppCreated, requireApp } from './apps.ts';
+import { appFieldsFrom, assertAppAllowed, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
 export const DEFAULT_RETENTION_DAYS = 90;
@@ -31,13 +37,12 @@ export async function publish(
   input: MessageIn,
   options: PublishOptions = {},
 ): Promise<Published> {
-  const app = await resolveOrCreateApp(db, actor, appIdOrUid, input);
   const payload = JSON.stringify(input.payload);
   if (Buffer.byteLength(payload) > core.config.maxBodyBytes) {
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
   const key = options.idempotencyKey ?? null;
-  const message: NewMessage = {
+  const messageFor = (app: AppRow): NewMessage => ({
     appId: app.id,
     eventType: input.eventType,
     eventId: input.eventId ?? null,
@@ -47,13 +52,18 @@ export async function publish(
     idempotencyKey: key,
     requestHash: key === null ? null : requestHash(input),
     retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
-  };
-  // On herald's own pool the publish joins a group commit; in a caller's transaction it runs
-  // there, and commits with the caller's work.
+  });
+  // On herald's own pool the publish joins a group commit, which also looks its app up together
+  // with the others'. In a caller's transaction it runs there, and commits with the caller's work.
+  // Creating a missing app (`application` in the body) is rare: it takes the one-by-one path.
   const result =
-    db === core.db
-      ? await core.publishGrouped({ ...message, actor: actor.id })
-      : await publishMessage(db, message, actor.id);
+    db === core.db && !input.application
+      ? await core.publishGrouped({ appRef: appIdOrUid, actor, messageFor })
+      : await publishMessage(
+          db,
+          messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)),
+          actor.id,
+        );
   if (result.kind === 'conflict') {
     throw new HeraldError(
       'idempotency_conflict',
@@ -61,6 +71,44 @@ export async function publish(
     );
   }
   return { message: result.message, created: result.kind === 'created' };
+}
+
+/** One publish waiting for its group commit: the app is looked up with the others of its batch. */
+export interface GroupedPublish {
+  /** The app's id or uid, as the caller named it. */
+  appRef: string;
+  actor: Actor;
+  messageFor: (app: AppRow) => NewMessage;
+}
+
+/**
+ * The group commit's write: one lookup of every app the batch names, then one statement for
+ * every message whose app exists and is within its caller's reach. A missing or forbidden app
+ * fails its own publish only.
+ */
+export async function publishGroup(
+  db: Queryable,
+  batch: GroupedPublish[],
+): Promise<(PublishResult | Error)[]> {
+  const apps = await findApps(db, [...new Set(batch.map((p) => p.appRef))]);
+  const outcomes: (PublishResult | Error)[] = new Array(batch.length);
+  const ready: { at: number; message: NewMessage & { actor: string } }[] = [];
+  for (const [at, p] of batch.entries()) {
+    const app = apps.get(p.appRef);
+    try {
+      if (!app) throw notFound('application');
+      assertAppAllowed(p.actor, app.id);
+      ready.push({ at, message: { ...p.messageFor(app), actor: p.actor.id } });
+    } catch (error) {
+      outcomes[at] = error as Error;
+    }
+  }
+  const published = await publishMessages(
+    db,
+    ready.map((r) => r.message),
+  );
+  for (const [i, { at }] of ready.entries()) outcomes[at] = published[i]!;
+  return outcomes;
 }
 
 /** What makes two publishes "the same": everything the caller sent, in the order it sent it. */
