@@ -101,15 +101,16 @@ describe('group commit', () => {
   });
 });
 
-describe('publishMessages: several messages in one statement', () => {
-  let database: TestDatabase;
-  before(async () => {
-    database = await freshDatabase('group_commit');
-  });
-  after(async () => {
-    await database.drop();
-  });
+// One database for every test below that needs one: each works in apps of its own.
+let database: TestDatabase;
+before(async () => {
+  database = await freshDatabase('group_commit');
+});
+after(async () => {
+  await database.drop();
+});
 
+describe('publishMessages: several messages in one statement', () => {
   const message = (appId: string, over: Partial<NewMessage> = {}): NewMessage & { actor: string } => ({
     appId,
     eventType: 'order.paid',
@@ -211,14 +212,6 @@ describe('publishMessages: several messages in one statement', () => {
 });
 
 describe('claimIntakes: a batch of receipts in two statements', () => {
-  let database: TestDatabase;
-  before(async () => {
-    database = await freshDatabase('group_commit_intake');
-  });
-  after(async () => {
-    await database.drop();
-  });
-
   test('the first receipt of an id claims it; a repeat in the batch and an earlier claim are duplicates', async () => {
     const db = database.db;
     const app = await seedApp(db, 'intake-batch');
@@ -266,14 +259,6 @@ describe('claimIntakes: a batch of receipts in two statements', () => {
 });
 
 describe('publishGroup: the apps of a batch looked up together', () => {
-  let database: TestDatabase;
-  before(async () => {
-    database = await freshDatabase('group_commit_apps');
-  });
-  after(async () => {
-    await database.drop();
-  });
-
   test("by id or uid; a missing app or one out of the key's reach fails its own publish only", async () => {
     const db = database.db;
     const a = await seedApp(db, 'grp-a');
