@@ -176,21 +176,22 @@ describe('sender: waiting for a connection is not the attempt', () => {
   });
 
   it('(a) with one connection, queued requests without startBy all succeed, each within its own deadline', async () => {
-    // Five requests of 300 ms through one connection take 1.5 s; the deadline is 500 ms. Had the
-    // deadline run while they queued, the third and later would have ended in a timeout.
-    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 500 });
+    // Six requests of 300 ms through one connection take 1.8 s; the deadline is 1 s (room for a
+    // slow answer on a busy host). Had the deadline run while they queued, the fourth and later
+    // would have ended in a timeout.
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 1000 });
     try {
       const results = await Promise.all(
-        [1, 2, 3, 4, 5].map((i) =>
+        [1, 2, 3, 4, 5, 6].map((i) =>
           sender.send({ url: `${receiver.url}/a/${i}`, headers: {}, body: `{"i":${i}}` }),
         ),
       );
       for (const r of results) {
         assert.equal(r.outcome, 'success', describeResult(r));
-        assert.ok(r.durationMs < 500, describeResult(r));
+        assert.ok(r.durationMs < 1000, describeResult(r));
       }
       assert.ok(
-        results.some((r) => r.queuedMs >= 2 * HOLD_MS),
+        results.some((r) => r.queuedMs >= 3 * HOLD_MS),
         `some requests queued behind others: ${results.map(describeResult).join(', ')}`,
       );
     } finally {
@@ -199,7 +200,7 @@ describe('sender: waiting for a connection is not the attempt', () => {
   });
 
   it('(a, b) with startBy: each request succeeds or comes back not_started, in FIFO order; a not-started one never reaches the receiver', async () => {
-    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 500 });
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 1000 });
     try {
       const t0 = Date.now();
       // Request k can start no earlier than (k - 1) × 300 ms: the 6th and 7th (1.5 s, 1.8 s) cannot
@@ -314,11 +315,12 @@ describe('worker: many endpoints on one origin, more claims than connections', (
     const config = loadConfig(
       testEnv(database.url, {
         // 16 claims, 2 connections: a claimed request waits for up to ~8 × 250 ms at the gate, well
-        // past a 600 ms deadline. A lease of 2 s lets a request start up to 1.4 s after its claim,
-        // so some wait past that too and are given back unsent.
+        // past a 1 s deadline. A lease of 2 s lets a request start up to 1 s after its claim, so
+        // some wait past that too and are given back unsent. (250 ms held vs a 1 s deadline leaves
+        // a busy CI host room: a slow answer must not end as a timeout.)
         HERALD_WORKER_CONCURRENCY: '16',
         HERALD_CONNECTIONS_PER_ORIGIN: '2',
-        HERALD_ATTEMPT_TIMEOUT_MS: '600',
+        HERALD_ATTEMPT_TIMEOUT_MS: '1000',
         HERALD_LEASE_SECONDS: '2',
         // Two known failures would disable an endpoint: any queueing blamed on one shows.
         HERALD_DISABLE_AFTER_FAILURES: '2',
