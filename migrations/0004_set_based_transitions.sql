@@ -234,3 +234,7 @@ alter table attempt set (fillfactor = 60);
 -- Expired leases are found among the rows in flight, which delivery_one_in_flight already lists
 -- (at most one per endpoint): a second index over the same rows only cost a write per claim.
 drop index delivery_lease_idx;
+-- Failed deliveries are few and wait for a person; the metrics count them (and the unknown
+-- attempts among them) at every scrape. Without an index of their own that count read the whole
+-- delivery table — all of history — each time.
+create index delivery_failed_idx on delivery (endpoint_id) where state = 'failed';
