@@ -238,3 +238,7 @@ drop index delivery_lease_idx;
 -- attempts among them) at every scrape. Without an index of their own that count read the whole
 -- delivery table — all of history — each time.
 create index delivery_failed_idx on delivery (endpoint_id) where state = 'failed';
+-- Nothing on a hot path reads deliveries in due-time order across endpoints: the claim walks
+-- endpoints (delivery_endpoint_pending_idx), and so do the metrics' and doctor's due checks. The
+-- global due index only cost a write per delivery at fan-out and per retry.
+drop index delivery_due_idx;
