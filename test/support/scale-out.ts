@@ -14,6 +14,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
+import type { AttemptRow as SoakAttemptRow } from '../../scripts/soak/checker.ts';
 import type { Queryable } from '../../src/db/port.ts';
 
 // ---- the receiver -------------------------------------------------------------------------------
@@ -283,18 +284,8 @@ export interface DeliveryRow {
   leaseToken: string | null;
 }
 
-export interface AttemptRow {
-  id: string;
-  deliveryId: string;
-  messageId: string;
-  endpointId: string;
-  leaseToken: string;
-  startedAt: number;
-  finishedAt: number | null;
-  outcome: 'success' | 'failure' | 'unknown' | null;
-  statusCode: number | null;
-  responseClass: string | null;
-}
+/** An attempt as the soak's checker reads it, without the cycle (every delivery here has one). */
+export type AttemptRow = Omit<SoakAttemptRow, 'cycle'>;
 
 /** The leases held right after the worker died, read from the database. */
 export interface KillSnapshot {
