@@ -139,7 +139,7 @@ async function main(): Promise<void> {
     concurrency: options.concurrency,
     durationSeconds: Number(durationSeconds.toFixed(1)),
     heraldWorker:
-      'one `herald worker` process (src/cli.ts) per scenario; API and library in the bench process',
+      'one `herald worker` process (bin/herald.mjs) per scenario; API and library in the bench process',
     notes,
   };
   const svg = renderCdfSvg(

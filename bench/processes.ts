@@ -5,8 +5,8 @@ import { type ChildProcess, fork, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
-const CLI = fileURLToPath(new URL('../src/cli.ts', import.meta.url));
-/** The node flags of the CLI's shebang: what node runs `herald` with when a user types it. */
+const CLI = fileURLToPath(new URL('../bin/herald.mjs', import.meta.url));
+/** The node flags of the command's shebang: what node runs `herald` with when a user types it. */
 const CLI_NODE_FLAGS = fs
   .readFileSync(CLI, 'utf8')
   .split('\n', 1)[0]!
@@ -73,7 +73,7 @@ function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
   return { ...base, ...env };
 }
 
-/** Spawns `node src/cli.ts worker` and resolves once it logs "herald started". */
+/** Spawns `herald worker` (bin/herald.mjs) and resolves once it logs "herald started". */
 export async function startHeraldWorker(
   env: Record<string, string>,
   timeoutMs = 30_000,

@@ -1,7 +1,4 @@
-#!/usr/bin/env -S node --max-semi-space-size=8
-// (A young generation of 8 MiB per semi-space instead of V8's default of up to 32: a worker's RSS
-// stays ~100 MiB lower under load, at no throughput cost measured by `npm run bench`.)
-// The `herald` command. `serve` runs the API and a worker in one process (the only way to use
+// The `herald` command (started through bin/herald.mjs). `serve` runs the API and a worker in one process (the only way to use
 // the embedded database, which one process owns at a time); `api` and `worker` run one role each
 // against a PostgreSQL server; `migrate` applies migrations; `keys` manages API keys.
 

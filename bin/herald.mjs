@@ -1,0 +1,12 @@
+#!/usr/bin/env -S node --max-semi-space-size=8
+// The `herald` command (src/cli.ts), started the way it should run:
+// - node's compile cache is on before anything else loads, so from the second start on herald's
+//   TypeScript is neither stripped nor compiled again: start-up takes ~0.5 s instead of ~1 s and
+//   ~30 MiB less memory, as the type stripper is never loaded. This launcher is JavaScript for
+//   that reason: a TypeScript entry would load the stripper to read itself.
+// - a young generation of 8 MiB per semi-space instead of V8's default of up to 32: a busy
+//   worker's RSS stays ~100 MiB lower, at no throughput cost measured by `npm run bench`.
+import module from 'node:module';
+
+module.enableCompileCache?.();
+await import('../src/cli.ts');
