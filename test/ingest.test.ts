@@ -255,3 +255,39 @@ describe('source secret rotation', () => {
     assert.equal((await deliver(headers, body, 'rotating')).status, 204, 'the new secret verifies');
   });
 });
+
+describe("the relayed payload's retention", () => {
+  test("the source's retention, else its app's, else 90 days", async () => {
+    const cases = [
+      { uid: 'keep-own', app: { retentionDays: 5 }, source: { retentionDays: 2 }, days: 2 },
+      { uid: 'keep-app', app: { retentionDays: 5 }, source: {}, days: 5 },
+      { uid: 'keep-default', app: {}, source: {}, days: 90 },
+    ];
+    for (const c of cases) {
+      const app = await t.call('POST', '/api/v1/app', { name: c.uid, uid: c.uid, ...c.app });
+      assert.equal(app.status, 201, JSON.stringify(app.body));
+      const source = await t.call('POST', '/api/v1/source', {
+        uid: c.uid,
+        scheme: 'standard-webhooks',
+        secret: SOURCE_SECRET,
+        app: c.uid,
+        eventType: 'ticket.changed',
+        ...c.source,
+      });
+      assert.equal(source.status, 201, JSON.stringify(source.body));
+      const body = JSON.stringify({ ticket: c.uid });
+      const response = await deliver(signed(`retention-${c.uid}`, body), body, c.uid);
+      assert.equal(response.status, 204, response.body);
+      const kept = await t.database.db.query<{ days: number }>(
+        `select round(extract(epoch from payload_expires_at - created_at) / 86400)::int as days
+           from message where app_id = $1`,
+        [app.body.id],
+      );
+      assert.deepEqual(
+        kept.rows.map((r) => r.days),
+        [c.days],
+        c.uid,
+      );
+    }
+  });
+});

@@ -6,6 +6,7 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
+import { type AppRow, findApps } from '../db/apps.ts';
 import { createGroupCommit } from '../db/group-commit.ts';
 import { claimIntakes, linkIntakeMessages, recordObservations } from '../db/intake.ts';
 import { publishMessages } from '../db/messages.ts';
@@ -173,10 +174,10 @@ async function recordIntakes(tx: Queryable, items: readonly IntakeItem[]): Promi
   // business event joins the message the first one produced. Key order keeps concurrent batches
   // from deadlocking on one another's keys.
   fresh.sort((a, b) => compareText(idempotencyKeyOf(a.item), idempotencyKeyOf(b.item)));
-  const retention = await retentionDaysOf(
-    tx,
-    fresh.map((f) => f.item.source),
-  );
+  // A relayed payload is kept for the source's retention, else its app's, else the default.
+  const appsToAsk = fresh.filter((f) => f.item.source.retentionDays === null).map((f) => f.item.source.appId);
+  const apps =
+    appsToAsk.length === 0 ? new Map<string, AppRow>() : await findApps(tx, [...new Set(appsToAsk)]);
   const published = await publishMessages(
     tx,
     fresh.map(({ item }) => ({
@@ -188,7 +189,8 @@ async function recordIntakes(tx: Queryable, items: readonly IntakeItem[]): Promi
       tags: null,
       idempotencyKey: idempotencyKeyOf(item),
       requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
-      retentionDays: retention.get(item.source.id)!,
+      retentionDays:
+        item.source.retentionDays ?? apps.get(item.source.appId)?.retentionDays ?? DEFAULT_RETENTION_DAYS,
       businessKey: item.businessKey,
       actor: `source:${item.source.id}`,
     })),
@@ -231,20 +233,6 @@ async function recordIntakes(tx: Queryable, items: readonly IntakeItem[]): Promi
 const idempotencyKeyOf = (item: IntakeItem) => `intake:${item.source.id}:${item.businessKey}`;
 const compareText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
 
-/** Days to keep each source's relayed payloads: the source's, else its app's, else the default. */
-async function retentionDaysOf(tx: Queryable, sources: readonly SourceRow[]): Promise<Map<string, number>> {
-  const days = new Map<string, number>();
-  const fromApp = sources.filter((s) => s.retentionDays === null).map((s) => s.appId);
-  const apps =
-    fromApp.length === 0
-      ? new Map<string, number | null>()
-      : await appRetentionDays(tx, [...new Set(fromApp)]);
-  for (const s of sources) {
-    days.set(s.id, s.retentionDays ?? apps.get(s.appId) ?? DEFAULT_RETENTION_DAYS);
-  }
-  return days;
-}
-
 /**
  * The relayed message's payload: a JSON object body exactly as the provider sent it (so the
  * downstream receiver sees the provider's bytes), anything else wrapped as {"body": …}.
@@ -253,12 +241,4 @@ function relayedPayload(rawBody: Buffer, parsed: unknown): string {
   if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed))
     return rawBody.toString('utf8');
   return JSON.stringify({ body: parsed ?? rawBody.toString('utf8') });
-}
-
-async function appRetentionDays(tx: Queryable, appIds: string[]): Promise<Map<string, number | null>> {
-  const result = await tx.query<{ id: string; retentionDays: number | null }>(
-    'select id, retention_days as "retentionDays" from app where id = any($1)',
-    [appIds],
-  );
-  return new Map(result.rows.map((r) => [r.id, r.retentionDays]));
 }

@@ -17,7 +17,7 @@ import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
-import type { Metrics } from '../ops/metrics.ts';
+import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
 import { createFinalizer, type FinalizerOptions } from './finalizer.ts';
@@ -111,6 +111,18 @@ export function createWorker(options: WorkerOptions): Worker {
     });
   }
 
+  /** Gives an unsent attempt's lease back (budget kept, attempt row removed), counted and logged. */
+  async function giveBack(
+    claim: ClaimedDelivery,
+    reason: NotSentReason,
+    details: Record<string, unknown>,
+    message: string,
+  ): Promise<void> {
+    const released = await releaseUnsent(db, claim.leaseToken);
+    metrics?.attemptNotSent(reason);
+    log.warn({ deliveryId: claim.deliveryId, ...details, released }, message);
+  }
+
   async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
     // The slot is for the request: it is given back as soon as the response is in, and the
     // outcome is written meanwhile (group commit). The endpoint stays busy until then — its
@@ -130,12 +142,7 @@ export function createWorker(options: WorkerOptions): Worker {
       // applies the same rule again once the request has its turn at its origin (startBy).
       const startBy = new Date(claim.leaseExpiresAt.getTime() - options.attemptTimeoutMs);
       if (Date.now() > startBy.getTime()) {
-        const released = await releaseUnsent(db, claim.leaseToken);
-        metrics?.attemptNotSent('lease_short');
-        log.warn(
-          { deliveryId: claim.deliveryId, released },
-          'too little of the lease left to send; not sent',
-        );
+        await giveBack(claim, 'lease_short', {}, 'too little of the lease left to send; not sent');
         return;
       }
       const result = await runAttempt(
@@ -149,10 +156,10 @@ export function createWorker(options: WorkerOptions): Worker {
         // Its request waited for a connection to its origin (shared with other endpoints) until
         // its deadline no longer fitted in the lease. That is herald's congestion, not the
         // endpoint's doing: no outcome is recorded, the attempt and its budget are given back.
-        const released = await releaseUnsent(db, claim.leaseToken);
-        metrics?.attemptNotSent('origin_congested');
-        log.warn(
-          { deliveryId: claim.deliveryId, queuedMs: result.queuedMs, released },
+        await giveBack(
+          claim,
+          'origin_congested',
+          { queuedMs: result.queuedMs },
           'congested: the request waited for a connection to its origin past its start limit; not sent',
         );
         return;
