@@ -1,0 +1,103 @@
+// The claim and the outcome write run on every delivery, from connections that live for days.
+// plpgsql caches one plan per statement per connection; made while a table is nearly empty, a
+// cached plan once read the whole attempt table for every recorded outcome, for as long as the
+// connection lived. Migration 0004 pins the shape of these plans (index lookups, nested loops).
+// This test caches the plans on nearly empty tables, grows the tables well past that, and reads
+// the plans the same connection then runs (auto_explain): no sequential scan of a hot table.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import pg from 'pg';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { seedApp, seedEndpoint } from './support/seed.ts';
+
+let database: TestDatabase;
+let client: pg.Client;
+
+before(async () => {
+  database = await freshDatabase('plan_shape');
+  client = new pg.Client({ connectionString: database.url });
+  await client.connect();
+});
+after(async () => {
+  await client.end();
+  await database.drop();
+});
+
+interface Claimed {
+  delivery_id: string;
+  lease_token: string;
+  endpoint_id: string;
+}
+
+/** Publishes `messages` messages to every endpoint of the app, straight into the tables. */
+async function backlog(appId: string, messages: number): Promise<void> {
+  await client.query(
+    `with m as (
+       insert into message (app_id, event_type, payload, payload_expires_at)
+       select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, $2) returning id
+     )
+     insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
+     select $1, m.id, e.id, now() from m cross join endpoint e where e.app_id = $1`,
+    [appId, messages],
+  );
+}
+
+/** One claim of up to `batch` deliveries and the outcomes of all of them: both functions run. */
+async function claimAndRecord(batch: number, cursor: string): Promise<string> {
+  const claimed = await client.query<Claimed>(
+    `select delivery_id, lease_token, endpoint_id from herald_claim($1, interval '30 seconds', $2)`,
+    [batch, cursor],
+  );
+  const items = claimed.rows.map((c) => ({
+    delivery_id: c.delivery_id,
+    lease_token: c.lease_token,
+    outcome: 'success',
+    status_code: 204,
+    response_class: 'http_2xx',
+    response_body: '',
+    duration_ms: 1,
+    next_attempt_at: null,
+    disable_endpoint: null,
+    credentials_rejected: false,
+  }));
+  await client.query('select * from herald_record_outcomes($1::jsonb, 5)', [JSON.stringify(items)]);
+  return claimed.rows.at(-1)?.endpoint_id ?? '';
+}
+
+test('claim and outcome plans cached on nearly empty tables never scan a grown hot table', async () => {
+  const app = await seedApp(database.db, 'plans');
+  for (let i = 0; i < 20; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
+
+  // Nearly empty tables: the plans this connection caches now are the ones it keeps.
+  await backlog(app.id, 1);
+  let cursor = '';
+  for (let i = 0; i < 10; i++) cursor = await claimAndRecord(2, cursor);
+
+  // Grown well past that, without an ANALYZE in between (autovacuum may lag far behind).
+  await backlog(app.id, 1500);
+  for (let i = 0; i < 300; i++) cursor = await claimAndRecord(20, cursor);
+  const attempts = await client.query<{ n: number }>('select count(*)::int as n from attempt');
+  assert.ok(attempts.rows[0]!.n >= 5000, `the attempt table grew (${attempts.rows[0]!.n} rows)`);
+
+  const plans: string[] = [];
+  const collect = (notice: { message?: string }) => {
+    if (notice.message?.includes('plan:')) plans.push(notice.message);
+  };
+  client.on('notice', collect);
+  try {
+    await client.query(`load 'auto_explain'`);
+    await client.query('set auto_explain.log_min_duration = 0');
+    await client.query('set auto_explain.log_nested_statements = on');
+    await client.query('set client_min_messages = log');
+    await claimAndRecord(20, cursor);
+  } finally {
+    await client.query('set client_min_messages = notice');
+    client.off('notice', collect);
+  }
+  // Besides the two calls: the statements inside the functions (claim 2, outcome write 3 or more).
+  const inside = plans.filter((p) => !/Query Text: select .* from herald_/.test(p));
+  assert.ok(inside.length >= 4, `the functions' own statements were explained (${plans.length} plans)`);
+  const scans = plans.flatMap((p) => p.match(/Seq Scan on (delivery|attempt|message|endpoint)\b/g) ?? []);
+  assert.deepEqual(scans, [], `a hot table was read whole:\n${plans.join('\n---\n')}`);
+});
