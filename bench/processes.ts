@@ -82,36 +82,16 @@ export async function startHeraldWorker(
     env: childEnv({ ...env, LOG_LEVEL: 'info' }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  children.add(child);
-  let output = '';
-  const keep = (chunk: string) => {
-    output = (output + chunk).slice(-8000);
-  };
-  child.stdout!.setEncoding('utf8');
-  child.stderr!.setEncoding('utf8');
-  child.stderr!.on('data', keep);
-  let onEarlyExit: (code: number | null) => void = () => {};
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`herald worker did not start:\n${output}`)), timeoutMs);
-    onEarlyExit = (code) => {
-      clearTimeout(timer);
-      reject(new Error(`herald worker exited (${code}) before it started:\n${output}`));
-    };
-    child.once('exit', onEarlyExit);
-    let started = false;
+  const output = await watchStart(child, 'herald worker', timeoutMs, (ready) => {
+    let recent = '';
     child.stdout!.on('data', (chunk: string) => {
-      keep(chunk);
-      if (!started && output.includes('"msg":"herald started"')) {
-        started = true;
-        clearTimeout(timer);
-        resolve();
-      }
+      recent = (recent + chunk).slice(-4096);
+      if (recent.includes('"msg":"herald started"')) ready();
     });
   });
-  child.removeListener('exit', onEarlyExit);
   return {
     pid: child.pid!,
-    tail: () => output,
+    tail: output,
     stop: () => stopChild(child, 'SIGTERM', 15_000),
   };
 }
@@ -127,32 +107,14 @@ export async function startPeerWorker(
     env: childEnv({}),
     stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
   });
-  children.add(child);
-  let output = '';
-  const keep = (chunk: string) => {
-    output = (output + chunk).slice(-8000);
-  };
-  child.stdout!.setEncoding('utf8').on('data', keep);
-  child.stderr!.setEncoding('utf8').on('data', keep);
-  let onEarlyExit: (code: number | null) => void = () => {};
-  await new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the peer did not start:\n${output}`)), timeoutMs);
-    onEarlyExit = (code) => {
-      clearTimeout(timer);
-      reject(new Error(`the peer exited (${code}) before it started:\n${output}`));
-    };
-    child.once('exit', onEarlyExit);
+  const output = await watchStart(child, 'the peer', timeoutMs, (ready) =>
     child.on('message', (message: { ready?: boolean }) => {
-      if (message.ready) {
-        clearTimeout(timer);
-        resolve();
-      }
-    });
-  });
-  child.removeListener('exit', onEarlyExit);
+      if (message.ready) ready();
+    }),
+  );
   return {
     pid: child.pid!,
-    tail: () => output,
+    tail: output,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return;
       const exited = new Promise((resolve) => child.once('exit', resolve));
@@ -163,6 +125,43 @@ export async function startPeerWorker(
       children.delete(child);
     },
   };
+}
+
+/**
+ * Registers a child, keeps the tail of its output, and resolves (with a reader of that tail) once
+ * `onReady` reports it started; rejects, with the tail, when it exits first or the time is up.
+ */
+async function watchStart(
+  child: ChildProcess,
+  what: string,
+  timeoutMs: number,
+  onReady: (ready: () => void) => void,
+): Promise<() => string> {
+  children.add(child);
+  let output = '';
+  const keep = (chunk: string) => {
+    output = (output + chunk).slice(-8000);
+  };
+  child.stdout!.setEncoding('utf8').on('data', keep);
+  child.stderr!.setEncoding('utf8').on('data', keep);
+  let onEarlyExit: (code: number | null) => void = () => {};
+  try {
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${what} did not start:\n${output}`)), timeoutMs);
+      onEarlyExit = (code) => {
+        clearTimeout(timer);
+        reject(new Error(`${what} exited (${code}) before it started:\n${output}`));
+      };
+      child.once('exit', onEarlyExit);
+      onReady(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  } finally {
+    child.removeListener('exit', onEarlyExit);
+  }
+  return () => output;
 }
 
 /** SIGKILLs every child still running (the run failed or was interrupted). */
