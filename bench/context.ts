@@ -1,9 +1,10 @@
 // What scenarios share: the options, the receiver, the main scratch database, a lazily started
-// in-process herald with the apps the scenarios need, and the raw results they leave behind.
+// in-process herald (set-up, library face), a `herald api` process, with the apps the scenarios need, and the raw results they leave behind.
 
 import type { BenchOptions } from './config.ts';
 import type { ScratchDatabase } from './db.ts';
 import type { InProcessHerald } from './herald-setup.ts';
+import type { HeraldApi } from './processes.ts';
 import type { Receiver } from './receiver.ts';
 
 export interface Throughput {
@@ -34,7 +35,10 @@ export interface Results {
   e2eFan?: Throughput & { recordedMs: number; peakRssBytes: number; endpoints: number };
   latency?: number[];
   publishHttp?: Throughput;
+  /** publish({ db }) in the caller's transaction: the NOTIFY commits with it (the default). */
   publishLibrary?: Throughput;
+  /** publish({ db, wake: false }), then herald.wake() after the caller's COMMIT. */
+  publishLibraryWakeAfter?: Throughput;
   intake?: Throughput;
   fanout?: { commitMs: number[]; endpoints: number };
   memory?: MemoryResult;
@@ -46,6 +50,8 @@ export interface Context {
   db: ScratchDatabase;
   /** The in-process herald on `db` (started on first use). */
   herald(): Promise<InProcessHerald>;
+  /** A `herald api` process on `db`, as a user runs it (started on first use). */
+  api(): Promise<HeraldApi>;
   /** The 1,000-endpoint app (created on first use). */
   fanApp(): Promise<string>;
   results: Results;

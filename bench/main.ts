@@ -10,7 +10,7 @@ import { parseOptions, type ScenarioName, wants } from './config.ts';
 import type { Context, Results } from './context.ts';
 import { createScratchDatabase, dropAllScratch, serverInfo } from './db.ts';
 import { createAppWithEndpoints, heraldEnv, type InProcessHerald, startInProcess } from './herald-setup.ts';
-import { killChildren } from './processes.ts';
+import { type HeraldApi, killChildren, startHeraldApi } from './processes.ts';
 import { startReceiver } from './receiver.ts';
 import { buildFigures } from './report/figures.ts';
 import { renderCdfSvg } from './report/svg.ts';
@@ -78,6 +78,7 @@ async function main(): Promise<void> {
   const notes: string[] = [];
   const receiver = await startReceiver();
   let herald: InProcessHerald | null = null;
+  let apiProcess: HeraldApi | null = null;
   let fanApp: string | null = null;
   try {
     const db = await createScratchDatabase(options.serverUrl, 'main');
@@ -91,6 +92,10 @@ async function main(): Promise<void> {
       async herald() {
         herald ??= await startInProcess(heraldEnv(db.url, options.concurrency), options.concurrency);
         return herald;
+      },
+      async api() {
+        apiProcess ??= await startHeraldApi(heraldEnv(db.url, options.concurrency), 2 * options.concurrency);
+        return apiProcess;
       },
       async fanApp() {
         if (fanApp === null) {
@@ -116,6 +121,9 @@ async function main(): Promise<void> {
       }
     }
   } finally {
+    await (apiProcess as HeraldApi | null)
+      ?.stop()
+      .catch((error: Error) => log(`stopping herald api: ${error.message}`));
     await (herald as InProcessHerald | null)
       ?.close()
       .catch((error: Error) => log(`closing herald: ${error.message}`));
@@ -138,8 +146,8 @@ async function main(): Promise<void> {
     mode: options.quick ? 'quick' : 'full',
     concurrency: options.concurrency,
     durationSeconds: Number(durationSeconds.toFixed(1)),
-    heraldWorker:
-      'one `herald worker` process (bin/herald.mjs) per scenario; API and library in the bench process',
+    heraldProcesses:
+      'one `herald worker` process (bin/herald.mjs) per scenario; one `herald api` process for publish over HTTP and intake; the library in the bench process',
     notes,
   };
   const svg = renderCdfSvg(

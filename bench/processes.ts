@@ -1,9 +1,10 @@
-// Child processes of a run: `herald worker` (the real CLI, with the node binary running this
+// Child processes of a run: `herald worker` and `herald api` (the real CLI, with the node binary running this
 // bench) and the graphile-worker peer. Every child is registered and killed when the run ends.
 
 import { type ChildProcess, fork, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { Pool } from 'undici';
 
 const CLI = fileURLToPath(new URL('../bin/herald.mjs', import.meta.url));
 /** The node flags of the command's shebang: what node runs `herald` with when a user types it. */
@@ -73,26 +74,65 @@ function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
   return { ...base, ...env };
 }
 
-/** Spawns `herald worker` (bin/herald.mjs) and resolves once it logs "herald started". */
-export async function startHeraldWorker(
+export interface HeraldProcess extends WorkerProcess {
+  /** Where an `api` process listens (PORT 0: an ephemeral port); null for a worker. */
+  readonly url: string | null;
+}
+
+/**
+ * Spawns `herald worker` or `herald api` (bin/herald.mjs, as a user runs it) and resolves once it
+ * logs "herald started"; an api process listens on an ephemeral loopback port.
+ */
+export async function startHeraldProcess(
+  role: 'worker' | 'api',
   env: Record<string, string>,
   timeoutMs = 30_000,
-): Promise<WorkerProcess> {
-  const child = spawn(process.execPath, [...CLI_NODE_FLAGS, CLI, 'worker'], {
-    env: childEnv({ ...env, LOG_LEVEL: 'info' }),
+): Promise<HeraldProcess> {
+  const child = spawn(process.execPath, [...CLI_NODE_FLAGS, CLI, role], {
+    env: childEnv({ ...env, LOG_LEVEL: 'info', PORT: '0', HOST: '127.0.0.1' }),
     stdio: ['ignore', 'pipe', 'pipe'],
   });
-  const output = await watchStart(child, 'herald worker', timeoutMs, (ready) => {
+  let url: string | null = null;
+  const output = await watchStart(child, `herald ${role}`, timeoutMs, (ready) => {
     let recent = '';
     child.stdout!.on('data', (chunk: string) => {
       recent = (recent + chunk).slice(-4096);
-      if (recent.includes('"msg":"herald started"')) ready();
+      const whole = recent.split('\n').slice(0, -1);
+      const line = whole.find((text) => text.includes('"msg":"herald started"'));
+      if (line === undefined) return;
+      url = (JSON.parse(line) as { api: string | null }).api;
+      ready();
     });
   });
   return {
     pid: child.pid!,
+    url,
     tail: output,
     stop: () => stopChild(child, 'SIGTERM', 15_000),
+  };
+}
+
+export interface HeraldApi {
+  readonly pid: number;
+  readonly url: string;
+  /** keep-alive connections to the API */
+  readonly client: Pool;
+  stop(): Promise<void>;
+}
+
+/** `herald api` as its own process, with a keep-alive client pool of `connections`. */
+export async function startHeraldApi(env: Record<string, string>, connections: number): Promise<HeraldApi> {
+  const api = await startHeraldProcess('api', env);
+  if (api.url === null) throw new Error(`herald api did not say where it listens:\n${api.tail()}`);
+  const client = new Pool(api.url, { connections, keepAliveTimeout: 60_000 });
+  return {
+    pid: api.pid,
+    url: api.url,
+    client,
+    async stop() {
+      await client.close();
+      await api.stop();
+    },
   };
 }
 

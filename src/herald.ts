@@ -7,7 +7,8 @@ import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { loadMasterKeys } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
-import { createGroupCommit } from './db/group-commit.ts';
+import { coalesced, createGroupCommit } from './db/group-commit.ts';
+import { wakeWorkers } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
@@ -45,8 +46,14 @@ export interface Herald {
   publish(
     app: string,
     message: unknown,
-    options?: { db?: ForeignQueryable; idempotencyKey?: string },
+    options?: { db?: ForeignQueryable; idempotencyKey?: string; wake?: boolean },
   ): Promise<Published>;
+  /**
+   * Wakes the delivery workers (a NOTIFY outside any transaction of yours), for publishes made with
+   * `{ db, wake: false }`: call it after your COMMIT. Calls that overlap share one NOTIFY. It never
+   * throws: if the database cannot be reached, workers still find the work by polling.
+   */
+  wake(): Promise<void>;
   startWorker(): Promise<Worker>;
   close(): Promise<void>;
 }
@@ -145,12 +152,18 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       const target = publishOptions.db ? asQueryable(publishOptions.db) : db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
+        wake: publishOptions.wake ?? true,
       });
       // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
       // rolled-back publish is still counted (README, Metrics).
       if (published.created) core.metrics.published('library');
       return published;
     },
+    wake: coalesced(() =>
+      wakeWorkers(db).catch((error: Error) =>
+        log.warn({ err: error.message }, 'could not wake the workers; they will poll'),
+      ),
+    ),
     async startWorker() {
       const sender = createSender({
         allowPrivateNetworks: config.allowPrivateNetworks,

@@ -4,7 +4,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { createGroupCommit } from '../src/db/group-commit.ts';
+import { coalesced, createGroupCommit } from '../src/db/group-commit.ts';
 import { claimIntakes } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
 import { insertSource } from '../src/db/sources.ts';
@@ -290,3 +290,40 @@ describe('publishGroup: the apps of a batch looked up together', () => {
     assert.deepEqual(outcomes.map(appOf), [a.id, a.id, null, null, b.id]);
   });
 });
+
+describe('coalesced calls', () => {
+  test('calls during a run share one run after it; every caller’s run starts after its call', async () => {
+    const starts: number[] = [];
+    const ends: (() => void)[] = [];
+    const call = coalesced(async () => {
+      starts.push(starts.length);
+      await new Promise<void>((resolve) => ends.push(resolve));
+    });
+    const first = call();
+    assert.equal(starts.length, 1, 'an idle call runs at once');
+    const overlapping = Array.from({ length: 5 }, () => call());
+    assert.equal(starts.length, 1, 'calls during a run do not start runs of their own');
+    ends.shift()!();
+    await first;
+    await waitUntil(() => starts.length === 2);
+    assert.equal(starts.length, 2, 'the overlapping calls share one run after the first');
+    ends.shift()!();
+    await Promise.all(overlapping);
+    assert.equal(starts.length, 2);
+  });
+
+  test('a failed run fails its callers, and the next call runs again', async () => {
+    let runs = 0;
+    const call = coalesced(async () => {
+      runs++;
+      throw new Error(`run ${runs} failed`);
+    });
+    await assert.rejects(call(), /run 1 failed/);
+    await assert.rejects(call(), /run 2 failed/);
+  });
+});
+
+/** Lets queued promise reactions run until `done()` (microtasks only: no timers involved). */
+async function waitUntil(done: () => boolean): Promise<void> {
+  for (let i = 0; i < 100 && !done(); i++) await Promise.resolve();
+}

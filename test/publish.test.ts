@@ -182,4 +182,61 @@ describe('waking the workers', () => {
       await quiet.close();
     }
   });
+
+  test('wake: false keeps the NOTIFY out of the caller’s transaction; herald.wake() after COMMIT sends it', async () => {
+    const quiet = await startTestHerald('wake-after', { env: { HERALD_POLL_INTERVAL_MS: '60000' } });
+    const listener = new pg.Client({ connectionString: quiet.database.url });
+    const caller = new pg.Client({ connectionString: quiet.database.url });
+    try {
+      const app = await createApp(quiet, 'wake-after');
+      await createEndpoint(quiet, app, { url: `${receiver.url}/wake-after` });
+      await Promise.all([listener.connect(), caller.connect()]);
+      const heard: string[] = [];
+      listener.on('notification', (n) => heard.push(n.payload ?? ''));
+      await listener.query('listen herald_work');
+      // Notifications arrive in commit order: what is heard before a marker committed later was
+      // sent by the transactions before it.
+      let markers = 0;
+      const heardUpToMarker = async () => {
+        const marker = `marker-${++markers}`;
+        await caller.query(`select pg_notify('herald_work', $1)`, [marker]);
+        await waitFor(`the ${marker}`, () => heard.includes(marker), 5000);
+        return heard.splice(0).filter((payload) => payload !== marker);
+      };
+      const publishInTransaction = async (wake: boolean, n: number) => {
+        await caller.query('begin');
+        await quiet.herald.publish('wake-after', { eventType: 'e', payload: { n } }, { db: caller, wake });
+        await caller.query('commit');
+      };
+
+      await publishInTransaction(true, 1);
+      assert.deepEqual(await heardUpToMarker(), [''], 'the default publish notifies at its commit');
+      await waitFor(
+        'the first publish to arrive',
+        () => receiver.requests.some((r) => r.path === '/wake-after'),
+        5000,
+      );
+
+      await publishInTransaction(false, 2);
+      assert.deepEqual(await heardUpToMarker(), [], 'wake: false sends no NOTIFY with the commit');
+      await quiet.herald.wake();
+      assert.deepEqual(await heardUpToMarker(), [''], 'herald.wake() sends one');
+      await waitFor(
+        'the second publish to arrive (woken, not polled: the poll interval is a minute)',
+        () => receiver.requests.filter((r) => r.path === '/wake-after').length === 2,
+        5000,
+      );
+
+      // Overlapping calls share NOTIFYs: one under way and at most one after it.
+      await Promise.all(Array.from({ length: 20 }, () => quiet.herald.wake()));
+      const shared = await heardUpToMarker();
+      assert.ok(
+        shared.length >= 1 && shared.length <= 2,
+        `20 overlapping wakes sent ${shared.length} NOTIFYs`,
+      );
+    } finally {
+      await Promise.all([listener.end(), caller.end()]);
+      await quiet.close();
+    }
+  });
 });

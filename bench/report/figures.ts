@@ -91,14 +91,18 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(r.publishHttp.perSecond, commit),
       ),
     );
-  if (r.publishLibrary) {
+  for (const [result, how] of [
+    [r.publishLibrary, 'NOTIFY in the txn'],
+    [r.publishLibraryWakeAfter, 'wake after COMMIT'],
+  ] as const) {
+    if (!result) continue;
     out.push(
       row(
-        `herald publish, library in caller's txn, c=${concurrency}`,
-        r.publishLibrary.perSecond,
+        `herald publish, library in caller's txn (${how}), c=${concurrency}`,
+        result.perSecond,
         'msgs/s',
         undefined,
-        ratio(r.publishLibrary.perSecond, commit),
+        ratio(result.perSecond, commit),
       ),
     );
   }

@@ -7,7 +7,7 @@ import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, heraldEnv } from '../herald-setup.ts';
 import { closedLoop, sleep } from '../load.ts';
-import { sampleMemory, startHeraldWorker } from '../processes.ts';
+import { sampleMemory, startHeraldProcess } from '../processes.ts';
 import { nowMs, rate } from '../stats.ts';
 
 async function succeeded(ctx: Context, app: string): Promise<number> {
@@ -30,7 +30,7 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
   if (published.truncated)
     throw new Error(`published only ${published.done} of ${messages} messages to ${app}`);
   await ctx.receiver.reset();
-  const worker = await startHeraldWorker(heraldEnv(ctx.db.url, concurrency));
+  const worker = await startHeraldProcess('worker', heraldEnv(ctx.db.url, concurrency));
   const memory = sampleMemory(worker.pid);
   try {
     const { waitMaxSeconds } = ctx.options.counts;

@@ -1,5 +1,5 @@
 // (7) herald intake: signed Standard Webhooks requests per second through POST /ingest/{source}
-// (verify + claim + outbox message + 204) on the in-process API, at the run's concurrency. The
+// (verify + claim + outbox message + 204) on a `herald api` process, at the run's concurrency. The
 // source (created through the API) relays into an app with one endpoint; no worker runs. Every
 // request has its own webhook-id; the signatures are computed before the clock starts.
 
@@ -33,8 +33,9 @@ export async function intake(ctx: Context): Promise<void> {
       'webhook-signature': `v1,${signature}`,
     };
   });
+  const { client } = await ctx.api();
   const send = (offset: number) => async (i: number) => {
-    const response = await h.client.request({
+    const response = await client.request({
       method: 'POST',
       path: `/ingest/${source.uid}`,
       headers: requests[offset + i]!,

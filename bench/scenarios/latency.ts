@@ -6,7 +6,7 @@ import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, heraldEnv } from '../herald-setup.ts';
 import { openLoop, sleep } from '../load.ts';
-import { startHeraldWorker } from '../processes.ts';
+import { startHeraldProcess } from '../processes.ts';
 import { joinLatencies, nowMs } from '../stats.ts';
 
 export async function latency(ctx: Context): Promise<void> {
@@ -14,7 +14,7 @@ export async function latency(ctx: Context): Promise<void> {
   const h = await ctx.herald();
   const app = 'bench-latency';
   await createAppWithEndpoints(h, app, 1, `${ctx.receiver.url}/latency`);
-  const worker = await startHeraldWorker(heraldEnv(ctx.db.url, concurrency));
+  const worker = await startHeraldProcess('worker', heraldEnv(ctx.db.url, concurrency));
   try {
     // Let the worker settle into waiting for a wake-up.
     await sleep(1000);

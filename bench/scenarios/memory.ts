@@ -11,7 +11,7 @@ import type { Context } from '../context.ts';
 import { createScratchDatabase, tableSizes, withClient } from '../db.ts';
 import { createAppWithEndpoints, heraldEnv, startInProcess } from '../herald-setup.ts';
 import { sleep } from '../load.ts';
-import { memoryOf, sampleMemory, startHeraldWorker } from '../processes.ts';
+import { memoryOf, sampleMemory, startHeraldProcess } from '../processes.ts';
 import { nowMs } from '../stats.ts';
 
 const TABLES = ['delivery', 'attempt', 'message'] as const;
@@ -49,7 +49,7 @@ export async function memory(ctx: Context): Promise<void> {
     ctx.log(`memory: ${pending} pending deliveries inserted in ${((nowMs() - t0) / 1000).toFixed(1)} s`);
 
     await ctx.receiver.reset();
-    const worker = await startHeraldWorker(env);
+    const worker = await startHeraldProcess('worker', env);
     const startRssBytes = memoryOf(worker.pid)?.rss ?? 0;
     const sampler = sampleMemory(worker.pid);
     const started = nowMs();

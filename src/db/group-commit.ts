@@ -64,6 +64,32 @@ export function createGroupCommit<I, O>(
     });
 }
 
+/**
+ * Returns `call()`, which runs `run` at most once at a time. Calls that arrive while a run is under
+ * way share ONE run after it (a run that started before a caller came may be too early for it,
+ * as a wake-up sent before the caller's commit is): every caller's run starts after its call.
+ */
+export function coalesced(run: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | null = null;
+  let next: Promise<void> | null = null;
+  const call = (): Promise<void> => {
+    if (running === null) {
+      running = run().finally(() => {
+        running = null;
+      });
+      return running;
+    }
+    next ??= running
+      .catch(() => {})
+      .then(() => {
+        next = null;
+        return call();
+      });
+    return next;
+  };
+  return call;
+}
+
 /** An ERROR reported by the server for an autocommit statement: it did not commit. */
 function rejectedByDatabase(error: unknown): boolean {
   return (error as { severity?: unknown } | null)?.severity === 'ERROR';

@@ -47,9 +47,22 @@ export type PublishResult =
  * content matches and as `conflict` when it does not. Two concurrent publishers with one key
  * meet at the unique index: the second waits for the first to commit and then replays it.
  */
-export async function publishMessage(db: Queryable, m: NewMessage, actor: string): Promise<PublishResult> {
-  const [result] = await publishMessages(db, [{ ...m, actor }]);
+export async function publishMessage(
+  db: Queryable,
+  m: NewMessage,
+  actor: string,
+  options: WakeOption = {},
+): Promise<PublishResult> {
+  const [result] = await publishMessages(db, [{ ...m, actor }], options);
   return result!;
+}
+
+export interface WakeOption {
+  /**
+   * NOTIFY the workers when the transaction commits (default). false leaves the wake-up to the
+   * caller (`wakeWorkers` after its COMMIT) or to the workers' polling: see publishMessages.
+   */
+  wake?: boolean;
 }
 
 /**
@@ -60,11 +73,14 @@ export async function publishMessage(db: Queryable, m: NewMessage, actor: string
  * The statement also wakes the workers: its NOTIFY fires exactly when the transaction commits.
  * PostgreSQL holds a database-wide lock from a notifying COMMIT until its WAL flush, so notifying
  * commits queue behind one another — one per batch (group commit) keeps that queue short, and one
- * payload for all messages lets PostgreSQL fold them into one notification.
+ * payload for all messages lets PostgreSQL fold them into one notification. A caller that commits
+ * many small transactions of its own can leave the NOTIFY out (`wake: false`) and wake the
+ * workers after its COMMIT instead, so that its commits are flushed together.
  */
 export async function publishMessages(
   db: Queryable,
   messages: readonly (NewMessage & { actor: string })[],
+  { wake = true }: WakeOption = {},
 ): Promise<PublishResult[]> {
   if (messages.length === 0) return [];
   const items = messages.map((m, ord) => ({
@@ -112,9 +128,9 @@ export async function publishMessages(
      )
      select i.ord, msg.*, coalesce(counted.deliveries, 0) as deliveries
        from msg join input i on i.id = msg.id left join counted on counted.message_id = msg.id
-       , lateral (select pg_notify('${WAKE_CHANNEL}', '')) wake`,
+       ${wake ? `, lateral (select pg_notify('${WAKE_CHANNEL}', '')) wake` : ''}`,
     [JSON.stringify(items, wellFormed)],
-    'publish_messages',
+    wake ? 'publish_messages' : 'publish_messages_quietly',
   );
   const results: (PublishResult | undefined)[] = new Array(messages.length);
   for (const { ord, deliveries, ...message } of inserted.rows) {
@@ -149,6 +165,20 @@ export async function publishMessages(
  */
 const wellFormed = (_key: string, value: unknown): unknown =>
   typeof value === 'string' ? value.toWellFormed() : value;
+
+/**
+ * Wakes the workers outside any transaction of the caller's, for publishes made with
+ * `wake: false`. Nothing is written, so the NOTIFY's own commit need not wait for a WAL flush
+ * (synchronous_commit off for this transaction only): the database-wide notify lock is held for
+ * a moment, not for a disk flush.
+ */
+export async function wakeWorkers(db: Queryable): Promise<void> {
+  await db.query(
+    `select set_config('synchronous_commit', 'off', true), pg_notify('${WAKE_CHANNEL}', '')`,
+    [],
+    'wake_workers',
+  );
+}
 
 export async function findMessage(
   db: Queryable,

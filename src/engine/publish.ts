@@ -21,6 +21,8 @@ export const DEFAULT_RETENTION_DAYS = 90;
 
 export interface PublishOptions {
   idempotencyKey?: string | null;
+  /** In a caller's transaction: NOTIFY the workers at its commit (default), or leave it to them. */
+  wake?: boolean;
 }
 
 export interface Published {
@@ -63,6 +65,7 @@ export async function publish(
           db,
           messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)),
           actor.id,
+          { wake: options.wake ?? true },
         );
   if (result.kind === 'conflict') {
     throw new HeraldError(
