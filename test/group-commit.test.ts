@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { coalesced, createGroupCommit } from '../src/db/group-commit.ts';
-import { claimIntakes } from '../src/db/intake.ts';
+import { recordReceipts } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
 import { insertSource } from '../src/db/sources.ts';
 import { publishGroup } from '../src/engine/publish.ts';
@@ -110,7 +110,7 @@ after(async () => {
   await database.drop();
 });
 
-describe('publishMessages: several messages in one statement', () => {
+describe('publishMessages: several messages in one call', () => {
   const message = (appId: string, over: Partial<NewMessage> = {}): NewMessage & { actor: string } => ({
     appId,
     eventType: 'order.paid',
@@ -211,10 +211,11 @@ describe('publishMessages: several messages in one statement', () => {
   });
 });
 
-describe('claimIntakes: a batch of receipts in two statements', () => {
-  test('the first receipt of an id claims it; a repeat in the batch and an earlier claim are duplicates', async () => {
+describe('recordReceipts: a batch of receipts in one call', () => {
+  test('the first receipt of an id claims and relays; a repeat in the batch and an earlier claim are duplicates', async () => {
     const db = database.db;
     const app = await seedApp(db, 'intake-batch');
+    await seedEndpoint(db, app.id, 'http://127.0.0.1:1/intake');
     const source = await insertSource(db, {
       uid: 'intake-batch',
       scheme: 'standard-webhooks',
@@ -224,37 +225,65 @@ describe('claimIntakes: a batch of receipts in two statements', () => {
       businessKey: '{{delivery_id}}',
       retentionDays: null,
     });
-    const receipt = (deliveryId: string) => ({
+    const receipt = (deliveryId: string, businessKey = deliveryId) => ({
       sourceId: source.id,
       appId: app.id,
       deliveryId,
-      businessKey: deliveryId,
+      businessKey,
       bodySha256: Buffer.alloc(32, deliveryId.length),
+      idempotencyKey: `intake:${source.id}:${businessKey}`,
+      requestHash: Buffer.alloc(32, businessKey.length),
+      eventType: 'e',
+      payload: `{"id":"${deliveryId}"}`,
+      retentionDays: null,
+      actor: `source:${source.id}`,
     });
-    const [earlier] = await claimIntakes(db, [receipt('d-old')]);
+    const [earlier] = await recordReceipts(db, [receipt('d-old')], 90);
     assert.equal(earlier!.claimed, true);
+    assert.equal(earlier!.relayed, true);
 
-    const results = await claimIntakes(db, [
-      receipt('d-b'),
-      receipt('d-a'),
-      receipt('d-b'),
-      receipt('d-old'),
-    ]);
+    const results = await recordReceipts(
+      db,
+      [receipt('d-b'), receipt('d-a'), receipt('d-b'), receipt('d-old'), receipt('d-c', 'd-a')],
+      90,
+    );
     assert.deepEqual(
-      results.map((r) => r.claimed),
-      [true, true, false, false],
+      results.map((r) => [r.claimed, r.relayed]),
+      [
+        [true, true],
+        [true, true],
+        [false, false],
+        [false, false],
+        [true, false],
+      ],
     );
     assert.equal(
       results[2]!.intakeId,
       results[0]!.intakeId,
       'the repeat points at the claim made in this batch',
     );
+    assert.equal(results[2]!.messageId, results[0]!.messageId);
     assert.equal(results[3]!.intakeId, earlier!.intakeId, 'the earlier claim is found');
-    const stored = await db.query<{ n: number }>(
-      'select count(*)::int as n from intake where source_id = $1',
-      [source.id],
+    assert.equal(results[3]!.messageId, earlier!.messageId);
+    assert.equal(
+      results[4]!.messageId,
+      results[1]!.messageId,
+      'another id with the same business key joins its message',
     );
-    assert.equal(stored.rows[0]!.n, 3, 'one claim per delivery id');
+    const stored = await db.query<{
+      claims: number;
+      observations: number;
+      messages: number;
+      deliveries: number;
+    }>(
+      `select (select count(*)::int from intake where source_id = $1) as claims,
+              (select count(*)::int from intake_observation o join intake i on i.id = o.intake_id
+                where i.source_id = $1) as observations,
+              (select count(*)::int from message where app_id = $2) as messages,
+              (select count(*)::int from delivery where app_id = $2) as deliveries`,
+      [source.id, app.id],
+    );
+    assert.deepEqual(stored.rows[0], { claims: 4, observations: 6, messages: 3, deliveries: 3 });
   });
 });
 

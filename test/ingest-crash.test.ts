@@ -1,5 +1,5 @@
-// Invariant 11 under interruption: a `herald api` process dies (SIGKILL, at a failpoint) at every
-// step of an inbound delivery, and a `herald worker` dies after the relayed request was answered.
+// Invariant 11 under interruption: a `herald api` process dies (SIGKILL, at a failpoint or while its
+// recording statement runs) at every step of an inbound delivery, and a `herald worker` dies after the relayed request was answered.
 // The provider replays the same signed delivery until it gets a 2xx. In every case there is one
 // business action (one message for the business key), the receiving endpoint sees one
 // Idempotency-Key, and the records explain everything that happened: one observation per receipt
@@ -7,6 +7,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
@@ -18,7 +19,7 @@ const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
 const SOURCE = 'shop';
 
-type Failpoint = 'ingest.before_claim' | 'ingest.after_claim' | 'ingest.after_commit' | 'attempt.after_send';
+type Failpoint = 'ingest.before_claim' | 'ingest.after_commit' | 'attempt.after_send';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -86,6 +87,60 @@ async function deliverIntoCrash(port: number, armed: Failpoint, id: string, body
   });
   const exit = await api.proc.waitForExit();
   assert.equal(exit.signal, 'SIGKILL', api.proc.describe());
+}
+
+/**
+ * The first delivery meets an api whose recording statement waits for a lock held here; the api
+ * is SIGKILLed meanwhile (the provider gets no answer), then the statement is `aborted` (its
+ * backend terminated) or `completed` (the lock released); returns once the statement is over.
+ */
+async function deliverIntoCrashMidStatement(
+  port: number,
+  id: string,
+  body: string,
+  ending: 'aborted' | 'completed',
+): Promise<void> {
+  const api = await startApi(port);
+  const locker = new pg.Client({ connectionString: t.database.url });
+  await locker.connect();
+  try {
+    await locker.query('begin');
+    await locker.query('lock table intake_observation in exclusive mode');
+    const answered = send(api.apiUrl!, id, body).then(
+      () => 'answered',
+      () => 'no answer',
+    );
+    let backend = 0;
+    await waitFor(
+      'the recording statement to wait for the lock',
+      async () => {
+        const { rows } = await t.database.db.query<{ pid: number }>(
+          `select pid from pg_stat_activity
+            where datname = current_database() and wait_event_type = 'Lock'`,
+        );
+        backend = rows[0]?.pid ?? 0;
+        return backend !== 0;
+      },
+      10_000,
+    );
+    const exit = await api.proc.kill('SIGKILL');
+    assert.equal(exit.signal, 'SIGKILL');
+    assert.equal(await answered, 'no answer');
+    if (ending === 'aborted') await t.database.db.query('select pg_terminate_backend($1)', [backend]);
+    await locker.query('rollback');
+    await waitFor(
+      'the recording statement to be over',
+      async () =>
+        (
+          await t.database.db.query(`select 1 from pg_stat_activity where pid = $1 and state = 'active'`, [
+            backend,
+          ])
+        ).rows.length === 0,
+      10_000,
+    );
+  } finally {
+    await locker.end();
+  }
 }
 
 /** The provider replays until it gets a 2xx (a refused connection is retried, like a provider). */
@@ -226,10 +281,13 @@ describe('the api dies at each step of an inbound delivery; the provider replays
     await api.proc.kill('SIGTERM');
   });
 
-  test('2. killed after the claim, before COMMIT: nothing committed; the replay claims it', async () => {
-    const [id, key, body] = ['evt_crash_2', '2:paid', '{"order":2,"action":"paid"}'];
+  // A receipt is recorded by one call in one transaction (claim, relayed message, fan-out,
+  // observation): its atomicity is the database's. The api is killed while that statement waits for a lock the test
+  // holds; the database then either aborts it or completes it, and nothing in between is possible.
+  test('2a. killed while its statement runs, which the database aborts: nothing stored; the replay claims it', async () => {
+    const [id, key, body] = ['evt_crash_2a', '2a:paid', '{"order":"2a","action":"paid"}'];
     const port = await freePort();
-    await deliverIntoCrash(port, 'ingest.after_claim', id, body);
+    await deliverIntoCrashMidStatement(port, id, body, 'aborted');
     assert.deepEqual(await storedFor(id, key), { intake: 0, observations: 0, messages: 0 });
     assert.equal(
       await count('delivery d join message m on m.id = d.message_id where m.business_key = $1', [key]),
@@ -238,17 +296,21 @@ describe('the api dies at each step of an inbound delivery; the provider replays
 
     const api = await startApi(port);
     await replayUntilAcknowledged(api.apiUrl!, id, body);
-    const observations = await t.database.db.query<{ duplicate: boolean }>(
-      `select o.duplicate from intake_observation o join intake i on i.id = o.intake_id
-        where i.delivery_id = $1`,
-      [id],
-    );
-    assert.deepEqual(
-      observations.rows.map((r) => r.duplicate),
-      [false],
-    );
     await relayed(await messageOf(id));
     await assertAccounted(id, key, { committedReceipts: 1, receiverRequests: 1 });
+    await api.proc.kill('SIGTERM');
+  });
+
+  test('2b. killed while its statement runs, which the database completes: all stored; the replay is a duplicate', async () => {
+    const [id, key, body] = ['evt_crash_2b', '2b:paid', '{"order":"2b","action":"paid"}'];
+    const port = await freePort();
+    await deliverIntoCrashMidStatement(port, id, body, 'completed');
+    assert.deepEqual(await storedFor(id, key), { intake: 1, observations: 1, messages: 1 });
+
+    const api = await startApi(port);
+    await replayUntilAcknowledged(api.apiUrl!, id, body);
+    await relayed(await messageOf(id));
+    await assertAccounted(id, key, { committedReceipts: 2, receiverRequests: 1 });
     await api.proc.kill('SIGTERM');
   });
 

@@ -3,6 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
@@ -166,6 +167,92 @@ describe('claim and outbox', () => {
       await t.database.db.query('drop trigger fail_intake on intake');
       await t.database.db.query('drop function fail_intake()');
     }
+  });
+});
+
+describe('concurrent receipts of one delivery id or one business key', () => {
+  // A batch of receipts is recorded by one call whose statements each take a fresh snapshot. A
+  // concurrent transaction that claims the same delivery id, or publishes the same business key,
+  // and commits while this batch waits for it at the unique index must be seen, not overwritten
+  // nor duplicated. The open transaction here plays that concurrent receipt.
+  /** Another connection with an open transaction that has run `sql` (its concurrent receipt). */
+  async function concurrently<R extends pg.QueryResultRow>(sql: string, params: unknown[]) {
+    const other = new pg.Client({ connectionString: t.database.url });
+    await other.connect();
+    await other.query('begin');
+    const result = await other.query<R>(sql, params);
+    return {
+      rows: result.rows,
+      commit: () => other.query('commit').then(() => {}),
+      end: () => other.end(),
+    };
+  }
+  const ids = async () => {
+    const { rows } = await t.database.db.query<{ sourceId: string; appId: string }>(
+      `select id as "sourceId", app_id as "appId" from source where uid = 'helpdesk'`,
+    );
+    return rows[0]!;
+  };
+  /** Sends, waits until its statement waits for the open transaction, then lets that commit. */
+  async function deliverAgainst(other: { commit(): Promise<void> }, id: string, body: string) {
+    const answer = deliver(signed(id, body), body);
+    await waitFor(
+      'the receipt to wait for the concurrent transaction',
+      async () =>
+        (
+          await t.database.db.query(
+            `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+          )
+        ).rows.length > 0,
+      10_000,
+    );
+    await other.commit();
+    return answer;
+  }
+
+  test('the same delivery id claimed concurrently: a duplicate, nothing published', async () => {
+    const { sourceId, appId } = await ids();
+    const body = '{"ticket":21,"action":"opened"}';
+    const other = await concurrently(
+      `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256)
+       values ($1, $2, 'evt_race_id', '21:opened', '\\x00')`,
+      [sourceId, appId],
+    );
+    try {
+      const answer = await deliverAgainst(other, 'evt_race_id', body);
+      assert.equal(answer.status, 204, answer.body);
+    } finally {
+      await other.end();
+    }
+    const { rows } = await t.database.db.query<{ duplicate: boolean; messageId: string | null }>(
+      `select o.duplicate, i.message_id as "messageId"
+         from intake i join intake_observation o on o.intake_id = i.id where i.delivery_id = 'evt_race_id'`,
+    );
+    assert.deepEqual(rows, [{ duplicate: true, messageId: null }]);
+    assert.equal(await count('message', `business_key = '21:opened'`), 0);
+  });
+
+  test('the same business key published concurrently: the new claim joins that message', async () => {
+    const { sourceId, appId } = await ids();
+    const body = '{"ticket":22,"action":"opened"}';
+    const other = await concurrently<{ id: string }>(
+      `insert into message (app_id, event_type, payload, idempotency_key, business_key, payload_expires_at)
+       values ($1, 'ticket.changed', '{}', $2, '22:opened', now() + interval '1 day') returning id`,
+      [appId, `intake:${sourceId}:22:opened`],
+    );
+    const theirs = other.rows[0]!.id;
+    try {
+      const answer = await deliverAgainst(other, 'evt_race_key', body);
+      assert.equal(answer.status, 204, answer.body);
+    } finally {
+      await other.end();
+    }
+    const { rows } = await t.database.db.query<{ duplicate: boolean; messageId: string | null }>(
+      `select o.duplicate, i.message_id as "messageId"
+         from intake i join intake_observation o on o.intake_id = i.id where i.delivery_id = 'evt_race_key'`,
+    );
+    assert.deepEqual(rows, [{ duplicate: false, messageId: theirs }]);
+    assert.equal(await count('message', `business_key = '22:opened'`), 1);
   });
 });
 

@@ -1,13 +1,19 @@
-// The claim and the outcome write run on every delivery, from connections that live for days.
-// plpgsql caches one plan per statement per connection; made while a table is nearly empty, a
-// cached plan once read the whole attempt table for every recorded outcome, for as long as the
-// connection lived. Migration 0004 pins the shape of these plans (index lookups, nested loops).
-// This test caches the plans on nearly empty tables, grows the tables well past that, and reads
-// the plans the same connection then runs (auto_explain): no sequential scan of a hot table.
+// The claim, the outcome write, publishing and the recording of inbound receipts run on every
+// delivery, message or receipt, from connections that live for days. PostgreSQL caches one plan
+// per statement per connection; made while a table is nearly empty (or for the 100 rows it assumes
+// a JSON array holds), a cached plan once read the whole attempt table for every recorded outcome,
+// and every endpoint of every app for every publish, for as long as the connection lived.
+// Migrations 0004 and 0005 pin the shape of these plans (index lookups, nested loops). This test
+// caches the plans on nearly empty tables, grows the tables well past that, and reads the plans
+// the same connection then runs (auto_explain): no sequential scan of a hot table.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
+import { recordReceipts } from '../src/db/intake.ts';
+import { publishMessages } from '../src/db/messages.ts';
+import { asQueryable } from '../src/db/port.ts';
+import { insertSource } from '../src/db/sources.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { seedApp, seedEndpoint } from './support/seed.ts';
 
@@ -80,6 +86,94 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   const attempts = await client.query<{ n: number }>('select count(*)::int as n from attempt');
   assert.ok(attempts.rows[0]!.n >= 5000, `the attempt table grew (${attempts.rows[0]!.n} rows)`);
 
+  const plans = await explained(() => claimAndRecord(20, cursor));
+  // Besides the two calls: the statements inside the functions (claim 2, outcome write 3 or more).
+  const inside = plans.filter((p) => !/Query Text: select .* from herald_/.test(p));
+  assert.ok(inside.length >= 4, `the functions' own statements were explained (${plans.length} plans)`);
+  assertNoScans(plans, /Seq Scan on (delivery|attempt|message|endpoint)\b/g);
+});
+
+test('publish and receipt plans cached on nearly empty tables never scan a grown table', async () => {
+  const db = asQueryable(client);
+  const app = await seedApp(database.db, 'plans-publish');
+  await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/p');
+  const source = await insertSource(database.db, {
+    uid: 'plans-source',
+    scheme: 'standard-webhooks',
+    settings: {},
+    appId: app.id,
+    eventType: 'e',
+    businessKey: '{{delivery_id}}',
+    retentionDays: null,
+  });
+  let n = 0;
+  const publishAndReceive = async () => {
+    n++;
+    await publishMessages(db, [
+      {
+        appId: app.id,
+        eventType: 'e',
+        eventId: null,
+        payload: '{}',
+        channels: null,
+        tags: null,
+        idempotencyKey: `k${n % 7}`,
+        requestHash: Buffer.alloc(32),
+        retentionDays: 1,
+        actor: 'test',
+      },
+    ]);
+    await recordReceipts(
+      db,
+      [
+        {
+          sourceId: source.id,
+          appId: app.id,
+          deliveryId: `d${n % 5}`,
+          businessKey: `d${n % 5}`,
+          bodySha256: Buffer.alloc(32),
+          idempotencyKey: `intake:${source.id}:d${n % 5}`,
+          requestHash: Buffer.alloc(32),
+          eventType: 'e',
+          payload: '{}',
+          retentionDays: null,
+          actor: 'test',
+        },
+      ],
+      90,
+    );
+  };
+  // Cached on nearly empty tables, new keys and repeated ones (a replay and a duplicate).
+  for (let i = 0; i < 10; i++) await publishAndReceive();
+
+  // Other tenants grow the tables: thousands of endpoints, messages and claims.
+  const other = await seedApp(database.db, 'plans-other');
+  await client.query(
+    `insert into endpoint (app_id, url) select $1, 'http://127.0.0.1:1/o' from generate_series(1, 3000)`,
+    [other.id],
+  );
+  await client.query(
+    `insert into message (app_id, event_type, payload, payload_expires_at, idempotency_key)
+     select $1, 'e', '{}', now() + interval '1 day', 'o' || g from generate_series(1, 20000) g`,
+    [other.id],
+  );
+  await client.query(
+    `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256)
+     select $1, $2, 'o' || g, 'o' || g, '\\x00' from generate_series(1, 20000) g`,
+    [source.id, app.id],
+  );
+
+  const plans = await explained(async () => {
+    await publishAndReceive();
+    n = 100;
+    await publishAndReceive();
+  });
+  assert.ok(plans.length >= 6, `the functions' statements were explained (${plans.length} plans)`);
+  assertNoScans(plans, /Seq Scan on (endpoint|message|intake|app|delivery)\b/g);
+});
+
+/** The plans of every statement `run` makes on the test's connection, nested ones included. */
+async function explained(run: () => Promise<unknown>): Promise<string[]> {
   const plans: string[] = [];
   const collect = (notice: { message?: string }) => {
     if (notice.message?.includes('plan:')) plans.push(notice.message);
@@ -90,14 +184,15 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
     await client.query('set auto_explain.log_min_duration = 0');
     await client.query('set auto_explain.log_nested_statements = on');
     await client.query('set client_min_messages = log');
-    await claimAndRecord(20, cursor);
+    await run();
   } finally {
     await client.query('set client_min_messages = notice');
     client.off('notice', collect);
   }
-  // Besides the two calls: the statements inside the functions (claim 2, outcome write 3 or more).
-  const inside = plans.filter((p) => !/Query Text: select .* from herald_/.test(p));
-  assert.ok(inside.length >= 4, `the functions' own statements were explained (${plans.length} plans)`);
-  const scans = plans.flatMap((p) => p.match(/Seq Scan on (delivery|attempt|message|endpoint)\b/g) ?? []);
+  return plans;
+}
+
+function assertNoScans(plans: string[], hot: RegExp): void {
+  const scans = plans.flatMap((p) => p.match(hot) ?? []);
   assert.deepEqual(scans, [], `a hot table was read whole:\n${plans.join('\n---\n')}`);
-});
+}

@@ -42,7 +42,7 @@ export type PublishResult =
   | { kind: 'conflict'; message: MessageRow };
 
 /**
- * Inserts the message and its delivery snapshot in one statement. With an idempotency key that
+ * Inserts the message and its delivery snapshot in one call. With an idempotency key that
  * was used before, nothing is inserted: the earlier message comes back as `replayed` when the
  * content matches and as `conflict` when it does not. Two concurrent publishers with one key
  * meet at the unique index: the second waits for the first to commit and then replays it.
@@ -66,16 +66,16 @@ export interface WakeOption {
 }
 
 /**
- * Publishes several messages in ONE statement — each with its deliveries and audit entry, each
- * with its own idempotency outcome — so that they share one commit (group commit). Results come
- * back in the order of `messages`. Atomic as a whole: if it fails, nothing was published.
+ * Publishes several messages in ONE call — each with its deliveries and audit entry, each with its
+ * own idempotency outcome — so that they share one commit (group commit). Results come back in
+ * the order of `messages`. Atomic as a whole: if it fails, nothing was published.
  *
- * The statement also wakes the workers: its NOTIFY fires exactly when the transaction commits.
+ * The call also wakes the workers: its NOTIFY fires exactly when the transaction commits.
  * PostgreSQL holds a database-wide lock from a notifying COMMIT until its WAL flush, so notifying
- * commits queue behind one another — one per batch (group commit) keeps that queue short, and one
- * payload for all messages lets PostgreSQL fold them into one notification. A caller that commits
- * many small transactions of its own can leave the NOTIFY out (`wake: false`) and wake the
- * workers after its COMMIT instead, so that its commits are flushed together.
+ * commits queue behind one another — one per batch (group commit) keeps that queue short. A
+ * caller that commits many small transactions of its own can leave the NOTIFY out (`wake: false`)
+ * and wake the workers after its COMMIT instead, so that its commits are flushed together.
+ * (herald_publish_messages, migrations/0005.)
  */
 export async function publishMessages(
   db: Queryable,
@@ -98,72 +98,34 @@ export async function publishMessages(
     only_endpoint_id: m.onlyEndpointId ?? null,
     actor: m.actor,
   }));
-  const inserted = await db.query<MessageRow & { ord: number; deliveries: number }>(
-    `with input as materialized (
-       select x.*, herald_id('msg') as id
-         from jsonb_to_recordset($1::jsonb) as x(
-           ord int, app_id text, event_type text, event_id text, payload text, channels text[], tags text[],
-           idempotency_key text, request_hash text, retention_days int, business_key text,
-           only_endpoint_id text, actor text)
-     ), msg as (
-       insert into message (id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
-                            request_hash, payload_expires_at, business_key)
-       select id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
-              decode(request_hash, 'hex'), now() + make_interval(days => retention_days), business_key
-         from input order by ord
-       on conflict (app_id, idempotency_key) do nothing
-       returning ${COLUMNS}
-     ), fanout as (
-       insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
-       select i.app_id, i.id, e.id, now() from msg join input i on i.id = msg.id join endpoint e on e.app_id = i.app_id
-        where case when i.only_endpoint_id is not null then e.id = i.only_endpoint_id
-                   else (e.filter_types is null or i.event_type = any(e.filter_types))
-                        and (e.channels is null or e.channels && coalesce(i.channels, '{}')) end
-       returning message_id
-     ), audit as (
-       insert into audit_entry (actor, action, app_id, target_type, target_id)
-       select i.actor, 'message.created', i.app_id, 'message', i.id from msg join input i on i.id = msg.id
-     ), counted as (
-       select message_id, count(*)::int as deliveries from fanout group by message_id
-     )
-     select i.ord, msg.*, coalesce(counted.deliveries, 0) as deliveries
-       from msg join input i on i.id = msg.id left join counted on counted.message_id = msg.id
-       ${wake ? `, lateral (select pg_notify('${WAKE_CHANNEL}', '')) wake` : ''}`,
-    [JSON.stringify(items, wellFormed)],
-    wake ? 'publish_messages' : 'publish_messages_quietly',
+  const rows = await db.query<
+    MessageRow & { ord: number; created: boolean; requestHash: Uint8Array | null; deliveries: number }
+  >(
+    `select ord, created, ${COLUMNS}, request_hash as "requestHash", deliveries
+       from herald_publish_messages($1::jsonb, $2::boolean)`,
+    [JSON.stringify(items, wellFormed), wake],
+    'publish_messages',
   );
-  const results: (PublishResult | undefined)[] = new Array(messages.length);
-  for (const { ord, deliveries, ...message } of inserted.rows) {
-    results[ord] = { kind: 'created', message, deliveries };
-  }
-  // Not inserted: the idempotency key was used before (or earlier in this same batch).
-  const replays = messages.flatMap((m, ord) => (results[ord] === undefined ? [{ m, ord }] : []));
-  if (replays.length > 0) {
-    const existing = await db.query<MessageRow & { key: string; requestHash: Uint8Array | null }>(
-      `select ${COLUMNS}, idempotency_key as key, request_hash as "requestHash" from message
-        where (app_id, idempotency_key) in (select * from unnest($1::text[], $2::text[]))`,
-      [replays.map((r) => r.m.appId), replays.map((r) => r.m.idempotencyKey)],
-      'find_replayed_messages',
-    );
-    for (const { m, ord } of replays) {
-      const {
-        key: _key,
-        requestHash,
-        ...message
-      } = existing.rows.find((e) => e.appId === m.appId && e.key === m.idempotencyKey)!;
-      // The same key with the same content is a replay; with other content, a conflict.
-      const same =
-        requestHash !== null && m.requestHash !== null && Buffer.from(requestHash).equals(m.requestHash);
-      results[ord] = { kind: same ? 'replayed' : 'conflict', message };
+  const results: PublishResult[] = new Array(messages.length);
+  for (const { ord, created, requestHash, deliveries, ...message } of rows.rows) {
+    if (created) {
+      results[ord] = { kind: 'created', message, deliveries };
+      continue;
     }
+    // The key was used before (or earlier in this batch): the same content is a replay; other
+    // content, a conflict.
+    const sent = messages[ord]!.requestHash;
+    const same = requestHash !== null && sent !== null && Buffer.from(requestHash).equals(sent);
+    results[ord] = { kind: same ? 'replayed' : 'conflict', message };
   }
-  return results as PublishResult[];
+  return results;
 }
+
 /**
  * JSON cannot carry a lone UTF-16 surrogate into PostgreSQL (jsonb refuses the escape); it
  * becomes U+FFFD, as it would on its way into a text parameter.
  */
-const wellFormed = (_key: string, value: unknown): unknown =>
+export const wellFormed = (_key: string, value: unknown): unknown =>
   typeof value === 'string' ? value.toWellFormed() : value;
 
 /**

@@ -6,11 +6,9 @@
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { type AppRow, findApps } from '../db/apps.ts';
 import { createGroupCommit } from '../db/group-commit.ts';
-import { claimIntakes, linkIntakeMessages, recordObservations } from '../db/intake.ts';
-import { publishMessages } from '../db/messages.ts';
-import type { Db, Queryable } from '../db/port.ts';
+import { type IntakeReceipt, recordReceipts } from '../db/intake.ts';
+import type { Db } from '../db/port.ts';
 import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
@@ -53,9 +51,12 @@ interface CachedSource {
 
 export function createIngestor(deps: IngestDeps): Ingestor {
   const cache = new Map<string, CachedSource>();
-  // Receipts that arrive together share one transaction and one commit (group commit).
+  // Receipts that arrive together are recorded by one call, in one transaction (group commit).
   const submitIntake = createGroupCommit(
-    (items: IntakeItem[]) => deps.db.transaction((tx) => recordIntakes(tx, items)),
+    async (items: IntakeItem[]) =>
+      (await recordReceipts(deps.db, items.map(receiptOf), DEFAULT_RETENTION_DAYS)).map(
+        ({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed }),
+      ),
     { maxBatch: 64, parallel: 2 },
   );
 
@@ -154,84 +155,22 @@ interface IntakeItem {
 type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: boolean };
 
 /**
- * Claims the delivery ids, publishes a relayed message for each new claim, and records every
- * receipt as an observation — inside the caller's transaction, in a handful of statements whatever
- * the number of receipts.
+ * The receipt as recorded: the business key is the relayed message's idempotency key (scoped to
+ * the source) and identifies its content, so a replay of the key is the same event.
  */
-async function recordIntakes(tx: Queryable, items: readonly IntakeItem[]): Promise<RecordedIntake[]> {
-  const claims = await claimIntakes(
-    tx,
-    items.map((item) => ({
-      sourceId: item.source.id,
-      appId: item.source.appId,
-      deliveryId: item.deliveryId,
-      businessKey: item.businessKey,
-      bodySha256: item.bodySha256,
-    })),
-  );
-  const fresh = items.flatMap((item, at) => (claims[at]!.claimed ? [{ item, at }] : []));
-  // The business key is the message's idempotency key: another delivery id carrying the same
-  // business event joins the message the first one produced. Key order keeps concurrent batches
-  // from deadlocking on one another's keys.
-  fresh.sort((a, b) => compareText(idempotencyKeyOf(a.item), idempotencyKeyOf(b.item)));
-  // A relayed payload is kept for the source's retention, else its app's, else the default.
-  const appsToAsk = fresh.filter((f) => f.item.source.retentionDays === null).map((f) => f.item.source.appId);
-  const apps =
-    appsToAsk.length === 0 ? new Map<string, AppRow>() : await findApps(tx, [...new Set(appsToAsk)]);
-  const published = await publishMessages(
-    tx,
-    fresh.map(({ item }) => ({
-      appId: item.source.appId,
-      eventType: item.source.eventType,
-      eventId: null,
-      payload: item.payload,
-      channels: null,
-      tags: null,
-      idempotencyKey: idempotencyKeyOf(item),
-      requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
-      retentionDays:
-        item.source.retentionDays ?? apps.get(item.source.appId)?.retentionDays ?? DEFAULT_RETENTION_DAYS,
-      businessKey: item.businessKey,
-      actor: `source:${item.source.id}`,
-    })),
-  );
-  const messageOf = new Map<string, string>();
-  const relayed = new Set<number>();
-  for (const [i, { at }] of fresh.entries()) {
-    const result = published[i]!;
-    messageOf.set(claims[at]!.intakeId, result.message.id);
-    // Another delivery id with the same business key joins the existing message: not new.
-    if (result.kind === 'created') relayed.add(at);
-  }
-  await linkIntakeMessages(
-    tx,
-    [...messageOf].map(([intakeId, messageId]) => ({ intakeId, messageId })),
-  );
-  await recordObservations(
-    tx,
-    items.map((item, at) => ({
-      intakeId: claims[at]!.intakeId,
-      appId: item.source.appId,
-      duplicate: !claims[at]!.claimed,
-      bodySha256: item.bodySha256,
-    })),
-  );
-  failpoint('ingest.after_claim');
-  return items.map((_, at) => {
-    const claim = claims[at]!;
-    return {
-      kind: 'accepted',
-      intakeId: claim.intakeId,
-      // A duplicate of a receipt in this same batch takes the message its first receipt produced.
-      messageId: claim.messageId ?? messageOf.get(claim.intakeId) ?? null,
-      duplicate: !claim.claimed,
-      relayed: relayed.has(at),
-    };
-  });
-}
-
-const idempotencyKeyOf = (item: IntakeItem) => `intake:${item.source.id}:${item.businessKey}`;
-const compareText = (a: string, b: string) => (a < b ? -1 : a > b ? 1 : 0);
+const receiptOf = (item: IntakeItem): IntakeReceipt => ({
+  sourceId: item.source.id,
+  appId: item.source.appId,
+  deliveryId: item.deliveryId,
+  businessKey: item.businessKey,
+  bodySha256: item.bodySha256,
+  idempotencyKey: `intake:${item.source.id}:${item.businessKey}`,
+  requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
+  eventType: item.source.eventType,
+  payload: item.payload,
+  retentionDays: item.source.retentionDays,
+  actor: `source:${item.source.id}`,
+});
 
 /**
  * The relayed message's payload: a JSON object body exactly as the provider sent it (so the

@@ -9,11 +9,7 @@ const armed = new Set(
     .filter(Boolean),
 );
 
-export type FailpointName =
-  | 'ingest.before_claim'
-  | 'ingest.after_claim'
-  | 'ingest.after_commit'
-  | 'attempt.after_send';
+export type FailpointName = 'ingest.before_claim' | 'ingest.after_commit' | 'attempt.after_send';
 
 export function failpoint(name: FailpointName): void {
   if (armed.has(name)) process.kill(process.pid, 'SIGKILL');
