@@ -343,6 +343,52 @@ describe('source secret rotation', () => {
   });
 });
 
+describe('source changes made anywhere', () => {
+  // The API caches the source of every request and evicts it when the database announces a change
+  // (migration 0006's trigger): a change made behind herald's back — here plain SQL — must take
+  // effect on the next receipts, not whenever an entry happens to expire.
+  test('an update and a delete in SQL take effect on the next receipts', async () => {
+    const created = await t.call('POST', '/api/v1/source', {
+      uid: 'changing',
+      scheme: 'standard-webhooks',
+      secret: SOURCE_SECRET,
+      app: 'tickets',
+      eventType: 'ticket.before',
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const eventTypeOf = async (deliveryId: string) =>
+      (
+        await t.database.db.query<{ eventType: string }>(
+          `select m.event_type as "eventType" from intake i join message m on m.id = i.message_id
+            where i.delivery_id = $1`,
+          [deliveryId],
+        )
+      ).rows[0]?.eventType;
+    const body = '{"ticket":31,"action":"opened"}';
+    assert.equal((await deliver(signed('evt_change_1', body), body, 'changing')).status, 204);
+    assert.equal(await eventTypeOf('evt_change_1'), 'ticket.before');
+
+    await t.database.db.query(`update source set event_type = 'ticket.after' where uid = 'changing'`);
+    let n = 1;
+    await waitFor(
+      'receipts to relay under the new event type',
+      async () => {
+        const id = `evt_change_${++n}`;
+        assert.equal((await deliver(signed(id, body), body, 'changing')).status, 204);
+        return (await eventTypeOf(id)) === 'ticket.after';
+      },
+      2000, // well within the cache's 5-second age limit: only the announcement can evict in time
+    );
+
+    await t.database.db.query(`delete from source where uid = 'changing'`);
+    await waitFor(
+      'receipts for the deleted source to be refused',
+      async () => (await deliver(signed(`evt_change_${++n}`, body), body, 'changing')).status === 404,
+      2000,
+    );
+  });
+});
+
 describe("the relayed payload's retention", () => {
   test("the source's retention, else its app's, else 90 days", async () => {
     const cases = [

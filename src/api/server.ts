@@ -165,6 +165,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     fetchText: fetcher.fetchText,
     metrics: core.metrics,
   });
+  app.addHook('onClose', () => ingestor.close());
   await app.register(ingestRoutes(core, ingestor));
   return app;
 }

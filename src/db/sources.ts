@@ -2,6 +2,9 @@
 
 import type { Queryable } from './port.ts';
 
+/** Announces the id of every source created, changed or deleted, at commit (migration 0006). */
+export const SOURCE_CHANGED_CHANNEL = 'herald_source_changed';
+
 export interface SourceRow {
   id: string;
   uid: string | null;

@@ -8,8 +8,9 @@ import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { createGroupCommit } from '../db/group-commit.ts';
 import { type IntakeReceipt, recordReceipts } from '../db/intake.ts';
+import { createNotifiedCache } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
-import { findSource, liveSourceSecrets, type SourceRow } from '../db/sources.ts';
+import { findSource, liveSourceSecrets, SOURCE_CHANGED_CHANNEL, type SourceRow } from '../db/sources.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
@@ -37,6 +38,7 @@ export type IngestResult =
 
 export interface Ingestor {
   ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
+  close(): Promise<void>;
 }
 
 /** Verifiers keep caches (JWKS, certificates): one per source, rebuilt when the source changes or a
@@ -50,6 +52,15 @@ interface CachedSource {
 }
 
 export function createIngestor(deps: IngestDeps): Ingestor {
+  // The source of every request, without a query per request: evicted when a change is announced.
+  const sources = createNotifiedCache({
+    db: deps.db,
+    channel: SOURCE_CHANGED_CHANNEL,
+    load: (idOrUid) => findSource(deps.db, idOrUid),
+    idOf: (source) => source.id,
+    maxEntries: 10_000,
+    maxAgeMs: 5_000,
+  });
   const cache = new Map<string, CachedSource>();
   // Receipts that arrive together are recorded by one call, in one transaction (group commit).
   const submitIntake = createGroupCommit(
@@ -96,7 +107,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
 
   return {
     async ingest(sourceIdOrUid, request) {
-      const source = await findSource(deps.db, sourceIdOrUid);
+      const source = await sources.get(sourceIdOrUid);
       if (!source) throw notFound('source');
       const { verifier, businessKey: template } = await prepared(source);
       // Counted per source only once the source exists: the path is the sender's to choose, and
@@ -140,6 +151,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       if (relayed) deps.metrics?.published('ingest');
       return result;
     },
+    close: () => sources.close(),
   };
 }
 

@@ -1,0 +1,62 @@
+// A read-through cache of rows that the database announces whenever one changes: a trigger sends
+// the row's id on a channel when the changing transaction commits (see migration 0006), and every
+// process holding the row evicts it. Rows read on a hot path (the source of each inbound request)
+// then cost no query, and a change made anywhere takes effect as soon as its commit is announced.
+//
+// What could make an entry stale, and what guards it:
+// - a change committed while the row was being read: any announcement received during a read
+//   keeps that read's result out of the cache (a generation count);
+// - announcements missed while the listening connection was down: when it is back, the listener
+//   hears an empty payload and everything is evicted; until then entries expire after `maxAgeMs`
+//   at most. Where LISTEN is unavailable, nothing is cached.
+
+import type { Db } from './port.ts';
+
+export interface NotifiedCacheOptions<V> {
+  db: Db;
+  /** The channel the trigger announces changed ids on. */
+  channel: string;
+  /** Reads a row by the key callers use (an id or another unique name); null when absent. */
+  load: (key: string) => Promise<V | null>;
+  /** The id a change announcement names. */
+  idOf: (row: V) => string;
+  maxEntries: number;
+  maxAgeMs: number;
+}
+
+export interface NotifiedCache<V> {
+  get(key: string): Promise<V | null>;
+  close(): Promise<void>;
+}
+
+export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): NotifiedCache<V> {
+  const entries = new Map<string, { row: V; until: number }>();
+  let generation = 0;
+  let listening: Promise<(() => Promise<void>) | null> | null = null;
+
+  const evict = (id: string) => {
+    generation++;
+    if (id === '') entries.clear();
+    else for (const [key, entry] of entries) if (options.idOf(entry.row) === id) entries.delete(key);
+  };
+
+  return {
+    async get(key) {
+      // Absent rows are not cached: a caller may name anything, and an absent row costs a query.
+      listening ??= options.db.listen(options.channel, evict).catch(() => null);
+      const cached = entries.get(key);
+      if (cached && Date.now() < cached.until && (await listening) !== null) return cached.row;
+      const seen = generation;
+      const row = await options.load(key);
+      if (row !== null && seen === generation && (await listening) !== null) {
+        if (entries.size >= options.maxEntries) entries.clear();
+        entries.set(key, { row, until: Date.now() + options.maxAgeMs });
+      }
+      return row;
+    },
+    async close() {
+      const unlisten = await listening;
+      await unlisten?.();
+    },
+  };
+}
