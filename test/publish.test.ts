@@ -105,6 +105,29 @@ describe('the library face', () => {
   });
 });
 
+describe('application changes made anywhere', () => {
+  // Publishers cache the apps they publish to and evict one when the database announces a change
+  // (migration 0007's trigger): a change made behind herald's back — here plain SQL — takes effect
+  // on the next publishes, well before the cache's 5-second age limit.
+  test('a renamed uid and a deleted app take effect on the next publishes', async () => {
+    const app = await createApp(t, 'changing-app');
+    await publishVia(t, 'changing-app', { eventType: 'e', payload: { n: 1 } });
+    const publishTo = (ref: string) =>
+      t.call('POST', `/api/v1/app/${ref}/msg`, { eventType: 'e', payload: {} });
+
+    await t.database.db.query(`update app set uid = 'changed-app' where id = $1`, [app]);
+    await waitFor(
+      'the old uid to be unknown',
+      async () => (await publishTo('changing-app')).status === 404,
+      2000,
+    );
+    assert.equal((await publishTo('changed-app')).status, 202);
+
+    await t.database.db.query('delete from app where id = $1', [app]);
+    await waitFor('the deleted app to be unknown', async () => (await publishTo(app)).status === 404, 2000);
+  });
+});
+
 describe('idempotent publish', () => {
   test('same key and content → the same message; different content → 409', async () => {
     const app = await createApp(t, 'idem');

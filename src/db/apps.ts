@@ -46,6 +46,9 @@ export async function insertAppIfAbsent(db: Queryable, fields: AppFields): Promi
   return result.rows[0] ?? null;
 }
 
+/** Announces the id of every app created, changed or deleted, at commit (migration 0007). */
+export const APP_CHANGED_CHANNEL = 'herald_app_changed';
+
 export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
   const result = await db.query<AppRow>(
     `select ${COLUMNS} from app where id = $1 or uid = $1 limit 1`,

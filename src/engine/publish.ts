@@ -84,16 +84,20 @@ export interface GroupedPublish {
   messageFor: (app: AppRow) => NewMessage;
 }
 
+/** Apps by the ids or uids their publishers named (findApps, or a cache in front of it). */
+export type AppLookup = (idsOrUids: readonly string[]) => Promise<Map<string, AppRow>>;
+
 /**
- * The group commit's write: one lookup of every app the batch names, then one statement for
- * every message whose app exists and is within its caller's reach. A missing or forbidden app
- * fails its own publish only.
+ * The group commit's write: one lookup of every app the batch names, then one call for every
+ * message whose app exists and is within its caller's reach. A missing or forbidden app fails its
+ * own publish only.
  */
 export async function publishGroup(
   db: Queryable,
   batch: GroupedPublish[],
+  appsOf: AppLookup = (refs) => findApps(db, refs),
 ): Promise<(PublishResult | Error)[]> {
-  const apps = await findApps(db, [...new Set(batch.map((p) => p.appRef))]);
+  const apps = await appsOf([...new Set(batch.map((p) => p.appRef))]);
   const outcomes: (PublishResult | Error)[] = new Array(batch.length);
   const ready: { at: number; message: NewMessage & { actor: string } }[] = [];
   for (const [at, p] of batch.entries()) {
