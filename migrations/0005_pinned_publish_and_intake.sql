@@ -11,49 +11,16 @@
 -- transaction has inserted it: checked at COMMIT, not per statement.
 alter table intake alter constraint intake_message_id_fkey deferrable initially deferred;
 
--- The deliveries and the audit entry of messages just inserted: one delivery per endpoint of the
--- app subscribed at this moment (disabled ones included: their deliveries wait), or only
--- `only_endpoint_id`'s whatever its filters (Svix's send-example). Items: a JSON array of
--- {id, app_id, event_type, channels, only_endpoint_id, actor}. Returns the deliveries per message
--- (messages without any are absent).
-create function herald_fan_out(items jsonb)
-returns table (message_id text, deliveries int)
-language plpgsql volatile
-set plan_cache_mode = force_generic_plan
-set enable_seqscan = off
-set enable_hashjoin = off
-set enable_mergejoin = off
-as $$
-#variable_conflict use_column
-begin
-  return query
-  with x as (
-    select * from jsonb_to_recordset(items) as x(
-      id text, app_id text, event_type text, channels text[], only_endpoint_id text, actor text)
-  ), fanout as (
-    insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
-    select x.app_id, x.id, e.id, now()
-      from x join endpoint e on e.app_id = x.app_id
-     where case when x.only_endpoint_id is not null then e.id = x.only_endpoint_id
-                else (e.filter_types is null or x.event_type = any(e.filter_types))
-                     and (e.channels is null or e.channels && coalesce(x.channels, '{}')) end
-    returning delivery.message_id
-  ), audit as (
-    insert into audit_entry (actor, action, app_id, target_type, target_id)
-    select x.actor, 'message.created', x.app_id, 'message', x.id from x
-  )
-  select f.message_id, count(*)::int from fanout f group by f.message_id;
-end
-$$;
-
--- Publish messages: each with its deliveries and audit entry, each with its own idempotency
+-- Publish messages: each with its deliveries (one per endpoint of the app subscribed at this
+-- moment — disabled ones included: their deliveries wait — or only `only_endpoint_id`'s whatever
+-- its filters, for Svix's send-example) and its audit entry, each with its own idempotency
 -- outcome. Items: a JSON array of {ord, id (null: a new one), app_id, event_type, event_id,
 -- payload, channels, tags, idempotency_key, request_hash (hex), retention_days, business_key,
--- only_endpoint_id, actor}. One row per item: created = true with the new message, or false with
--- the message that already holds its idempotency key (found on a fresh snapshot, so one that a
--- concurrent publisher committed while this insert waited for it is found too) and that
--- message's request_hash, for the caller to tell a replay from a conflict. `wake`: NOTIFY the
--- workers at commit when any delivery was created.
+-- only_endpoint_id, actor}. One row per item: created = true with the new message and its number
+-- of deliveries, or false with the message that already holds its idempotency key (found on a
+-- fresh snapshot, so one that a concurrent publisher committed while this insert waited for it is
+-- found too) and that message's request_hash, for the caller to tell a replay from a conflict.
+-- `wake`: NOTIFY the workers at commit when any delivery was created.
 create function herald_publish_messages(items jsonb, wake boolean)
 returns table (
   ord int, created boolean, id text, app_id text, event_type text, event_id text, payload text,
@@ -68,7 +35,7 @@ as $$
 #variable_conflict use_column
 declare
   inserted jsonb;
-  fanned jsonb;
+  any_delivery boolean;
 begin
   with input as (
     select x.*, coalesce(x.id, herald_id('msg')) as new_id
@@ -84,24 +51,34 @@ begin
       from input order by ord
     on conflict (app_id, idempotency_key) do nothing
     returning message.id
+  ), fanout as (
+    insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
+    select i.app_id, i.new_id, e.id, now()
+      from msg join input i on i.new_id = msg.id join endpoint e on e.app_id = i.app_id
+     where case when i.only_endpoint_id is not null then e.id = i.only_endpoint_id
+                else (e.filter_types is null or i.event_type = any(e.filter_types))
+                     and (e.channels is null or e.channels && coalesce(i.channels, '{}')) end
+    returning delivery.message_id
+  ), audit as (
+    insert into audit_entry (actor, action, app_id, target_type, target_id)
+    select i.actor, 'message.created', i.app_id, 'message', i.new_id from msg join input i on i.new_id = msg.id
+  ), counted as (
+    select f.message_id, count(*)::int as n from fanout f group by f.message_id
   )
-  select coalesce(jsonb_agg(jsonb_build_object(
-           'ord', i.ord, 'id', i.new_id, 'app_id', i.app_id, 'event_type', i.event_type,
-           'channels', i.channels, 'only_endpoint_id', i.only_endpoint_id, 'actor', i.actor)), '[]')
-    into inserted
-    from msg join input i on i.new_id = msg.id;
+  select coalesce(jsonb_agg(jsonb_build_object('ord', i.ord, 'id', i.new_id, 'deliveries', coalesce(c.n, 0))), '[]'),
+         coalesce(bool_or(c.n > 0), false)
+    into inserted, any_delivery
+    from msg join input i on i.new_id = msg.id left join counted c on c.message_id = msg.id;
 
-  select coalesce(jsonb_object_agg(f.message_id, f.deliveries), '{}') into fanned
-    from herald_fan_out(inserted) f;
-  if wake and fanned <> '{}' then
+  if wake and any_delivery then
     perform pg_notify('herald_work', '');
   end if;
 
   return query
   select x.ord, d.id is not null, m.id, m.app_id, m.event_type, m.event_id, m.payload, m.channels,
-         m.tags, m.created_at, m.request_hash, coalesce((fanned ->> m.id)::int, 0)
+         m.tags, m.created_at, m.request_hash, coalesce(d.deliveries, 0)
     from jsonb_to_recordset(items) as x(ord int, app_id text, idempotency_key text)
-    left join jsonb_to_recordset(inserted) as d(ord int, id text) on d.ord = x.ord
+    left join jsonb_to_recordset(inserted) as d(ord int, id text, deliveries int) on d.ord = x.ord
     cross join lateral (
       select m.* from message m where m.id = d.id
       union all
