@@ -267,6 +267,21 @@ async function assertAccounted(
   return messageId;
 }
 
+/** A fresh api on the same port; the provider replays until acknowledged; then the accounting. */
+async function replayAndAccount(
+  port: number,
+  id: string,
+  key: string,
+  body: string,
+  committedReceipts: number,
+) {
+  const api = await startApi(port);
+  await replayUntilAcknowledged(api.apiUrl!, id, body);
+  await relayed(await messageOf(id));
+  await assertAccounted(id, key, { committedReceipts, receiverRequests: 1 });
+  await api.proc.kill('SIGTERM');
+}
+
 describe('the api dies at each step of an inbound delivery; the provider replays', () => {
   test('1. killed before the claim: nothing stored; the replay is the one original receipt', async () => {
     const [id, key, body] = ['evt_crash_1', '1:paid', '{"order":1,"action":"paid"}'];
@@ -274,16 +289,12 @@ describe('the api dies at each step of an inbound delivery; the provider replays
     await deliverIntoCrash(port, 'ingest.before_claim', id, body);
     assert.deepEqual(await storedFor(id, key), { intake: 0, observations: 0, messages: 0 });
 
-    const api = await startApi(port);
-    await replayUntilAcknowledged(api.apiUrl!, id, body);
-    await relayed(await messageOf(id));
-    await assertAccounted(id, key, { committedReceipts: 1, receiverRequests: 1 });
-    await api.proc.kill('SIGTERM');
+    await replayAndAccount(port, id, key, body, 1);
   });
 
   // A receipt is recorded by one call in one transaction (claim, relayed message, fan-out,
-  // observation): its atomicity is the database's. The api is killed while that statement waits for a lock the test
-  // holds; the database then either aborts it or completes it, and nothing in between is possible.
+  // observation): its atomicity is the database's. The api is killed while that call waits for a
+  // lock the test holds; the database then either aborts it or completes it, nothing in between.
   test('2a. killed while its statement runs, which the database aborts: nothing stored; the replay claims it', async () => {
     const [id, key, body] = ['evt_crash_2a', '2a:paid', '{"order":"2a","action":"paid"}'];
     const port = await freePort();
@@ -294,11 +305,7 @@ describe('the api dies at each step of an inbound delivery; the provider replays
       0,
     );
 
-    const api = await startApi(port);
-    await replayUntilAcknowledged(api.apiUrl!, id, body);
-    await relayed(await messageOf(id));
-    await assertAccounted(id, key, { committedReceipts: 1, receiverRequests: 1 });
-    await api.proc.kill('SIGTERM');
+    await replayAndAccount(port, id, key, body, 1);
   });
 
   test('2b. killed while its statement runs, which the database completes: all stored; the replay is a duplicate', async () => {
@@ -307,11 +314,7 @@ describe('the api dies at each step of an inbound delivery; the provider replays
     await deliverIntoCrashMidStatement(port, id, body, 'completed');
     assert.deepEqual(await storedFor(id, key), { intake: 1, observations: 1, messages: 1 });
 
-    const api = await startApi(port);
-    await replayUntilAcknowledged(api.apiUrl!, id, body);
-    await relayed(await messageOf(id));
-    await assertAccounted(id, key, { committedReceipts: 2, receiverRequests: 1 });
-    await api.proc.kill('SIGTERM');
+    await replayAndAccount(port, id, key, body, 2);
   });
 
   test('3. killed after COMMIT, before the ACK: the replay is a duplicate; one message, one request', async () => {
@@ -321,10 +324,7 @@ describe('the api dies at each step of an inbound delivery; the provider replays
     // Committed although the provider saw no 2xx: the record shows a receipt nobody was told of.
     assert.deepEqual(await storedFor(id, key), { intake: 1, observations: 1, messages: 1 });
 
-    const api = await startApi(port);
-    await replayUntilAcknowledged(api.apiUrl!, id, body);
-    await relayed(await messageOf(id));
-    await assertAccounted(id, key, { committedReceipts: 2, receiverRequests: 1 });
+    await replayAndAccount(port, id, key, body, 2);
     assert.equal(
       await count(
         'intake_observation o join intake i on i.id = o.intake_id where i.delivery_id = $1 and o.duplicate',
@@ -332,7 +332,6 @@ describe('the api dies at each step of an inbound delivery; the provider replays
       ),
       1,
     );
-    await api.proc.kill('SIGTERM');
   });
 
   test('4. killed after the ACK: a replay anyway is a duplicate; still one message', async () => {
@@ -344,11 +343,7 @@ describe('the api dies at each step of an inbound delivery; the provider replays
     assert.equal(exit.signal, 'SIGKILL');
     assert.deepEqual(await storedFor(id, key), { intake: 1, observations: 1, messages: 1 });
 
-    const api = await startApi(port);
-    await replayUntilAcknowledged(api.apiUrl!, id, body);
-    await relayed(await messageOf(id));
-    await assertAccounted(id, key, { committedReceipts: 2, receiverRequests: 1 });
-    await api.proc.kill('SIGTERM');
+    await replayAndAccount(port, id, key, body, 2);
   });
 });
 

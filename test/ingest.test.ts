@@ -193,6 +193,29 @@ describe('concurrent receipts of one delivery id or one business key', () => {
     );
     return rows[0]!;
   };
+  /**
+   * Delivers `id` while `other` is open, lets `other` commit once the receipt waits for it, and
+   * returns what was recorded of the receipt: its observations with the message its claim names.
+   */
+  async function receivedAgainst(
+    other: { commit(): Promise<void>; end(): Promise<void> },
+    id: string,
+    body: string,
+  ) {
+    try {
+      const answer = await deliverAgainst(other, id, body);
+      assert.equal(answer.status, 204, answer.body);
+    } finally {
+      await other.end();
+    }
+    const { rows } = await t.database.db.query<{ duplicate: boolean; messageId: string | null }>(
+      `select o.duplicate, i.message_id as "messageId"
+         from intake i join intake_observation o on o.intake_id = i.id where i.delivery_id = $1`,
+      [id],
+    );
+    return rows;
+  }
+
   /** Sends, waits until its statement waits for the open transaction, then lets that commit. */
   async function deliverAgainst(other: { commit(): Promise<void> }, id: string, body: string) {
     const answer = deliver(signed(id, body), body);
@@ -218,17 +241,9 @@ describe('concurrent receipts of one delivery id or one business key', () => {
        values ($1, $2, 'evt_race_id', '21:opened', '\\x00')`,
       [sourceId, appId],
     );
-    try {
-      const answer = await deliverAgainst(other, 'evt_race_id', body);
-      assert.equal(answer.status, 204, answer.body);
-    } finally {
-      await other.end();
-    }
-    const { rows } = await t.database.db.query<{ duplicate: boolean; messageId: string | null }>(
-      `select o.duplicate, i.message_id as "messageId"
-         from intake i join intake_observation o on o.intake_id = i.id where i.delivery_id = 'evt_race_id'`,
-    );
-    assert.deepEqual(rows, [{ duplicate: true, messageId: null }]);
+    assert.deepEqual(await receivedAgainst(other, 'evt_race_id', body), [
+      { duplicate: true, messageId: null },
+    ]);
     assert.equal(await count('message', `business_key = '21:opened'`), 0);
   });
 
@@ -241,17 +256,9 @@ describe('concurrent receipts of one delivery id or one business key', () => {
       [appId, `intake:${sourceId}:22:opened`],
     );
     const theirs = other.rows[0]!.id;
-    try {
-      const answer = await deliverAgainst(other, 'evt_race_key', body);
-      assert.equal(answer.status, 204, answer.body);
-    } finally {
-      await other.end();
-    }
-    const { rows } = await t.database.db.query<{ duplicate: boolean; messageId: string | null }>(
-      `select o.duplicate, i.message_id as "messageId"
-         from intake i join intake_observation o on o.intake_id = i.id where i.delivery_id = 'evt_race_key'`,
-    );
-    assert.deepEqual(rows, [{ duplicate: false, messageId: theirs }]);
+    assert.deepEqual(await receivedAgainst(other, 'evt_race_key', body), [
+      { duplicate: false, messageId: theirs },
+    ]);
     assert.equal(await count('message', `business_key = '22:opened'`), 1);
   });
 });

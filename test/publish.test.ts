@@ -107,7 +107,7 @@ describe('the library face', () => {
 
 describe('application changes made anywhere', () => {
   // Publishers cache the apps they publish to and evict one when the database announces a change
-  // (migration 0007's trigger): a change made behind herald's back — here plain SQL — takes effect
+  // (migration 0006's trigger): a change made behind herald's back — here plain SQL — takes effect
   // on the next publishes, well before the cache's 5-second age limit.
   test('a renamed uid and a deleted app take effect on the next publishes', async () => {
     const app = await createApp(t, 'changing-app');

@@ -46,7 +46,7 @@ export async function insertAppIfAbsent(db: Queryable, fields: AppFields): Promi
   return result.rows[0] ?? null;
 }
 
-/** Announces the id of every app created, changed or deleted, at commit (migration 0007). */
+/** Announces the id of every app created, changed or deleted, at commit (migration 0006). */
 export const APP_CHANGED_CHANNEL = 'herald_app_changed';
 
 export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
