@@ -96,12 +96,15 @@ export async function startHeraldProcess(
   const output = await watchStart(child, `herald ${role}`, timeoutMs, (ready) => {
     let recent = '';
     child.stdout!.on('data', (chunk: string) => {
-      recent = (recent + chunk).slice(-4096);
-      const whole = recent.split('\n').slice(0, -1);
-      const line = whole.find((text) => text.includes('"msg":"herald started"'));
-      if (line === undefined) return;
-      url = (JSON.parse(line) as { api: string | null }).api;
-      ready();
+      // Whole lines only: a log line may arrive in pieces.
+      recent += chunk;
+      const lines = recent.split('\n');
+      recent = lines.pop()!;
+      for (const line of lines) {
+        if (!line.startsWith('{') || !line.includes('"msg":"herald started"')) continue;
+        url = (JSON.parse(line) as { api: string | null }).api;
+        ready();
+      }
     });
   });
   return {

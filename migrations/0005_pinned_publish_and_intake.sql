@@ -19,8 +19,9 @@ alter table intake alter constraint intake_message_id_fkey deferrable initially 
 -- only_endpoint_id, actor}. One row per item: created = true with the new message and its number
 -- of deliveries, or false with the message that already holds its idempotency key (found on a
 -- fresh snapshot, so one that a concurrent publisher committed while this insert waited for it is
--- found too) and that message's request_hash, for the caller to tell a replay from a conflict.
--- `wake`: NOTIFY the workers at commit when any delivery was created.
+-- found too) and that message's request_hash, for the caller to tell a replay from a conflict
+-- (a null id: that message was deleted meanwhile). `wake`: NOTIFY the workers at commit when any
+-- delivery was created.
 create function herald_publish_messages(items jsonb, wake boolean)
 returns table (
   ord int, created boolean, id text, app_id text, event_type text, event_id text, payload text,
@@ -37,7 +38,7 @@ declare
   inserted jsonb;
   any_delivery boolean;
 begin
-  with input as (
+  with input as materialized (
     select x.*, coalesce(x.id, herald_id('msg')) as new_id
       from jsonb_to_recordset(items) as x(
         ord int, id text, app_id text, event_type text, event_id text, payload text, channels text[],
@@ -48,7 +49,9 @@ begin
                          request_hash, payload_expires_at, business_key)
     select new_id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
            decode(request_hash, 'hex'), now() + make_interval(days => retention_days), business_key
-      from input order by ord
+      -- Key order: concurrent batches take the keys' index entries in one order, never crosswise
+      -- (a deadlock). Among items of one key, the first by ord is inserted; the others replay it.
+      from input order by app_id, idempotency_key, ord
     on conflict (app_id, idempotency_key) do nothing
     returning message.id
   ), fanout as (
@@ -79,13 +82,14 @@ begin
          m.tags, m.created_at, m.request_hash, coalesce(d.deliveries, 0)
     from jsonb_to_recordset(items) as x(ord int, app_id text, idempotency_key text)
     left join jsonb_to_recordset(inserted) as d(ord int, id text, deliveries int) on d.ord = x.ord
-    cross join lateral (
+    -- Every item gets its row, even one whose earlier message vanished meanwhile (id null then).
+    left join lateral (
       select m.* from message m where m.id = d.id
       union all
       select m.* from message m
        where d.id is null and m.app_id = x.app_id and m.idempotency_key = x.idempotency_key
       limit 1
-    ) m
+    ) m on true
    order by x.ord;
 end
 $$;
@@ -94,10 +98,12 @@ $$;
 -- an id claimed before makes a duplicate), publish the relayed message of each new claim (its
 -- idempotency key is the business key: another delivery id carrying the same business event
 -- joins the message the first one produced), and observe every receipt. Items: a JSON array of
--- {ord, source_id, app_id, delivery_id, business_key, digest (hex SHA-256 of the body),
--- idempotency_key, request_hash (hex), event_type, payload, retention_days (null: the app's, else
--- default_retention_days), actor}. Every statement here takes a fresh snapshot, so a claim or a
--- message that a concurrent batch committed while this one waited for it is seen.
+-- {ord, source_id, delivery_id, business_key, digest (hex SHA-256 of the body), idempotency_key,
+-- request_hash (hex), payload, actor}. Where a claim's message goes — the app, the event type, the
+-- retention (the source's, else the app's, else default_retention_days) — is read from the source
+-- row here, never from a caller's copy. Every statement takes a fresh snapshot, so a claim or a
+-- message that a concurrent batch committed while this one waited for it is seen. A receipt whose
+-- source is gone fails the call (its observation would have no claim).
 create function herald_record_receipts(items jsonb, default_retention_days int)
 returns table (ord int, intake_id text, claimed boolean, message_id text, relayed boolean)
 language plpgsql volatile
@@ -113,14 +119,15 @@ declare
 begin
   -- 1. The claims, each already naming the message it is about to publish (the foreign key is
   --    checked at commit). Delivery-id order: concurrent batches cannot deadlock on each other.
-  with input as (
+  with input as materialized (
     select x.*, herald_id('msg') as new_id
       from jsonb_to_recordset(items) as x(
-        ord int, source_id text, app_id text, delivery_id text, business_key text, digest text,
-        idempotency_key text, request_hash text, event_type text, payload text, retention_days int,
-        actor text)
+        ord int, source_id text, delivery_id text, business_key text, digest text,
+        idempotency_key text, request_hash text, payload text, actor text)
   ), firsts as (
-    select distinct on (i.source_id, i.delivery_id) i.* from input i
+    select distinct on (i.source_id, i.delivery_id) i.*, s.app_id, s.event_type,
+           coalesce(s.retention_days, a.retention_days, default_retention_days) as retention_days
+      from input i join source s on s.id = i.source_id join app a on a.id = s.app_id
      order by i.source_id, i.delivery_id, i.ord
   ), claimed as (
     insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id)
@@ -132,15 +139,12 @@ begin
   select coalesce(jsonb_agg(jsonb_build_object(
            'ord', f.ord, 'intake_id', c.id, 'id', f.new_id, 'app_id', f.app_id, 'event_type', f.event_type,
            'payload', f.payload, 'idempotency_key', f.idempotency_key, 'request_hash', f.request_hash,
-           'retention_days', coalesce(f.retention_days, a.retention_days, default_retention_days),
-           'business_key', f.business_key, 'actor', f.actor)
-           order by f.idempotency_key), '[]')
+           'retention_days', f.retention_days, 'business_key', f.business_key, 'actor', f.actor)), '[]')
     into claims
     from claimed c
-    join firsts f on f.source_id = c.source_id and f.delivery_id = c.delivery_id
-    join app a on a.id = f.app_id;
+    join firsts f on f.source_id = c.source_id and f.delivery_id = c.delivery_id;
 
-  -- 2. Their messages, in idempotency-key order (no deadlock on keys either).
+  -- 2. Their messages (herald_publish_messages inserts them in key order).
   select coalesce(jsonb_agg(jsonb_build_object('ord', p.ord, 'created', p.created, 'id', p.id)), '[]')
     into published
     from herald_publish_messages(claims, true) p;
@@ -154,10 +158,10 @@ begin
   -- 4. Every receipt observed, against its claim: this batch's or an earlier one.
   return query
   with outcome as materialized (
-    select x.ord, x.app_id, x.digest, c.id as intake_id, c.message_id,
+    select x.ord, x.digest, c.app_id, c.id as intake_id, c.message_id,
            coalesce(m.ord = x.ord, false) as claimed, coalesce(m.ord = x.ord and p.created, false) as relayed
-      from jsonb_to_recordset(items) as x(ord int, source_id text, app_id text, delivery_id text, digest text)
-      join intake c on c.source_id = x.source_id and c.delivery_id = x.delivery_id
+      from jsonb_to_recordset(items) as x(ord int, source_id text, delivery_id text, digest text)
+      left join intake c on c.source_id = x.source_id and c.delivery_id = x.delivery_id
       left join jsonb_to_recordset(claims) as m(ord int, intake_id text) on m.intake_id = c.id
       left join jsonb_to_recordset(published) as p(ord int, created boolean) on p.ord = m.ord
   ), observed as (

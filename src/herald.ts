@@ -50,6 +50,8 @@ export interface Herald {
   /**
    * Publishes a message. With `db`, the message, its deliveries and its audit entry are written
    * through the caller's client inside the caller's transaction: roll it back and nothing is sent.
+   * With `db`, `wake: false` leaves the workers' NOTIFY out of that transaction (see `wake()`);
+   * without `db` the publish commits on its own and wakes the workers with its commit.
    */
   publish(
     app: string,
@@ -131,6 +133,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     idOf: (app) => app.id,
     maxEntries: 10_000,
     maxAgeMs: 5_000,
+    log,
   });
   const appsOf: AppLookup = async (refs) => {
     const found = await Promise.all(refs.map(async (ref) => [ref, await apps.get(ref)] as const));

@@ -227,15 +227,12 @@ describe('recordReceipts: a batch of receipts in one call', () => {
     });
     const receipt = (deliveryId: string, businessKey = deliveryId) => ({
       sourceId: source.id,
-      appId: app.id,
       deliveryId,
       businessKey,
       bodySha256: Buffer.alloc(32, deliveryId.length),
       idempotencyKey: `intake:${source.id}:${businessKey}`,
       requestHash: Buffer.alloc(32, businessKey.length),
-      eventType: 'e',
       payload: `{"id":"${deliveryId}"}`,
-      retentionDays: null,
       actor: `source:${source.id}`,
     });
     const [earlier] = await recordReceipts(db, [receipt('d-old')], 90);

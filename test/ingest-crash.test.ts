@@ -116,7 +116,8 @@ async function deliverIntoCrashMidStatement(
       async () => {
         const { rows } = await t.database.db.query<{ pid: number }>(
           `select pid from pg_stat_activity
-            where datname = current_database() and wait_event_type = 'Lock'`,
+            where datname = current_database() and wait_event_type = 'Lock'
+               and query like '%herald_record_receipts%'`,
         );
         backend = rows[0]?.pid ?? 0;
         return backend !== 0;

@@ -224,7 +224,8 @@ describe('concurrent receipts of one delivery id or one business key', () => {
       async () =>
         (
           await t.database.db.query(
-            `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`,
+            `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'
+               and query like '%herald_record_receipts%'`,
           )
         ).rows.length > 0,
       10_000,
@@ -363,26 +364,43 @@ describe('source changes made anywhere', () => {
       eventType: 'ticket.before',
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
-    const eventTypeOf = async (deliveryId: string) =>
+    const moved = await createApp(t, 'tickets-moved');
+    const relayedAs = async (deliveryId: string) =>
       (
-        await t.database.db.query<{ eventType: string }>(
-          `select m.event_type as "eventType" from intake i join message m on m.id = i.message_id
-            where i.delivery_id = $1`,
+        await t.database.db.query<{ eventType: string; appId: string; businessKey: string }>(
+          `select m.event_type as "eventType", m.app_id as "appId", i.business_key as "businessKey"
+             from intake i join message m on m.id = i.message_id where i.delivery_id = $1`,
           [deliveryId],
         )
-      ).rows[0]?.eventType;
+      ).rows[0];
     const body = '{"ticket":31,"action":"opened"}';
     assert.equal((await deliver(signed('evt_change_1', body), body, 'changing')).status, 204);
-    assert.equal(await eventTypeOf('evt_change_1'), 'ticket.before');
+    assert.deepEqual(await relayedAs('evt_change_1'), {
+      eventType: 'ticket.before',
+      appId,
+      businessKey: 'evt_change_1',
+    });
 
-    await t.database.db.query(`update source set event_type = 'ticket.after' where uid = 'changing'`);
+    // Where receipts go is read from the source row at once; the business key template is compiled
+    // from the cached row, so it shows when the announcement evicted that row. No updated_at bump.
+    await t.database.db.query(
+      `update source set event_type = 'ticket.after', app_id = $1, business_key = '{{body.ticket}}:moved'
+        where uid = 'changing'`,
+      [moved],
+    );
     let n = 1;
     await waitFor(
-      'receipts to relay under the new event type',
+      'receipts to relay under the new business key',
       async () => {
         const id = `evt_change_${++n}`;
         assert.equal((await deliver(signed(id, body), body, 'changing')).status, 204);
-        return (await eventTypeOf(id)) === 'ticket.after';
+        const relayed = await relayedAs(id);
+        assert.deepEqual(
+          [relayed?.eventType, relayed?.appId],
+          ['ticket.after', moved],
+          'routed by the live row',
+        );
+        return relayed?.businessKey === '31:moved';
       },
       2000, // well within the cache's 5-second age limit: only the announcement can evict in time
     );

@@ -128,15 +128,12 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
       [
         {
           sourceId: source.id,
-          appId: app.id,
           deliveryId: `d${n % 5}`,
           businessKey: `d${n % 5}`,
           bodySha256: Buffer.alloc(32),
           idempotencyKey: `intake:${source.id}:d${n % 5}`,
           requestHash: Buffer.alloc(32),
-          eventType: 'e',
           payload: '{}',
-          retentionDays: null,
           actor: 'test',
         },
       ],
@@ -168,8 +165,13 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
     n = 100;
     await publishAndReceive();
   });
-  assert.ok(plans.length >= 6, `the functions' statements were explained (${plans.length} plans)`);
-  assertNoScans(plans, /Seq Scan on (endpoint|message|intake|app|delivery)\b/g);
+  for (const inner of ['insert into message (', 'insert into intake (', 'insert into intake_observation (']) {
+    assert.ok(
+      plans.some((p) => p.includes(inner)),
+      `the statement doing "${inner}…" inside the functions was explained (${plans.length} plans)`,
+    );
+  }
+  assertNoScans(plans, /Seq Scan on (endpoint|message|intake|app|source|delivery)\b/g);
 });
 
 /** The plans of every statement `run` makes on the test's connection, nested ones included. */

@@ -51,7 +51,7 @@ export const APP_CHANGED_CHANNEL = 'herald_app_changed';
 
 export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
   const result = await db.query<AppRow>(
-    `select ${COLUMNS} from app where id = $1 or uid = $1 limit 1`,
+    `select ${COLUMNS} from app where id = $1 or uid = $1 order by id = $1 desc limit 1`,
     [idOrUid],
     'find_app',
   );

@@ -1,13 +1,15 @@
 // Intake claims (one per source × delivery id) and observations (every receipt, duplicates
 // included). Only ids, digests and timestamps: never the content.
 
-import { wellFormed } from './messages.ts';
+import { inOrder, wellFormed } from './messages.ts';
 import type { Queryable } from './port.ts';
 
-/** A receipt to record, with what its relayed message needs should it claim its delivery id. */
+/**
+ * A receipt to record, with what its relayed message needs should it claim its delivery id (where
+ * that message goes — app, event type, retention — is read from the source row in the database).
+ */
 export interface IntakeReceipt {
   sourceId: string;
-  appId: string;
   deliveryId: string;
   businessKey: string;
   bodySha256: Buffer;
@@ -15,10 +17,7 @@ export interface IntakeReceipt {
   idempotencyKey: string;
   /** Identifies the relayed content for replays of the key: the digest of the business key. */
   requestHash: Buffer;
-  eventType: string;
   payload: string;
-  /** The source's payload retention; null: its app's, else `defaultRetentionDays`. */
-  retentionDays: number | null;
   actor: string;
 }
 
@@ -46,15 +45,12 @@ export async function recordReceipts(
   const items = receipts.map((r, ord) => ({
     ord,
     source_id: r.sourceId,
-    app_id: r.appId,
     delivery_id: r.deliveryId,
     business_key: r.businessKey,
     digest: r.bodySha256.toString('hex'),
     idempotency_key: r.idempotencyKey,
     request_hash: r.requestHash.toString('hex'),
-    event_type: r.eventType,
     payload: r.payload,
-    retention_days: r.retentionDays,
     actor: r.actor,
   }));
   const result = await db.query<RecordedReceipt & { ord: number }>(
@@ -63,7 +59,7 @@ export async function recordReceipts(
     [JSON.stringify(items, wellFormed), defaultRetentionDays],
     'record_receipts',
   );
-  return result.rows.map(({ ord: _ord, ...row }) => row);
+  return inOrder(receipts.length, result.rows, 'receipt');
 }
 
 export interface IntakeEvidence {

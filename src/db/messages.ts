@@ -1,6 +1,7 @@
 // Messages and the publish transaction. Publishing writes the message, one delivery per endpoint
-// subscribed at this moment (disabled ones included: their deliveries wait), the audit entry and a
-// wake-up NOTIFY, all in the caller's transaction: acceptance is a database fact.
+// subscribed at this moment (disabled ones included: their deliveries wait) and the audit entry in
+// the caller's transaction — acceptance is a database fact — and, unless the caller wakes the
+// workers itself after its COMMIT, a NOTIFY that fires with that commit.
 
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
@@ -106,19 +107,35 @@ export async function publishMessages(
     [JSON.stringify(items, wellFormed), wake],
     'publish_messages',
   );
-  const results: PublishResult[] = new Array(messages.length);
-  for (const { ord, created, requestHash, deliveries, ...message } of rows.rows) {
-    if (created) {
-      results[ord] = { kind: 'created', message, deliveries };
-      continue;
-    }
-    // The key was used before (or earlier in this batch): the same content is a replay; other
-    // content, a conflict.
-    const sent = messages[ord]!.requestHash;
-    const same = requestHash !== null && sent !== null && Buffer.from(requestHash).equals(sent);
-    results[ord] = { kind: same ? 'replayed' : 'conflict', message };
+  return inOrder(messages.length, rows.rows, 'message').map(
+    ({ created, requestHash, deliveries, ...message }, ord) => {
+      if (message.id === null)
+        throw new Error('the message holding this idempotency key was deleted meanwhile');
+      if (created) return { kind: 'created', message, deliveries };
+      // The key was used before (or earlier in this batch): the same content is a replay; other
+      // content, a conflict.
+      const sent = messages[ord]!.requestHash;
+      const same = requestHash !== null && sent !== null && Buffer.from(requestHash).equals(sent);
+      return { kind: same ? 'replayed' : 'conflict', message };
+    },
+  );
+}
+
+/**
+ * The rows of a batch call, one per item, put back in item order by their `ord`: a result can
+ * never reach another item's caller, and a missing one fails the whole batch.
+ */
+export function inOrder<R extends { ord: number }>(
+  count: number,
+  rows: readonly R[],
+  what: string,
+): Omit<R, 'ord'>[] {
+  const ordered: Omit<R, 'ord'>[] = new Array(count);
+  for (const { ord, ...row } of rows) ordered[ord] = row;
+  for (let i = 0; i < count; i++) {
+    if (ordered[i] === undefined) throw new Error(`no result for ${what} ${i} of ${count}`);
   }
-  return results;
+  return ordered;
 }
 
 /**

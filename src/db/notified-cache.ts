@@ -1,20 +1,24 @@
 // A read-through cache of rows that the database announces whenever one changes: a trigger sends
 // the row's id on a channel when the changing transaction commits (see migration 0006), and every
-// process holding the row evicts it. Rows read on a hot path (the source of each inbound request)
-// then cost no query, and a change made anywhere takes effect as soon as its commit is announced.
+// process holding the row evicts it. Rows read on a hot path (the source of each inbound request,
+// the app of each publish) then cost no query, and a change made anywhere takes effect as soon as
+// its commit is announced.
 //
 // What could make an entry stale, and what guards it:
 // - a change committed while the row was being read: any announcement received during a read
 //   keeps that read's result out of the cache (a generation count);
+// - a change committed before this process listened: nothing is read into the cache before the
+//   LISTEN is in place;
 // - announcements missed while the listening connection was down: when it is back, the listener
 //   hears an empty payload and everything is evicted; until then entries expire after `maxAgeMs`
-//   at most. Where LISTEN is unavailable, nothing is cached.
+//   at most. Where LISTEN fails, nothing is cached (it is tried again a minute later).
 
+import type { Logger } from 'pino';
 import type { Db } from './port.ts';
 
 export interface NotifiedCacheOptions<V> {
   db: Db;
-  /** The channel the trigger announces changed ids on. */
+  /** The channel the trigger announces changed ids on ('' for everything). */
   channel: string;
   /** Reads a row by the key callers use (an id or another unique name); null when absent. */
   load: (key: string) => Promise<V | null>;
@@ -22,6 +26,7 @@ export interface NotifiedCacheOptions<V> {
   idOf: (row: V) => string;
   maxEntries: number;
   maxAgeMs: number;
+  log: Logger;
 }
 
 export interface NotifiedCache<V> {
@@ -29,10 +34,14 @@ export interface NotifiedCache<V> {
   close(): Promise<void>;
 }
 
+const RETRY_LISTEN_MS = 60_000;
+
 export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): NotifiedCache<V> {
   const entries = new Map<string, { row: V; until: number }>();
   let generation = 0;
   let listening: Promise<(() => Promise<void>) | null> | null = null;
+  let listenFailedAt = 0;
+  let closed = false;
 
   const evict = (id: string) => {
     generation++;
@@ -40,21 +49,40 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
     else for (const [key, entry] of entries) if (options.idOf(entry.row) === id) entries.delete(key);
   };
 
+  /** Resolves once announcements are heard (true), or false when they cannot be now. */
+  async function heard(): Promise<boolean> {
+    if (closed) return false;
+    if (listening === null && Date.now() - listenFailedAt >= RETRY_LISTEN_MS) {
+      listening = options.db.listen(options.channel, evict).catch((error: Error) => {
+        options.log.warn(
+          { channel: options.channel, err: error.message },
+          'cannot LISTEN for changes; reading every time until it can',
+        );
+        listenFailedAt = Date.now();
+        listening = null;
+        return null;
+      });
+    }
+    return (await listening) !== null;
+  }
+
   return {
     async get(key) {
-      // Absent rows are not cached: a caller may name anything, and an absent row costs a query.
-      listening ??= options.db.listen(options.channel, evict).catch(() => null);
+      if (!(await heard())) return options.load(key);
       const cached = entries.get(key);
-      if (cached && Date.now() < cached.until && (await listening) !== null) return cached.row;
+      if (cached && Date.now() < cached.until) return cached.row;
       const seen = generation;
       const row = await options.load(key);
-      if (row !== null && seen === generation && (await listening) !== null) {
+      // Absent rows are not cached: a caller may name anything, and an absent row costs a query.
+      if (row !== null && seen === generation && !closed) {
         if (entries.size >= options.maxEntries) entries.clear();
         entries.set(key, { row, until: Date.now() + options.maxAgeMs });
       }
       return row;
     },
     async close() {
+      closed = true;
+      entries.clear();
       const unlisten = await listening;
       await unlisten?.();
     },

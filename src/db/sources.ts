@@ -45,7 +45,7 @@ export async function updateSource(db: Queryable, id: string, f: SourceFields): 
 
 export async function findSource(db: Queryable, idOrUid: string): Promise<SourceRow | null> {
   const result = await db.query<SourceRow>(
-    `select ${COLUMNS} from source where id = $1 or uid = $1 limit 1`,
+    `select ${COLUMNS} from source where id = $1 or uid = $1 order by id = $1 desc limit 1`,
     [idOrUid],
     'find_source',
   );
@@ -81,8 +81,8 @@ export async function rotateSourceSecrets(
       where source_id = $1 and (expires_at is null or expires_at > now())`,
     [sourceId, overlapSeconds],
   );
+  // Each secret written bumps the source's updated_at (migration 0006's trigger).
   for (const s of sealed) await insertSourceSecret(db, sourceId, s);
-  await db.query('update source set updated_at = now() where id = $1', [sourceId]);
 }
 
 /** Sealed secrets that verify right now: the current one first, then those still overlapping. */

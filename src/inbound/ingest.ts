@@ -44,7 +44,7 @@ export interface Ingestor {
 /** Verifiers keep caches (JWKS, certificates): one per source, rebuilt when the source changes or a
  * secret’s rotation overlap ends. */
 interface CachedSource {
-  version: number;
+  version: string;
   /** A secret in its rotation overlap stops verifying at its expiry: rebuild then. */
   validUntil: number;
   verifier: Verifier;
@@ -60,6 +60,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     idOf: (source) => source.id,
     maxEntries: 10_000,
     maxAgeMs: 5_000,
+    log: deps.log,
   });
   const cache = new Map<string, CachedSource>();
   // Receipts that arrive together are recorded by one call, in one transaction (group commit).
@@ -71,8 +72,25 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     { maxBatch: 64, parallel: 2 },
   );
 
+  // Whatever a verifier is built from: a change to any of it (made anywhere; a change of secrets
+  // bumps updated_at) rebuilds the verifier. Worked out once per row read.
+  const versions = new WeakMap<SourceRow, string>();
+  const versionOf = (source: SourceRow): string => {
+    let version = versions.get(source);
+    if (version === undefined) {
+      version = [
+        source.updatedAt.getTime(),
+        source.scheme,
+        source.businessKey,
+        JSON.stringify(source.settings),
+      ].join('\u0000');
+      versions.set(source, version);
+    }
+    return version;
+  };
+
   async function prepared(source: SourceRow): Promise<CachedSource> {
-    const version = source.updatedAt.getTime();
+    const version = versionOf(source);
     const cached = cache.get(source.id);
     if (cached?.version === version && Date.now() < cached.validUntil) return cached;
     const secrets = await liveSourceSecrets(deps.db, source.id);
@@ -172,15 +190,12 @@ type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: b
  */
 const receiptOf = (item: IntakeItem): IntakeReceipt => ({
   sourceId: item.source.id,
-  appId: item.source.appId,
   deliveryId: item.deliveryId,
   businessKey: item.businessKey,
   bodySha256: item.bodySha256,
   idempotencyKey: `intake:${item.source.id}:${item.businessKey}`,
   requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
-  eventType: item.source.eventType,
   payload: item.payload,
-  retentionDays: item.source.retentionDays,
   actor: `source:${item.source.id}`,
 });
 
