@@ -1,7 +1,8 @@
-// The server adapter: a pg Pool shared by every query, plus one dedicated connection per LISTEN
-// channel that reconnects by itself.
+// The server adapter: a pg Pool shared by every query, plus one dedicated connection for every
+// LISTEN channel (pg-listener.ts).
 
 import pg from 'pg';
+import { createPgListener } from './pg-listener.ts';
 import type { Db, Transaction } from './port.ts';
 import { preparingQueryable } from './port.ts';
 
@@ -30,7 +31,11 @@ export function createPgDb(options: PgDbOptions): Db {
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
-  const listeners = new Set<() => Promise<void>>();
+  const listener = createPgListener({
+    clientConfig,
+    onState: options.onListenState,
+    retryMaxMs: LISTEN_RETRY_MAX_MS,
+  });
 
   return {
     kind: 'pg',
@@ -61,57 +66,9 @@ export function createPgDb(options: PgDbOptions): Db {
         client.release(isConnectionError(broken) ? broken : undefined);
       }
     },
-    async listen(channel, onNotify) {
-      let client: pg.Client | null = null;
-      let closed = false;
-      let retryMs = 100;
-
-      const connect = async (): Promise<void> => {
-        const next = new pg.Client(clientConfig);
-        next.on('notification', (n) => {
-          if (n.channel === channel) onNotify(n.payload ?? '');
-        });
-        next.on('error', (error) => reconnect(next, error));
-        next.on('end', () => reconnect(next));
-        await next.connect();
-        await next.query(`listen ${pg.escapeIdentifier(channel)}`);
-        client = next;
-      };
-
-      const reconnect = (lost: pg.Client, error?: Error) => {
-        if (closed || client !== lost) return;
-        client = null;
-        options.onListenState?.('lost', error);
-        void lost.end().catch(() => {});
-        const attempt = () => {
-          if (closed) return;
-          connect().then(
-            () => {
-              retryMs = 100;
-              options.onListenState?.('restored');
-              // Notifications sent while we were away are gone: wake the listener once.
-              onNotify('');
-            },
-            () => {
-              retryMs = Math.min(retryMs * 2, LISTEN_RETRY_MAX_MS);
-              setTimeout(attempt, retryMs).unref();
-            },
-          );
-        };
-        setTimeout(attempt, retryMs).unref();
-      };
-
-      await connect();
-      const stop = async () => {
-        closed = true;
-        listeners.delete(stop);
-        await (client as pg.Client | null)?.end().catch(() => {});
-      };
-      listeners.add(stop);
-      return stop;
-    },
+    listen: (channel, onNotify) => listener.listen(channel, onNotify),
     async close() {
-      await Promise.all([...listeners].map((stop) => stop()));
+      await listener.close();
       await pool.end();
     },
   };

@@ -1,0 +1,98 @@
+// One LISTEN connection per process carries every channel (the workers' wake-up, an API's app
+// and source changes): it delivers each channel's notifications to that channel's handlers only,
+// comes back by itself when the connection is killed (every handler then hears '' once, as
+// notifications sent meanwhile are lost), and lets go of its connection once nothing listens.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { createPgDb } from '../src/db/pg-pool.ts';
+import type { Db } from '../src/db/port.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { waitFor } from './support/wait.ts';
+
+let database: TestDatabase;
+let db: Db;
+const states: string[] = [];
+
+before(async () => {
+  database = await freshDatabase('pg_listener');
+  db = createPgDb({
+    connectionString: database.url,
+    max: 2,
+    applicationName: 'listener-under-test',
+    onListenState: (state) => states.push(state),
+  });
+});
+after(async () => {
+  await db.close();
+  await database.drop();
+});
+
+/** Backends of the db under test that hold a LISTEN (idle, their last statement a LISTEN). */
+async function listeningBackends(): Promise<number[]> {
+  const { rows } = await database.db.query<{ pid: number }>(
+    `select pid from pg_stat_activity
+      where datname = current_database() and application_name = 'listener-under-test'
+        and query ilike 'listen %'`,
+  );
+  return rows.map((r) => r.pid);
+}
+
+const notify = (channel: string, payload: string) =>
+  database.db.query('select pg_notify($1, $2)', [channel, payload]);
+
+test('one connection for every channel; each handler hears its own channel', async () => {
+  const heard: Record<string, string[]> = { a: [], b: [] };
+  const stopA = await db.listen('chan_a', (p) => heard['a']!.push(p));
+  const stopB = await db.listen('chan_b', (p) => heard['b']!.push(p));
+  try {
+    assert.equal((await listeningBackends()).length, 1, 'both channels share one connection');
+    await notify('chan_a', 'one');
+    await notify('chan_b', 'two');
+    await waitFor('both notifications', () => heard['a']!.length === 1 && heard['b']!.length === 1, 5000);
+    assert.deepEqual(heard, { a: ['one'], b: ['two'] });
+
+    // Letting go of one channel leaves the other on the same connection.
+    await stopA();
+    await notify('chan_a', 'unheard');
+    await notify('chan_b', 'three');
+    await waitFor('the second notification on b', () => heard['b']!.length === 2, 5000);
+    assert.deepEqual(heard, { a: ['one'], b: ['two', 'three'] });
+  } finally {
+    await stopA();
+    await stopB();
+  }
+  await waitFor(
+    'the connection to be let go once nothing listens',
+    async () => (await listeningBackends()).length === 0,
+    5000,
+  );
+});
+
+test('a killed connection comes back by itself; every handler hears an empty payload once', async () => {
+  const heard: Record<string, string[]> = { a: [], b: [] };
+  const stopA = await db.listen('chan_a', (p) => heard['a']!.push(p));
+  const stopB = await db.listen('chan_b', (p) => heard['b']!.push(p));
+  try {
+    const [pid] = await listeningBackends();
+    assert.ok(pid, 'a listening backend');
+    states.length = 0;
+    await database.db.query('select pg_terminate_backend($1)', [pid]);
+    await waitFor('the listener to be restored', () => states.includes('restored'), 10_000);
+    assert.deepEqual(states, ['lost', 'restored']);
+    assert.deepEqual(heard, { a: [''], b: [''] }, 'each handler was told to catch up, once');
+
+    const [again] = await listeningBackends();
+    assert.ok(again && again !== pid, 'a new connection listens');
+    await notify('chan_a', 'after');
+    await notify('chan_b', 'after');
+    await waitFor(
+      'notifications on the new connection',
+      () => heard['a']!.length === 2 && heard['b']!.length === 2,
+      5000,
+    );
+  } finally {
+    await stopA();
+    await stopB();
+  }
+});
