@@ -61,6 +61,8 @@ function toHeraldError(error: FastifyError | Error): HeraldError {
   switch (fastifyCode as string | undefined) {
     case '23505': // unique_violation: e.g. two creators racing on one uid
       return new HeraldError('conflict', 'this conflicts with an existing object');
+    case '23503': // foreign_key_violation: what the request names was deleted while it ran
+      return new HeraldError('not_found', 'an object this request names no longer exists');
     case '22021': // a text value with U+0000 (character_not_in_repertoire)
     case '22P05': // the same inside jsonb (untranslatable_character)
       return new HeraldError('validation', 'a text value contains a NUL character, which cannot be stored');
