@@ -85,6 +85,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let recording = 0;
   const attempts = new Set<Promise<void>>();
   let cursor = '';
+  /** The last claim was full, or a wake-up found no free slot: due work may be waiting. */
+  let mayHaveMore = true;
   let lastRetention = 0;
 
   // A wake-up that arrives while a round is running (a NOTIFY, a finished attempt) must not be
@@ -132,7 +134,8 @@ export function createWorker(options: WorkerOptions): Worker {
       if (!slotHeld) return;
       slotHeld = false;
       inFlight--;
-      nudge();
+      // A freed slot is worth a claim only when work may be waiting for one.
+      if (mayHaveMore) nudge();
     };
     try {
       // A worker that was stalled (GC, SIGSTOP, a slow host) after its claim may find its lease
@@ -237,9 +240,15 @@ export function createWorker(options: WorkerOptions): Worker {
     // takes a slot, so a slow database slows the claims instead of piling up results in memory.
     const free = options.concurrency - inFlight - Math.max(0, recording - options.concurrency);
     // A claim costs a round trip and a commit whatever its size: while requests are in flight,
-    // wait until a quarter of the slots are free and claim for all of them at once.
-    if (free <= 0 || (inFlight > 0 && free < minClaim)) return 0;
+    // wait until a quarter of the slots are free and claim for all of them at once. Woken without
+    // claiming, the worker keeps in mind that work may be waiting for its slots.
+    if (free <= 0 || (inFlight > 0 && free < minClaim)) {
+      mayHaveMore = true;
+      return 0;
+    }
     const claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
+    // A full batch suggests more due work; a partial one took everything due and free.
+    mayHaveMore = claimed.length === free;
     if (claimed.length === 0) {
       cursor = '';
       return 0;
@@ -276,8 +285,10 @@ export function createWorker(options: WorkerOptions): Worker {
       }
       if (!running) break;
       // A full batch suggests more due work: go again at once. Otherwise wait for a wake-up
-      // (publish NOTIFY, a freed slot) or the poll interval, backing off while the database fails.
-      if (claimed > 0 && inFlight < options.concurrency && recording < options.concurrency) continue;
+      // (publish NOTIFY, a freed slot, a finished outcome) or the poll interval, backing off
+      // while the database fails.
+      if (claimed > 0 && mayHaveMore && inFlight < options.concurrency && recording < options.concurrency)
+        continue;
       await idle(
         failures > 0 ? Math.min(options.pollIntervalMs * 2 ** failures, 30_000) : options.pollIntervalMs,
       );
