@@ -28,6 +28,19 @@ export interface ClaimedDelivery {
   businessKey: string | null;
 }
 
+const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
+  lease_expires_at as "leaseExpiresAt", app_id as "appId", message_id as "messageId",
+  endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
+  secret_version as "secretVersion", idempotent, client_error_policy as "clientErrorPolicy",
+  event_type as "eventType", payload, message_created_at as "messageCreatedAt", business_key as "businessKey"`;
+
+/** What a claim asks for: up to `batch` deliveries, round-robin after the endpoint `afterEndpoint`. */
+export interface ClaimRequest {
+  batch: number;
+  leaseSeconds: number;
+  afterEndpoint: string;
+}
+
 export async function claimDeliveries(
   db: Queryable,
   batch: number,
@@ -35,13 +48,7 @@ export async function claimDeliveries(
   afterEndpoint: string,
 ): Promise<ClaimedDelivery[]> {
   const result = await db.query<ClaimedDelivery>(
-    `select delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
-            lease_expires_at as "leaseExpiresAt", app_id as "appId", message_id as "messageId",
-            endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
-            secret_version as "secretVersion", idempotent,
-            client_error_policy as "clientErrorPolicy", event_type as "eventType", payload,
-            message_created_at as "messageCreatedAt", business_key as "businessKey"
-       from herald_claim($1, make_interval(secs => $2), $3)`,
+    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3)`,
     [batch, leaseSeconds, afterEndpoint],
     'claim_deliveries',
   );
@@ -75,6 +82,44 @@ export async function recordOutcomes(
   results: readonly AttemptResult[],
   disableAfter: number,
 ): Promise<RecordedOutcome[]> {
+  const result = await db.query<RecordedOutcome>(
+    `select delivery_id as "deliveryId", recorded, endpoint_disabled as "endpointDisabled"
+       from herald_record_outcomes($1::jsonb, $2)`,
+    [outcomeItems(results), disableAfter],
+    'record_outcomes',
+  );
+  return result.rows;
+}
+
+/**
+ * recordOutcomes, then claimDeliveries, in one call and one commit (herald_record_and_claim,
+ * migrations/0007): the endpoints the outcomes free can be claimed again at once.
+ */
+export async function recordOutcomesAndClaim(
+  db: Queryable,
+  results: readonly AttemptResult[],
+  disableAfter: number,
+  claim: ClaimRequest,
+): Promise<{ recorded: RecordedOutcome[]; claimed: ClaimedDelivery[] }> {
+  const result = await db.query<
+    ClaimedDelivery & { recordedDeliveryId: string | null; recorded: boolean; endpointDisabled: boolean }
+  >(
+    `select recorded_delivery_id as "recordedDeliveryId", recorded, endpoint_disabled as "endpointDisabled",
+            ${CLAIM_COLUMNS}
+       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5)`,
+    [outcomeItems(results), disableAfter, claim.batch, claim.leaseSeconds, claim.afterEndpoint],
+    'record_and_claim',
+  );
+  const recorded: RecordedOutcome[] = [];
+  const claimed: ClaimedDelivery[] = [];
+  for (const { recordedDeliveryId, recorded: wasRecorded, endpointDisabled, ...row } of result.rows) {
+    if (recordedDeliveryId === null) claimed.push(row);
+    else recorded.push({ deliveryId: recordedDeliveryId, recorded: wasRecorded, endpointDisabled });
+  }
+  return { recorded, claimed };
+}
+
+function outcomeItems(results: readonly AttemptResult[]): string {
   const items = results.map((r) => ({
     delivery_id: r.deliveryId,
     lease_token: r.leaseToken,
@@ -87,13 +132,7 @@ export async function recordOutcomes(
     disable_endpoint: r.disableEndpoint,
     credentials_rejected: r.credentialsRejected,
   }));
-  const result = await db.query<RecordedOutcome>(
-    `select delivery_id as "deliveryId", recorded, endpoint_disabled as "endpointDisabled"
-       from herald_record_outcomes($1::jsonb, $2)`,
-    [JSON.stringify(items), disableAfter],
-    'record_outcomes',
-  );
-  return result.rows;
+  return JSON.stringify(items);
 }
 
 /** Gives back a lease whose attempt was never sent; false when recovery took it already. */

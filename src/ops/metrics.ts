@@ -20,7 +20,7 @@ export interface AttemptSample {
   durationMs: number;
 }
 
-export type NotSentReason = 'lease_short' | 'origin_congested';
+export type NotSentReason = 'lease_short' | 'origin_congested' | 'stopping';
 
 export interface Metrics {
   readonly registry: Registry;

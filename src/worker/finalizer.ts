@@ -5,13 +5,20 @@
 // lease is no longer held is simply not applied.
 
 import type { Logger } from 'pino';
-import { type AttemptResult, type RecordedOutcome, recordOutcomes } from '../db/deliveries.ts';
+import {
+  type AttemptResult,
+  type ClaimedDelivery,
+  type ClaimRequest,
+  type RecordedOutcome,
+  recordOutcomes,
+  recordOutcomesAndClaim,
+} from '../db/deliveries.ts';
 import type { Db, Queryable } from '../db/port.ts';
 
 export interface PendingResult {
   result: AttemptResult;
   leaseExpiresAt: Date;
-  done: (recorded: RecordedOutcome | null) => void;
+  done: (recorded: Recorded) => void;
 }
 
 export interface FinalizerOptions {
@@ -25,10 +32,32 @@ export interface FinalizerOptions {
    * commits with them or not at all. Without it the write stays one autocommit statement.
    */
   afterRecord?: (tx: Queryable, results: AttemptResult[], recorded: RecordedOutcome[]) => Promise<void>;
+  /**
+   * Claims with each outcome write (not with `afterRecord`): the write that frees endpoints claims
+   * their next deliveries in the same call and commit.
+   */
+  claimAlong?: ClaimAlong;
+}
+
+/** The worker's side of claiming with an outcome write. */
+export interface ClaimAlong {
+  /** What to claim with the next write, its slots reserved until `claimed` or `released`; null: nothing. */
+  reserve(): ClaimRequest | null;
+  /** The write committed with these claims (`request.batch` of them at most). */
+  claimed(request: ClaimRequest, claimed: ClaimedDelivery[]): void;
+  /** The write failed: nothing was claimed. */
+  released(request: ClaimRequest): void;
+}
+
+export interface Recorded {
+  /** null: not written within the lease (lease recovery will mark the attempt unknown). */
+  outcome: RecordedOutcome | null;
+  /** The write that recorded it claimed along: the endpoint it freed was considered at once. */
+  claimedAlong: boolean;
 }
 
 export interface Finalizer {
-  record(result: AttemptResult, leaseExpiresAt: Date): Promise<RecordedOutcome | null>;
+  record(result: AttemptResult, leaseExpiresAt: Date): Promise<Recorded>;
   /** Resolves once everything handed over so far is written or given up. */
   drain(): Promise<void>;
 }
@@ -48,13 +77,13 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
       try {
         const results = live.map((p) => p.result);
         const { afterRecord } = options;
-        const recorded = afterRecord
+        const { recorded, claimedAlong } = afterRecord
           ? await options.db.transaction(async (tx) => {
               const rows = await recordOutcomes(tx, results, options.disableAfter);
               await afterRecord(tx, results, rows);
-              return rows;
+              return { recorded: rows, claimedAlong: false };
             })
-          : await recordOutcomes(options.db, results, options.disableAfter);
+          : await recordAndClaim(results);
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {
           const outcome = byDelivery.get(p.result.deliveryId) ?? null;
@@ -64,7 +93,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
               'lease lost before the outcome was recorded; result discarded',
             );
           }
-          p.done(outcome);
+          p.done({ outcome, claimedAlong });
         }
         return;
       } catch (error) {
@@ -76,7 +105,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
             { deliveryId: p.result.deliveryId, outcome: p.result.outcome, err: (error as Error).message },
             'could not record the outcome within the lease; lease recovery will mark the attempt unknown',
           );
-          p.done(null);
+          p.done({ outcome: null, claimedAlong: false });
         }
         live = live.filter((p) => !expired.includes(p));
         if (live.length === 0) return;
@@ -88,6 +117,28 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
       }
     }
+  }
+
+  async function recordAndClaim(
+    results: AttemptResult[],
+  ): Promise<{ recorded: RecordedOutcome[]; claimedAlong: boolean }> {
+    const along = options.claimAlong;
+    const request = along?.reserve() ?? null;
+    if (!along || request === null) {
+      return {
+        recorded: await recordOutcomes(options.db, results, options.disableAfter),
+        claimedAlong: false,
+      };
+    }
+    let written: Awaited<ReturnType<typeof recordOutcomesAndClaim>>;
+    try {
+      written = await recordOutcomesAndClaim(options.db, results, options.disableAfter, request);
+    } catch (error) {
+      along.released(request);
+      throw error;
+    }
+    along.claimed(request, written.claimed);
+    return { recorded: written.recorded, claimedAlong: true };
   }
 
   async function pump(): Promise<void> {

@@ -67,6 +67,40 @@ export function createWorker(options: WorkerOptions): Worker {
     log,
     onRetry: () => metrics?.finalizationRetried(),
     afterRecord: options.afterRecord,
+    // An outcome write frees endpoints: it claims for the free slots in the same call and commit.
+    claimAlong: {
+      reserve() {
+        if (!running) return null;
+        const free = claimable();
+        if (free === 0) {
+          mayHaveMore = true;
+          return null;
+        }
+        inFlight += free;
+        return { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor };
+      },
+      claimed(request, claimed) {
+        inFlight -= request.batch;
+        mayHaveMore = claimed.length === request.batch;
+        if (running) {
+          const started = dispatch(claimed).catch((error: Error) =>
+            log.error({ err: error.message }, 'claimed deliveries could not be started'),
+          );
+          dispatching.add(started);
+          void started.finally(() => dispatching.delete(started));
+          return;
+        }
+        // The worker began stopping while this write ran: what it claimed is given back unsent.
+        for (const claim of claimed) {
+          const given = giveBack(claim, 'stopping', {}, 'claimed while stopping; given back unsent');
+          givingBack.add(given);
+          void given.finally(() => givingBack.delete(given));
+        }
+      },
+      released(request) {
+        inFlight -= request.batch;
+      },
+    },
   });
   const maxAttempts = attemptsPerCycle(options.policy);
   const minClaim = Math.max(1, Math.floor(options.concurrency / 4));
@@ -84,6 +118,10 @@ export function createWorker(options: WorkerOptions): Worker {
   /** Attempts whose request is done and whose outcome is being written. */
   let recording = 0;
   const attempts = new Set<Promise<void>>();
+  /** Leases claimed while stopping, being given back. */
+  const givingBack = new Set<Promise<void>>();
+  /** Claims made with an outcome write, whose attempts are being started. */
+  const dispatching = new Set<Promise<void>>();
   let cursor = '';
   /** The last claim was full, or a wake-up found no free slot: due work may be waiting. */
   let mayHaveMore = true;
@@ -130,6 +168,7 @@ export function createWorker(options: WorkerOptions): Worker {
     // outcome is written meanwhile (group commit). The endpoint stays busy until then — its
     // delivery is `sending` — so the freed slot goes to another endpoint.
     let slotHeld = true;
+    let claimedAlong = false;
     const releaseSlot = () => {
       if (!slotHeld) return;
       slotHeld = false;
@@ -170,7 +209,7 @@ export function createWorker(options: WorkerOptions): Worker {
       recording++;
       let recorded: RecordedOutcome | null;
       try {
-        recorded = await finalizer.record(result, claim.leaseExpiresAt);
+        ({ outcome: recorded, claimedAlong } = await finalizer.record(result, claim.leaseExpiresAt));
       } finally {
         recording--;
       }
@@ -191,7 +230,10 @@ export function createWorker(options: WorkerOptions): Worker {
       log.error({ deliveryId: claim.deliveryId, err: (error as Error).message }, 'attempt crashed');
     } finally {
       releaseSlot();
-      nudge();
+      // The endpoint is free again. The write that recorded its outcome claimed along — its next
+      // delivery among what it considered — unless it could not (operational webhooks share that
+      // transaction; no free slot): then a claim round takes it.
+      if (!claimedAlong || mayHaveMore) nudge();
     }
   }
 
@@ -235,23 +277,45 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
-  async function round(): Promise<number> {
-    // Outcomes waiting for their write may number up to `concurrency` for free; beyond that each
-    // takes a slot, so a slow database slows the claims instead of piling up results in memory.
+  /**
+   * How many deliveries a claim should ask for now; 0: none. Outcomes waiting for their write may
+   * number up to `concurrency` for free; beyond that each takes a slot, so a slow database slows
+   * the claims instead of piling up results in memory. A claim costs a round trip and a commit
+   * whatever its size: while requests are in flight, it waits until a quarter of the slots are
+   * free and claims for all of them at once.
+   */
+  function claimable(): number {
     const free = options.concurrency - inFlight - Math.max(0, recording - options.concurrency);
-    // A claim costs a round trip and a commit whatever its size: while requests are in flight,
-    // wait until a quarter of the slots are free and claim for all of them at once. Woken without
-    // claiming, the worker keeps in mind that work may be waiting for its slots.
-    if (free <= 0 || (inFlight > 0 && free < minClaim)) {
+    return free <= 0 || (inFlight > 0 && free < minClaim) ? 0 : free;
+  }
+
+  async function round(): Promise<number> {
+    const free = claimable();
+    if (free === 0) {
+      // Woken without claiming: work may be waiting for a slot.
       mayHaveMore = true;
       return 0;
     }
-    const claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
+    // The slots stay reserved while the claim runs: an outcome write claiming along must not
+    // count them as free.
+    inFlight += free;
+    let claimed: ClaimedDelivery[];
+    try {
+      claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
+    } finally {
+      inFlight -= free;
+    }
     // A full batch suggests more due work; a partial one took everything due and free.
     mayHaveMore = claimed.length === free;
+    await dispatch(claimed);
+    return claimed.length;
+  }
+
+  /** Starts the attempts of claimed deliveries; the round robin continues after the last one. */
+  async function dispatch(claimed: ClaimedDelivery[]): Promise<void> {
     if (claimed.length === 0) {
       cursor = '';
-      return 0;
+      return;
     }
     cursor = claimed.at(-1)!.endpointId;
     inFlight += claimed.length;
@@ -269,7 +333,6 @@ export function createWorker(options: WorkerOptions): Worker {
       attempts.add(attempt);
       void attempt.finally(() => attempts.delete(attempt));
     }
-    return claimed.length;
   }
 
   async function run(): Promise<void> {
@@ -318,11 +381,14 @@ export function createWorker(options: WorkerOptions): Worker {
       await loop;
       await maintenanceLoop;
       await unlisten?.();
+      // Attempts that an outcome write claimed just before the stop are under way too.
+      await Promise.all(dispatching);
       const grace = new Promise<'timeout'>((resolve) => setTimeout(resolve, graceMs, 'timeout').unref());
       if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
         log.warn({ inFlight }, 'stopping with attempts in flight; their leases will be recovered');
       }
       await finalizer.drain();
+      await Promise.all(givingBack);
     },
   };
 }
