@@ -14,8 +14,9 @@ let t: TestHerald;
 let receiver: Receiver;
 
 before(async () => {
-  // No worker yet: the backlog is in place before the first claim.
-  t = await startTestHerald('claim_along', { worker: false });
+  // No worker yet: the backlog is in place before the first claim. Polling every minute: after
+  // the first claim, only the outcome writes claim (a poll round could take a link of the chain).
+  t = await startTestHerald('claim_along', { worker: false, env: { HERALD_POLL_INTERVAL_MS: '60000' } });
   receiver = await startReceiver();
 });
 after(async () => {

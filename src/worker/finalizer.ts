@@ -1,8 +1,10 @@
 // Records attempt outcomes. Results that arrive while a write is under way are written together
 // in the next one (group commit), so a busy worker spends one round trip per batch, not per
-// attempt. A write that fails (database down, connection cut) is retried with backoff for as long
-// as the results' leases last; fencing makes a repeated write harmless, because an item whose
-// lease is no longer held is simply not applied.
+// attempt; the first try of each write also claims the next deliveries for the worker (claim
+// along). A write that fails (database down, connection cut) is retried with backoff for as long
+// as the results' leases last, recording only: fencing makes a repeated outcome write harmless,
+// because an item whose lease is no longer held is simply not applied, and a claim that failed —
+// or may have committed unseen — is not repeated behind the worker's back.
 
 import type { Logger } from 'pino';
 import {
@@ -73,7 +75,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
   async function writeWithRetry(batch: PendingResult[]): Promise<void> {
     let backoff = FIRST_BACKOFF_MS;
     let live = batch;
-    for (;;) {
+    for (let firstTry = true; ; firstTry = false) {
       try {
         const results = live.map((p) => p.result);
         const { afterRecord } = options;
@@ -83,7 +85,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
               await afterRecord(tx, results, rows);
               return { recorded: rows, claimedAlong: false };
             })
-          : await recordAndClaim(results);
+          : await recordAndClaim(results, firstTry);
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {
           const outcome = byDelivery.get(p.result.deliveryId) ?? null;
@@ -121,8 +123,9 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
 
   async function recordAndClaim(
     results: AttemptResult[],
+    claiming: boolean,
   ): Promise<{ recorded: RecordedOutcome[]; claimedAlong: boolean }> {
-    const along = options.claimAlong;
+    const along = claiming ? options.claimAlong : undefined;
     const request = along?.reserve() ?? null;
     if (!along || request === null) {
       return {

@@ -1,6 +1,7 @@
 // The delivery worker: claim due deliveries in batches (one short transaction), run each attempt
-// with no transaction open, and hand the outcome to the finalizer (another short transaction).
-// It wakes on NOTIFY from publishers, falls back to polling, and recovers expired leases.
+// with no transaction open, and hand the outcome to the finalizer (another short transaction,
+// which also claims the deliveries that the outcomes let go next). It wakes on NOTIFY from
+// publishers, falls back to polling, and recovers expired leases.
 
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
@@ -51,7 +52,10 @@ export interface Worker {
   start(): Promise<void>;
   /** Stops claiming, waits up to `graceMs` for attempts in flight, then returns. */
   stop(graceMs?: number): Promise<void>;
-  /** Attempts claimed whose response is not in yet (their outcomes are written afterwards). */
+  /**
+   * Attempts claimed whose response is not in yet (their outcomes are written afterwards), and
+   * slots reserved by a claim under way.
+   */
   readonly inFlight: number;
 }
 
@@ -73,15 +77,21 @@ export function createWorker(options: WorkerOptions): Worker {
         if (!running) return null;
         const free = claimable();
         if (free === 0) {
-          mayHaveMore = true;
+          refused();
           return null;
         }
         inFlight += free;
-        return { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor };
+        const request = { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor };
+        refusalsBefore.set(request, refusals);
+        return request;
       },
       claimed(request, claimed) {
         inFlight -= request.batch;
-        mayHaveMore = claimed.length === request.batch;
+        const refusedMeanwhile = refusalsBefore.get(request) !== refusals;
+        refusalsBefore.delete(request);
+        // A wake-up refused while this claim held the slots was not answered by it.
+        mayHaveMore = claimed.length === request.batch || refusedMeanwhile;
+        if (refusedMeanwhile) nudge();
         if (running) {
           const started = dispatch(claimed).catch((error: Error) =>
             log.error({ err: error.message }, 'claimed deliveries could not be started'),
@@ -92,13 +102,21 @@ export function createWorker(options: WorkerOptions): Worker {
         }
         // The worker began stopping while this write ran: what it claimed is given back unsent.
         for (const claim of claimed) {
-          const given = giveBack(claim, 'stopping', {}, 'claimed while stopping; given back unsent');
+          const given = giveBack(claim, 'stopping', {}, 'claimed while stopping; given back unsent').catch(
+            (error: Error) =>
+              log.error(
+                { deliveryId: claim.deliveryId, err: error.message },
+                'could not give back a lease claimed while stopping; lease recovery will',
+              ),
+          );
           givingBack.add(given);
           void given.finally(() => givingBack.delete(given));
         }
       },
       released(request) {
         inFlight -= request.batch;
+        if (refusalsBefore.get(request) !== refusals) nudge();
+        refusalsBefore.delete(request);
       },
     },
   });
@@ -125,6 +143,13 @@ export function createWorker(options: WorkerOptions): Worker {
   let cursor = '';
   /** The last claim was full, or a wake-up found no free slot: due work may be waiting. */
   let mayHaveMore = true;
+  /** Wake-ups that found no free slot; a claim under way when one came must not clear `mayHaveMore`. */
+  let refusals = 0;
+  const refusalsBefore = new WeakMap<object, number>();
+  const refused = () => {
+    refusals++;
+    mayHaveMore = true;
+  };
   let lastRetention = 0;
 
   // A wake-up that arrives while a round is running (a NOTIFY, a finished attempt) must not be
@@ -230,9 +255,9 @@ export function createWorker(options: WorkerOptions): Worker {
       log.error({ deliveryId: claim.deliveryId, err: (error as Error).message }, 'attempt crashed');
     } finally {
       releaseSlot();
-      // The endpoint is free again. The write that recorded its outcome claimed along — its next
-      // delivery among what it considered — unless it could not (operational webhooks share that
-      // transaction; no free slot): then a claim round takes it.
+      // The endpoint is free again. The write that recorded its outcome claimed along, after the
+      // outcome and on a snapshot that sees it, unless it could not (operational webhooks share
+      // that transaction; no free slot; a retried write): then a claim round takes it.
       if (!claimedAlong || mayHaveMore) nudge();
     }
   }
@@ -293,20 +318,22 @@ export function createWorker(options: WorkerOptions): Worker {
     const free = claimable();
     if (free === 0) {
       // Woken without claiming: work may be waiting for a slot.
-      mayHaveMore = true;
+      refused();
       return 0;
     }
     // The slots stay reserved while the claim runs: an outcome write claiming along must not
     // count them as free.
     inFlight += free;
+    const before = refusals;
     let claimed: ClaimedDelivery[];
     try {
       claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
     } finally {
       inFlight -= free;
     }
-    // A full batch suggests more due work; a partial one took everything due and free.
-    mayHaveMore = claimed.length === free;
+    // A full batch suggests more due work; a partial one took everything due and free — unless a
+    // wake-up found no free slot meanwhile.
+    mayHaveMore = claimed.length === free || refusals !== before;
     await dispatch(claimed);
     return claimed.length;
   }
