@@ -7,7 +7,7 @@ import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { loadMasterKeys } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
-import { APP_CHANGED_CHANNEL, type AppRow, findApp } from './db/apps.ts';
+import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
 import { coalesced, createGroupCommit } from './db/group-commit.ts';
 import { wakeWorkers } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
@@ -16,13 +16,7 @@ import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
 import { asQueryable, type Db, type ForeignQueryable } from './db/port.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
-import {
-  type AppLookup,
-  type GroupedPublish,
-  type Published,
-  publish,
-  publishGroup,
-} from './engine/publish.ts';
+import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
 import { createMetrics } from './ops/metrics.ts';
 import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks } from './ops/operator-app.ts';
@@ -129,21 +123,20 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const apps = createNotifiedCache({
     db,
     channel: APP_CHANGED_CHANNEL,
-    load: (idOrUid) => findApp(db, idOrUid),
+    load: (idsOrUids) => findApps(db, idsOrUids),
     idOf: (app) => app.id,
     maxEntries: 10_000,
     maxAgeMs: 5_000,
     log,
   });
-  const appsOf: AppLookup = async (refs) => {
-    const found = await Promise.all(refs.map(async (ref) => [ref, await apps.get(ref)] as const));
-    return new Map(found.filter((entry): entry is readonly [string, AppRow] => entry[1] !== null));
-  };
   // Two writers: one batch's statement runs while the other's commit is flushed.
-  const submitPublish = createGroupCommit((batch: GroupedPublish[]) => publishGroup(db, batch, appsOf), {
-    maxBatch: 256,
-    parallel: 2,
-  });
+  const submitPublish = createGroupCommit(
+    (batch: GroupedPublish[]) => publishGroup(db, batch, apps.getMany),
+    {
+      maxBatch: 256,
+      parallel: 2,
+    },
+  );
   const core: Core = {
     db,
     config,

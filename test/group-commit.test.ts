@@ -4,13 +4,14 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { findApps } from '../src/db/apps.ts';
 import { coalesced, createGroupCommit } from '../src/db/group-commit.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
 import { insertSource } from '../src/db/sources.ts';
 import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { seedApp, seedEndpoint } from './support/seed.ts';
+import { seedApp, seedEndpoint, seedReceipt } from './support/seed.ts';
 
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
@@ -225,16 +226,8 @@ describe('recordReceipts: a batch of receipts in one call', () => {
       businessKey: '{{delivery_id}}',
       retentionDays: null,
     });
-    const receipt = (deliveryId: string, businessKey = deliveryId) => ({
-      sourceId: source.id,
-      deliveryId,
-      businessKey,
-      bodySha256: Buffer.alloc(32, deliveryId.length),
-      idempotencyKey: `intake:${source.id}:${businessKey}`,
-      requestHash: Buffer.alloc(32, businessKey.length),
-      payload: `{"id":"${deliveryId}"}`,
-      actor: `source:${source.id}`,
-    });
+    const receipt = (deliveryId: string, businessKey = deliveryId) =>
+      seedReceipt(source.id, deliveryId, businessKey);
     const [earlier] = await recordReceipts(db, [receipt('d-old')], 90);
     assert.equal(earlier!.claimed, true);
     assert.equal(earlier!.relayed, true);
@@ -303,13 +296,17 @@ describe('publishGroup: the apps of a batch looked up together', () => {
       requestHash: null,
       retentionDays: 1,
     });
-    const outcomes = await publishGroup(db, [
-      { appRef: 'grp-a', actor: admin, messageFor },
-      { appRef: a.id, actor: admin, messageFor },
-      { appRef: 'grp-missing', actor: admin, messageFor },
-      { appRef: 'grp-a', actor: onlyB, messageFor },
-      { appRef: 'grp-b', actor: onlyB, messageFor },
-    ]);
+    const outcomes = await publishGroup(
+      db,
+      [
+        { appRef: 'grp-a', actor: admin, messageFor },
+        { appRef: a.id, actor: admin, messageFor },
+        { appRef: 'grp-missing', actor: admin, messageFor },
+        { appRef: 'grp-a', actor: onlyB, messageFor },
+        { appRef: 'grp-b', actor: onlyB, messageFor },
+      ],
+      (refs) => findApps(db, refs),
+    );
     const kinds = outcomes.map((o) => (o instanceof Error ? (o as { kind?: string }).kind : o.kind));
     assert.deepEqual(kinds, ['created', 'created', 'not_found', 'forbidden', 'created']);
     const appOf = (o: (typeof outcomes)[number]) => (o instanceof Error ? null : o.message.appId);

@@ -15,7 +15,7 @@ import { publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { insertSource } from '../src/db/sources.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { seedApp, seedEndpoint } from './support/seed.ts';
+import { seedApp, seedEndpoint, seedReceipt } from './support/seed.ts';
 
 let database: TestDatabase;
 let client: pg.Client;
@@ -123,22 +123,7 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
         actor: 'test',
       },
     ]);
-    await recordReceipts(
-      db,
-      [
-        {
-          sourceId: source.id,
-          deliveryId: `d${n % 5}`,
-          businessKey: `d${n % 5}`,
-          bodySha256: Buffer.alloc(32),
-          idempotencyKey: `intake:${source.id}:d${n % 5}`,
-          requestHash: Buffer.alloc(32),
-          payload: '{}',
-          actor: 'test',
-        },
-      ],
-      90,
-    );
+    await recordReceipts(db, [seedReceipt(source.id, `d${n % 5}`)], 90);
   };
   // Cached on nearly empty tables, new keys and repeated ones (a replay and a duplicate).
   for (let i = 0; i < 10; i++) await publishAndReceive();

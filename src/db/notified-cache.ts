@@ -20,8 +20,8 @@ export interface NotifiedCacheOptions<V> {
   db: Db;
   /** The channel the trigger announces changed ids on ('' for everything). */
   channel: string;
-  /** Reads a row by the key callers use (an id or another unique name); null when absent. */
-  load: (key: string) => Promise<V | null>;
+  /** Reads rows by the keys callers use (ids or other unique names); absent ones are left out. */
+  load: (keys: readonly string[]) => Promise<Map<string, V>>;
   /** The id a change announcement names. */
   idOf: (row: V) => string;
   maxEntries: number;
@@ -30,6 +30,8 @@ export interface NotifiedCacheOptions<V> {
 }
 
 export interface NotifiedCache<V> {
+  /** The rows of these keys; what is not cached is read in one `load`. Absent keys are left out. */
+  getMany(keys: readonly string[]): Promise<Map<string, V>>;
   get(key: string): Promise<V | null>;
   close(): Promise<void>;
 }
@@ -66,19 +68,34 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
     return (await listening) !== null;
   }
 
-  return {
-    async get(key) {
-      if (!(await heard())) return options.load(key);
+  async function getMany(keys: readonly string[]): Promise<Map<string, V>> {
+    if (!(await heard())) return options.load(keys);
+    const found = new Map<string, V>();
+    const missing: string[] = [];
+    const now = Date.now();
+    for (const key of keys) {
       const cached = entries.get(key);
-      if (cached && Date.now() < cached.until) return cached.row;
-      const seen = generation;
-      const row = await options.load(key);
-      // Absent rows are not cached: a caller may name anything, and an absent row costs a query.
-      if (row !== null && seen === generation && !closed) {
-        if (entries.size >= options.maxEntries) entries.clear();
-        entries.set(key, { row, until: Date.now() + options.maxAgeMs });
-      }
-      return row;
+      if (cached && now < cached.until) found.set(key, cached.row);
+      else missing.push(key);
+    }
+    if (missing.length === 0) return found;
+    const seen = generation;
+    const loaded = await options.load(missing);
+    // Absent rows are not cached: a caller may name anything, and an absent row costs a query.
+    const fresh = seen === generation && !closed;
+    for (const [key, row] of loaded) {
+      found.set(key, row);
+      if (!fresh) continue;
+      if (entries.size >= options.maxEntries) entries.clear();
+      entries.set(key, { row, until: Date.now() + options.maxAgeMs });
+    }
+    return found;
+  }
+
+  return {
+    getMany,
+    async get(key) {
+      return (await getMany([key])).get(key) ?? null;
     },
     async close() {
       closed = true;

@@ -95,7 +95,7 @@ export type AppLookup = (idsOrUids: readonly string[]) => Promise<Map<string, Ap
 export async function publishGroup(
   db: Queryable,
   batch: GroupedPublish[],
-  appsOf: AppLookup = (refs) => findApps(db, refs),
+  appsOf: AppLookup,
 ): Promise<(PublishResult | Error)[]> {
   const apps = await appsOf([...new Set(batch.map((p) => p.appRef))]);
   const outcomes: (PublishResult | Error)[] = new Array(batch.length);

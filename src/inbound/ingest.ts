@@ -56,7 +56,11 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   const sources = createNotifiedCache({
     db: deps.db,
     channel: SOURCE_CHANGED_CHANNEL,
-    load: (idOrUid) => findSource(deps.db, idOrUid),
+    // One request names one source: a read of one row.
+    load: async ([idOrUid]) => {
+      const source = await findSource(deps.db, idOrUid!);
+      return new Map(source ? [[idOrUid!, source]] : []);
+    },
     idOf: (source) => source.id,
     maxEntries: 10_000,
     maxAgeMs: 5_000,

@@ -81,14 +81,12 @@ export function createWorker(options: WorkerOptions): Worker {
           return null;
         }
         inFlight += free;
-        const request = { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor };
-        refusalsBefore.set(request, refusals);
-        return request;
+        refusalsAtReserve = refusals;
+        return { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor };
       },
       claimed(request, claimed) {
         inFlight -= request.batch;
-        const refusedMeanwhile = refusalsBefore.get(request) !== refusals;
-        refusalsBefore.delete(request);
+        const refusedMeanwhile = refusalsAtReserve !== refusals;
         // A wake-up refused while this claim held the slots was not answered by it.
         mayHaveMore = claimed.length === request.batch || refusedMeanwhile;
         if (refusedMeanwhile) nudge();
@@ -115,8 +113,7 @@ export function createWorker(options: WorkerOptions): Worker {
       },
       released(request) {
         inFlight -= request.batch;
-        if (refusalsBefore.get(request) !== refusals) nudge();
-        refusalsBefore.delete(request);
+        if (refusalsAtReserve !== refusals) nudge();
       },
     },
   });
@@ -145,7 +142,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let mayHaveMore = true;
   /** Wake-ups that found no free slot; a claim under way when one came must not clear `mayHaveMore`. */
   let refusals = 0;
-  const refusalsBefore = new WeakMap<object, number>();
+  /** `refusals` when the outcome write under way reserved its slots (the finalizer writes one at a time). */
+  let refusalsAtReserve = 0;
   const refused = () => {
     refusals++;
     mayHaveMore = true;

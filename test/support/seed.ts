@@ -1,8 +1,11 @@
 // Rows for tests that work below the API, straight on the db modules: an app, endpoints with
-// the defaults the API would give them, and messages published through the real fan-out.
+// the defaults the API would give them, messages published through the real fan-out, and inbound
+// receipts as the ingestor hands them to recordReceipts.
 
+import crypto from 'node:crypto';
 import { type AppRow, insertApp } from '../../src/db/apps.ts';
 import { type EndpointRow, insertEndpoint } from '../../src/db/endpoints.ts';
+import type { IntakeReceipt } from '../../src/db/intake.ts';
 import { publishMessage } from '../../src/db/messages.ts';
 import type { Queryable } from '../../src/db/port.ts';
 
@@ -48,3 +51,21 @@ export async function seedMessage(db: Queryable, appId: string, payload = '{}'):
   );
   return published.message.id;
 }
+
+const sha256 = (text: string) => crypto.createHash('sha256').update(text).digest();
+
+/** A receipt of `deliveryId` on the source, carrying `businessKey` (the delivery id by default). */
+export const seedReceipt = (
+  sourceId: string,
+  deliveryId: string,
+  businessKey = deliveryId,
+): IntakeReceipt => ({
+  sourceId,
+  deliveryId,
+  businessKey,
+  bodySha256: sha256(deliveryId),
+  idempotencyKey: `intake:${sourceId}:${businessKey}`,
+  requestHash: sha256(businessKey),
+  payload: JSON.stringify({ id: deliveryId }),
+  actor: `source:${sourceId}`,
+});
