@@ -2,7 +2,7 @@
 // the library inside the caller's own transaction.
 
 import crypto from 'node:crypto';
-import { type AppRow, findApp, findApps, insertAppIfAbsent } from '../db/apps.ts';
+import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
 import { findEventType } from '../db/event-types.ts';
 import {
   type MessageRow,
