@@ -14,6 +14,9 @@ import { closedLoop } from './load.ts';
 export const ADMIN_KEY = `bench-admin-${crypto.randomBytes(12).toString('hex')}`;
 const MASTER_KEY = crypto.randomBytes(32).toString('base64');
 
+/** Leases a worker holds per connection to the receiver (herald's defaults: 64 over 8). */
+const LEASES_PER_CONNECTION = 4;
+
 /** The settings every herald of the run gets, in-process or as a `herald worker` process. */
 export function heraldEnv(databaseUrl: string, concurrency: number): Record<string, string> {
   return {
@@ -23,10 +26,13 @@ export function heraldEnv(databaseUrl: string, concurrency: number): Record<stri
     HERALD_ALLOW_PRIVATE_NETWORKS: '127.0.0.0/8',
     // The benchmark is the only client; the per-key limit (200/s by default) would cap it.
     HERALD_API_RATE_LIMIT: '0',
-    HERALD_WORKER_CONCURRENCY: String(concurrency),
-    // Every bench endpoint is on one origin (the local receiver); the peer keeps `concurrency`
-    // requests on the wire, so herald may open as many connections to it.
+    // Every bench endpoint is on one origin (the local receiver). The peer keeps `concurrency`
+    // requests on the wire and locks up to 500 more jobs ahead of them (its local queue); herald
+    // keeps as many requests on the wire (its connections to the origin) and leases ahead of
+    // them as its defaults do (64 leases over 8 connections per origin): leases wait inside
+    // herald for a connection, and each claim and outcome write carries a larger batch.
     HERALD_CONNECTIONS_PER_ORIGIN: String(concurrency),
+    HERALD_WORKER_CONCURRENCY: String(LEASES_PER_CONNECTION * concurrency),
     LOG_LEVEL: 'error',
   };
 }
