@@ -5,7 +5,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import pg from 'pg';
+import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -59,4 +60,77 @@ test("an endpoint's backlog: each outcome write leases the next delivery in its 
     // flight per endpoint still held: none started before the previous one finished.
     { attempts: 10, sameTransaction: 9, overlapping: 0 },
   );
+});
+
+test('a worker that stops while an outcome write runs gives back what that write claimed, unsent', async () => {
+  // One slot, so only the outcome write can claim the second endpoint's delivery: while the first
+  // attempt is out, a claim round finds no free slot. The first request hangs until the attempt
+  // times out; the outcome write that follows is held on a row lock, the worker is told to stop,
+  // then the lock goes: the write records the outcome and claims the other delivery in one commit,
+  // for a worker that is no longer running.
+  const s = await startTestHerald('claim_along_stop', {
+    worker: false,
+    env: {
+      HERALD_WORKER_CONCURRENCY: '1',
+      HERALD_POLL_INTERVAL_MS: '60000',
+      HERALD_ATTEMPT_TIMEOUT_MS: '500',
+    },
+  });
+  const hanging = await startReceiver((_request, n) => (n === 1 ? 'hang' : { status: 204 }));
+  const lock = new pg.Client({ connectionString: s.database.url });
+  await lock.connect();
+  try {
+    const app = await createApp(s, 'stopping');
+    const endpoints = new Map<string, string>();
+    for (const path of ['/a', '/b']) {
+      endpoints.set(path, await createEndpoint(s, app, { url: `${hanging.url}${path}` }));
+    }
+    const message = await publishVia(s, app, { eventType: 'e', payload: { n: 1 } });
+    const worker = await s.herald.startWorker();
+    const first = await waitFor('the first request', () => hanging.requests[0]);
+    const firstEndpoint = endpoints.get(first.path)!;
+    const otherEndpoint = [...endpoints.values()].find((id) => id !== firstEndpoint)!;
+    const sent = (await deliveryOf(s, message, firstEndpoint))!;
+    const other = (await deliveryOf(s, message, otherEndpoint))!;
+
+    await lock.query('begin');
+    await lock.query('select 1 from delivery where id = $1 for update', [sent.id]);
+    await waitFor('the outcome write to wait for the row lock', async () => {
+      const waiting = await s.database.db.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock'`,
+      );
+      return waiting.rows[0]!.n > 0;
+    });
+    const stopped = worker.stop(10_000);
+    await lock.query('commit');
+    await stopped;
+
+    assert.deepEqual(
+      hanging.requests.map((r) => r.path),
+      [first.path],
+      'nothing was sent after the stop began',
+    );
+    assert.equal((await attemptsOf(s, sent.id)).length, 1, 'the first attempt is recorded');
+    assert.notEqual((await attemptsOf(s, sent.id))[0]!.outcome, null, 'with its outcome');
+    // The claim committed with the outcome, then was given back: pending, its budget whole, no
+    // attempt left behind.
+    assert.deepEqual(
+      { ...(await deliveryOf(s, message, otherEndpoint))!, id: other.id },
+      { ...other, state: 'pending', attempts_in_cycle: 0, attempts_total: 0 },
+    );
+    assert.deepEqual(await attemptsOf(s, other.id), []);
+    const notSent = await s.herald.core.metrics.registry
+      .getSingleMetric('herald_attempts_not_sent_total')
+      ?.get();
+    assert.equal(
+      (notSent?.values ?? []).find((v) => v.labels['reason'] === 'stopping')?.value,
+      1,
+      'the give-back is counted as not sent, stopping',
+    );
+  } finally {
+    await lock.end();
+    await hanging.close();
+    await s.close();
+  }
 });
