@@ -8,10 +8,9 @@ import { findApps } from '../src/db/apps.ts';
 import { coalesced, createGroupCommit } from '../src/db/group-commit.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
-import { insertSource } from '../src/db/sources.ts';
 import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { seedApp, seedEndpoint, seedReceipt } from './support/seed.ts';
+import { seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
 
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
@@ -217,15 +216,7 @@ describe('recordReceipts: a batch of receipts in one call', () => {
     const db = database.db;
     const app = await seedApp(db, 'intake-batch');
     await seedEndpoint(db, app.id, 'http://127.0.0.1:1/intake');
-    const source = await insertSource(db, {
-      uid: 'intake-batch',
-      scheme: 'standard-webhooks',
-      settings: {},
-      appId: app.id,
-      eventType: 'e',
-      businessKey: '{{delivery_id}}',
-      retentionDays: null,
-    });
+    const source = await seedSource(db, app.id, 'intake-batch');
     const receipt = (deliveryId: string, businessKey = deliveryId) =>
       seedReceipt(source.id, deliveryId, businessKey);
     const [earlier] = await recordReceipts(db, [receipt('d-old')], 90);

@@ -13,9 +13,8 @@ import pg from 'pg';
 import { recordReceipts } from '../src/db/intake.ts';
 import { publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
-import { insertSource } from '../src/db/sources.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { seedApp, seedEndpoint, seedReceipt } from './support/seed.ts';
+import { seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
 
 let database: TestDatabase;
 let client: pg.Client;
@@ -97,15 +96,7 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
   const db = asQueryable(client);
   const app = await seedApp(database.db, 'plans-publish');
   await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/p');
-  const source = await insertSource(database.db, {
-    uid: 'plans-source',
-    scheme: 'standard-webhooks',
-    settings: {},
-    appId: app.id,
-    eventType: 'e',
-    businessKey: '{{delivery_id}}',
-    retentionDays: null,
-  });
+  const source = await seedSource(database.db, app.id, 'plans-source');
   let n = 0;
   const publishAndReceive = async () => {
     n++;

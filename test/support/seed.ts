@@ -1,6 +1,6 @@
 // Rows for tests that work below the API, straight on the db modules: an app, endpoints with
-// the defaults the API would give them, messages published through the real fan-out, and inbound
-// receipts as the ingestor hands them to recordReceipts.
+// the defaults the API would give them, messages published through the real fan-out, an inbound
+// source and receipts as the ingestor hands them to recordReceipts.
 
 import crypto from 'node:crypto';
 import { type AppRow, insertApp } from '../../src/db/apps.ts';
@@ -8,6 +8,7 @@ import { type EndpointRow, insertEndpoint } from '../../src/db/endpoints.ts';
 import type { IntakeReceipt } from '../../src/db/intake.ts';
 import { publishMessage } from '../../src/db/messages.ts';
 import type { Queryable } from '../../src/db/port.ts';
+import { insertSource, type SourceRow } from '../../src/db/sources.ts';
 
 export const seedApp = (db: Queryable, uid: string): Promise<AppRow> =>
   insertApp(db, { uid, name: uid, throttleRate: null, metadata: {}, retentionDays: null });
@@ -51,6 +52,18 @@ export async function seedMessage(db: Queryable, appId: string, payload = '{}'):
   );
   return published.message.id;
 }
+
+/** A standard-webhooks source relaying into the app as event type `e`, keyed by delivery id. */
+export const seedSource = (db: Queryable, appId: string, uid: string): Promise<SourceRow> =>
+  insertSource(db, {
+    uid,
+    scheme: 'standard-webhooks',
+    settings: {},
+    appId,
+    eventType: 'e',
+    businessKey: '{{delivery_id}}',
+    retentionDays: null,
+  });
 
 const sha256 = (text: string) => crypto.createHash('sha256').update(text).digest();
 
