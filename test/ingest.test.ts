@@ -389,20 +389,23 @@ describe('source changes made anywhere', () => {
       [moved],
     );
     let n = 1;
+    const routed: Array<[string | undefined, string | undefined]> = [];
     await waitFor(
       'receipts to relay under the new business key',
       async () => {
         const id = `evt_change_${++n}`;
         assert.equal((await deliver(signed(id, body), body, 'changing')).status, 204);
         const relayed = await relayedAs(id);
-        assert.deepEqual(
-          [relayed?.eventType, relayed?.appId],
-          ['ticket.after', moved],
-          'routed by the live row',
-        );
+        routed.push([relayed?.eventType, relayed?.appId]);
         return relayed?.businessKey === '31:moved';
       },
       2000, // well within the cache's 5-second age limit: only the announcement can evict in time
+    );
+    // Every receipt since the update, the first included, went where the live row says.
+    assert.deepEqual(
+      routed,
+      routed.map(() => ['ticket.after', moved]),
+      'routed by the live row',
     );
 
     await t.database.db.query(`delete from source where uid = 'changing'`);

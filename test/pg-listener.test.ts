@@ -46,7 +46,8 @@ test('one connection for every channel; each handler hears its own channel', asy
   const stopA = await db.listen('chan_a', (p) => heard['a']!.push(p));
   const stopB = await db.listen('chan_b', (p) => heard['b']!.push(p));
   try {
-    assert.equal((await listeningBackends()).length, 1, 'both channels share one connection');
+    const listening = await listeningBackends();
+    assert.equal(listening.length, 1, 'both channels share one connection');
     await notify('chan_a', 'one');
     await notify('chan_b', 'two');
     await waitFor('both notifications', () => heard['a']!.length === 1 && heard['b']!.length === 1, 5000);
@@ -58,15 +59,20 @@ test('one connection for every channel; each handler hears its own channel', asy
     await notify('chan_b', 'three');
     await waitFor('the second notification on b', () => heard['b']!.length === 2, 5000);
     assert.deepEqual(heard, { a: ['one'], b: ['two', 'three'] });
+    // The connection goes only when its last channel is let go: the backend, whatever its last
+    // statement (an UNLISTEN now), is gone.
+    await stopB();
+    await waitFor(
+      'the connection to be let go once nothing listens',
+      async () =>
+        (await database.db.query('select 1 from pg_stat_activity where pid = $1', [listening[0]])).rows
+          .length === 0,
+      5000,
+    );
   } finally {
     await stopA();
     await stopB();
   }
-  await waitFor(
-    'the connection to be let go once nothing listens',
-    async () => (await listeningBackends()).length === 0,
-    5000,
-  );
 });
 
 test('a killed connection comes back by itself; every handler hears an empty payload once', async () => {
