@@ -9,7 +9,7 @@ import pg from 'pg';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -95,13 +95,8 @@ test('a worker that stops while an outcome write runs gives back what that write
 
     await lock.query('begin');
     await lock.query('select 1 from delivery where id = $1 for update', [sent.id]);
-    await waitFor('the outcome write to wait for the row lock', async () => {
-      const waiting = await s.database.db.query<{ n: number }>(
-        `select count(*)::int as n from pg_stat_activity
-          where datname = current_database() and wait_event_type = 'Lock'`,
-      );
-      return waiting.rows[0]!.n > 0;
-    });
+    // The outcome write that claims along, not a claim round: there is no free slot for one.
+    await waitForLockWaiter(s.database.db, 'herald_record_and_claim');
     const stopped = worker.stop(10_000);
     await lock.query('commit');
     await stopped;

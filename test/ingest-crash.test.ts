@@ -13,7 +13,7 @@ import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { freePort, killAll, type StartedHerald, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
@@ -110,20 +110,7 @@ async function deliverIntoCrashMidStatement(
       () => 'answered',
       () => 'no answer',
     );
-    let backend = 0;
-    await waitFor(
-      'the recording statement to wait for the lock',
-      async () => {
-        const { rows } = await t.database.db.query<{ pid: number }>(
-          `select pid from pg_stat_activity
-            where datname = current_database() and wait_event_type = 'Lock'
-               and query like '%herald_record_receipts%'`,
-        );
-        backend = rows[0]?.pid ?? 0;
-        return backend !== 0;
-      },
-      10_000,
-    );
+    const backend = await waitForLockWaiter(t.database.db, 'herald_record_receipts');
     const exit = await api.proc.kill('SIGKILL');
     assert.equal(exit.signal, 'SIGKILL');
     assert.equal(await answered, 'no answer');

@@ -8,7 +8,7 @@ import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
@@ -219,17 +219,7 @@ describe('concurrent receipts of one delivery id or one business key', () => {
   /** Sends, waits until its statement waits for the open transaction, then lets that commit. */
   async function deliverAgainst(other: { commit(): Promise<void> }, id: string, body: string) {
     const answer = deliver(signed(id, body), body);
-    await waitFor(
-      'the receipt to wait for the concurrent transaction',
-      async () =>
-        (
-          await t.database.db.query(
-            `select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'
-               and query like '%herald_record_receipts%'`,
-          )
-        ).rows.length > 0,
-      10_000,
-    );
+    await waitForLockWaiter(t.database.db, 'herald_record_receipts');
     await other.commit();
     return answer;
   }

@@ -1,5 +1,7 @@
 // Waiting on a condition with a deadline: the only way tests wait.
 
+import type { Queryable } from '../../src/db/port.ts';
+
 export async function waitFor<T>(
   what: string,
   probe: () => Promise<T | undefined | null | false> | T | undefined | null | false,
@@ -22,4 +24,23 @@ export async function waitFor<T>(
     }
     await new Promise((resolve) => setTimeout(resolve, intervalMs));
   }
+}
+
+/**
+ * Waits until a statement of the database's (its text containing `statement`) waits for a lock,
+ * as one does behind a lock a test holds; resolves to its backend's pid.
+ */
+export function waitForLockWaiter(db: Queryable, statement: string, timeoutMs = 10_000): Promise<number> {
+  return waitFor(
+    `${statement} to wait for a lock`,
+    async () => {
+      const { rows } = await db.query<{ pid: number }>(
+        `select pid from pg_stat_activity
+          where datname = current_database() and wait_event_type = 'Lock' and query like $1`,
+        [`%${statement}%`],
+      );
+      return rows[0]?.pid;
+    },
+    timeoutMs,
+  );
 }
