@@ -127,7 +127,7 @@ describe('application changes made anywhere', () => {
     await waitFor('the deleted app to be unknown', async () => (await publishTo(app)).status === 404, 2000);
   });
 
-  test('a publish to an app deleted before its deletion was announced answers 404, not 500', async () => {
+  test('a publish to an app deleted before its deletion was announced is not found (404, not 500)', async () => {
     const app = await createApp(t, 'vanishing-app');
     await publishVia(t, 'vanishing-app', { eventType: 'e', payload: { n: 1 } });
     // The announcement is held back: the cache still has the app when the publish runs.
@@ -137,6 +137,11 @@ describe('application changes made anywhere', () => {
       const answer = await t.call('POST', '/api/v1/app/vanishing-app/msg', { eventType: 'e', payload: {} });
       assert.equal(answer.status, 404, JSON.stringify(answer.body));
       assert.equal(answer.body.code, 'not_found');
+      // The library shares the app cache: it says the same, as a HeraldError.
+      await assert.rejects(t.herald.publish('vanishing-app', { eventType: 'e', payload: {} }), {
+        name: 'HeraldError',
+        kind: 'not_found',
+      });
     } finally {
       await t.database.db.query('alter table app enable trigger app_changed');
     }

@@ -58,15 +58,12 @@ export async function publish(
   // On herald's own pool the publish joins a group commit, which also looks its app up together
   // with the others'. In a caller's transaction it runs there, and commits with the caller's work.
   // Creating a missing app (`application` in the body) is rare: it takes the one-by-one path.
-  const result =
-    db === core.db && !input.application
-      ? await core.publishGrouped({ appRef: appIdOrUid, actor, messageFor })
-      : await publishMessage(
-          db,
-          messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)),
-          actor.id,
-          { wake: options.wake ?? true },
-        );
+  const result = await (db === core.db && !input.application
+    ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor })
+    : publishMessage(db, messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)), actor.id, {
+        wake: options.wake ?? true,
+      })
+  ).catch(rethrowAppGone);
   if (result.kind === 'conflict') {
     throw new HeraldError(
       'idempotency_conflict',
@@ -116,6 +113,16 @@ export async function publishGroup(
   );
   for (const [i, { at }] of ready.entries()) outcomes[at] = published[i]!;
   return outcomes;
+}
+
+/**
+ * The app was found (in the app cache, or earlier in the caller's transaction) but deleted before
+ * the message went in: the message's foreign key says so. For every face, that is the app not
+ * found, as if the lookup had missed.
+ */
+function rethrowAppGone(error: unknown): never {
+  if ((error as { constraint?: string }).constraint === 'message_app_id_fkey') throw notFound('application');
+  throw error;
 }
 
 /** What makes two publishes "the same": everything the caller sent, in the order it sent it. */
