@@ -44,6 +44,8 @@ export async function publish(
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
   const key = options.idempotencyKey ?? null;
+  // Once per publish: a group commit that writes its items alone after a failure asks again.
+  const hash = key === null ? null : requestHash(input);
   const messageFor = (app: AppRow): NewMessage => ({
     appId: app.id,
     eventType: input.eventType,
@@ -52,7 +54,7 @@ export async function publish(
     channels: input.channels ?? null,
     tags: input.tags ?? null,
     idempotencyKey: key,
-    requestHash: key === null ? null : requestHash(input),
+    requestHash: hash,
     retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
   });
   // On herald's own pool the publish joins a group commit, which also looks its app up together
