@@ -49,13 +49,9 @@ export async function insertAppIfAbsent(db: Queryable, fields: AppFields): Promi
 /** Announces the id of every app created, changed or deleted, at commit (migration 0006). */
 export const APP_CHANGED_CHANNEL = 'herald_app_changed';
 
+/** The app whose id is `idOrUid`, else whose uid it is. */
 export async function findApp(db: Queryable, idOrUid: string): Promise<AppRow | null> {
-  const result = await db.query<AppRow>(
-    `select ${COLUMNS} from app where id = $1 or uid = $1 order by id = $1 desc limit 1`,
-    [idOrUid],
-    'find_app',
-  );
-  return result.rows[0] ?? null;
+  return (await findApps(db, [idOrUid])).get(idOrUid) ?? null;
 }
 
 /** Apps by id or uid, many at once: each reference maps to the app whose id it is, else whose uid. */
@@ -65,9 +61,11 @@ export async function findApps(db: Queryable, idsOrUids: readonly string[]): Pro
     [idsOrUids],
     'find_apps',
   );
+  const byId = new Map(result.rows.map((a) => [a.id, a]));
+  const byUid = new Map(result.rows.filter((a) => a.uid !== null).map((a) => [a.uid!, a]));
   const found = new Map<string, AppRow>();
   for (const ref of idsOrUids) {
-    const app = result.rows.find((a) => a.id === ref) ?? result.rows.find((a) => a.uid === ref);
+    const app = byId.get(ref) ?? byUid.get(ref);
     if (app) found.set(ref, app);
   }
   return found;
