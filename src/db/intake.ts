@@ -1,24 +1,21 @@
 // Intake claims (one per source × delivery id) and observations (every receipt, duplicates
 // included). Only ids, digests and timestamps: never the content.
 
+import crypto from 'node:crypto';
 import { inOrder, wellFormed } from './messages.ts';
 import type { Queryable } from './port.ts';
 
 /**
- * A receipt to record, with what its relayed message needs should it claim its delivery id (where
- * that message goes — app, event type, retention — is read from the source row in the database).
+ * A receipt to record, with the payload its relayed message carries should it claim its delivery
+ * id (where that message goes — app, event type, retention — is read from the source row in the
+ * database).
  */
 export interface IntakeReceipt {
   sourceId: string;
   deliveryId: string;
   businessKey: string;
   bodySha256: Buffer;
-  /** The relayed message's idempotency key (the business key, scoped to the source). */
-  idempotencyKey: string;
-  /** Identifies the relayed content for replays of the key: the digest of the business key. */
-  requestHash: Buffer;
   payload: string;
-  actor: string;
 }
 
 export interface RecordedReceipt {
@@ -48,10 +45,12 @@ export async function recordReceipts(
     delivery_id: r.deliveryId,
     business_key: r.businessKey,
     digest: r.bodySha256.toString('hex'),
-    idempotency_key: r.idempotencyKey,
-    request_hash: r.requestHash.toString('hex'),
+    // The business key is the relayed message's idempotency key, scoped to the source, and
+    // identifies its content: a replay of the key is the same event.
+    idempotency_key: `intake:${r.sourceId}:${r.businessKey}`,
+    request_hash: crypto.createHash('sha256').update(r.businessKey).digest('hex'),
     payload: r.payload,
-    actor: r.actor,
+    actor: `source:${r.sourceId}`,
   }));
   const result = await db.query<RecordedReceipt & { ord: number }>(
     `select ord, intake_id as "intakeId", claimed, message_id as "messageId", relayed

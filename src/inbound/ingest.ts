@@ -69,8 +69,8 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   const cache = new Map<string, CachedSource>();
   // Receipts that arrive together are recorded by one call, in one transaction (group commit).
   const submitIntake = createGroupCommit(
-    async (items: IntakeItem[]) =>
-      (await recordReceipts(deps.db, items.map(receiptOf), DEFAULT_RETENTION_DAYS)).map(
+    async (receipts: IntakeReceipt[]) =>
+      (await recordReceipts(deps.db, receipts, DEFAULT_RETENTION_DAYS)).map(
         ({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed }),
       ),
     { maxBatch: 64, parallel: 2 },
@@ -160,7 +160,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       }
       failpoint('ingest.before_claim');
       const recorded = await submitIntake({
-        source,
+        sourceId: source.id,
         deliveryId: verdict.deliveryId,
         businessKey,
         bodySha256: crypto.createHash('sha256').update(request.rawBody).digest(),
@@ -177,31 +177,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   };
 }
 
-interface IntakeItem {
-  source: SourceRow;
-  deliveryId: string;
-  businessKey: string;
-  bodySha256: Buffer;
-  /** The relayed message's payload. */
-  payload: string;
-}
-
 type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: boolean };
-
-/**
- * The receipt as recorded: the business key is the relayed message's idempotency key (scoped to
- * the source) and identifies its content, so a replay of the key is the same event.
- */
-const receiptOf = (item: IntakeItem): IntakeReceipt => ({
-  sourceId: item.source.id,
-  deliveryId: item.deliveryId,
-  businessKey: item.businessKey,
-  bodySha256: item.bodySha256,
-  idempotencyKey: `intake:${item.source.id}:${item.businessKey}`,
-  requestHash: crypto.createHash('sha256').update(item.businessKey).digest(),
-  payload: item.payload,
-  actor: `source:${item.source.id}`,
-});
 
 /**
  * The relayed message's payload: a JSON object body exactly as the provider sent it (so the

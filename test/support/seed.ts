@@ -65,8 +65,6 @@ export const seedSource = (db: Queryable, appId: string, uid: string): Promise<S
     retentionDays: null,
   });
 
-const sha256 = (text: string) => crypto.createHash('sha256').update(text).digest();
-
 /** A receipt of `deliveryId` on the source, carrying `businessKey` (the delivery id by default). */
 export const seedReceipt = (
   sourceId: string,
@@ -76,9 +74,6 @@ export const seedReceipt = (
   sourceId,
   deliveryId,
   businessKey,
-  bodySha256: sha256(deliveryId),
-  idempotencyKey: `intake:${sourceId}:${businessKey}`,
-  requestHash: sha256(businessKey),
+  bodySha256: crypto.createHash('sha256').update(deliveryId).digest(),
   payload: JSON.stringify({ id: deliveryId }),
-  actor: `source:${sourceId}`,
 });
