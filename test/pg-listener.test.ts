@@ -102,3 +102,24 @@ test('a killed connection comes back by itself; every handler hears an empty pay
     await stopB();
   }
 });
+
+test('closed while its first connection is being made: the listen fails and the connection is let go', async () => {
+  const closing = createPgDb({
+    connectionString: database.url,
+    max: 1,
+    applicationName: 'listener-closed-early',
+  });
+  const listening = closing.listen('chan_c', () => {});
+  await closing.close();
+  await assert.rejects(listening, /closed/);
+  await waitFor(
+    'no connection left open by the closed listener',
+    async () =>
+      (
+        await database.db.query(
+          `select 1 from pg_stat_activity where application_name = 'listener-closed-early'`,
+        )
+      ).rows.length === 0,
+    5000,
+  );
+});

@@ -90,9 +90,14 @@ export function createPgListener(options: PgListenerOptions): PgListener {
           connecting ??= connect().finally(() => {
             connecting = null;
           });
+          // Every listen waiting on this connect gets the same connection; a reconnect cannot run
+          // meanwhile (it starts only from a live connection that is lost).
           const next = await connecting;
-          if (!client) client = next;
-          else if (client !== next) await next.end().catch(() => {});
+          if (closed) {
+            await next.end().catch(() => {});
+            throw new Error('the listener is closed');
+          }
+          client = next;
         }
         // LISTEN twice is harmless; while reconnecting, the new connection listens on every channel.
         if (client) await client.query(`listen ${pg.escapeIdentifier(channel)}`);
