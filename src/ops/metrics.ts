@@ -50,9 +50,9 @@ interface DatabaseSnapshot {
   endpointsDisabled: number;
 }
 
-// One statement for every database gauge, so a scrape costs one round trip. The pending and
-// sending counts and the oldest due delivery use the partial indexes on state; the failed count and
-// the parked unknowns scan more, which is why they are read only when Prometheus asks.
+// One statement for every database gauge, so a scrape costs one round trip. Each count reads a
+// partial index on state (pending, sending, failed — migration 0004), never the whole history;
+// they are read only when Prometheus asks.
 // The oldest due delivery ignores disabled endpoints: their deliveries wait on purpose (they are
 // counted in herald_endpoints_disabled), and would otherwise hide a worker that falls behind.
 const SNAPSHOT_SQL = `

@@ -43,12 +43,17 @@ export interface FinalizerOptions {
 
 /** The worker's side of claiming with an outcome write. */
 export interface ClaimAlong {
-  /** What to claim with the next write, its slots reserved until `claimed` or `released`; null: nothing. */
-  reserve(): ClaimRequest | null;
+  /** Slots for the next write to claim, reserved until it settles; null: claim nothing. */
+  reserve(): ClaimReservation | null;
+}
+
+/** Slots reserved for one claim, and what becomes of them. */
+export interface ClaimReservation {
+  readonly request: ClaimRequest;
   /** The write committed with these claims (`request.batch` of them at most). */
-  claimed(request: ClaimRequest, claimed: ClaimedDelivery[]): void;
+  claimed(claimed: ClaimedDelivery[]): void;
   /** The write failed: nothing was claimed. */
-  released(request: ClaimRequest): void;
+  released(): void;
 }
 
 export interface Recorded {
@@ -125,9 +130,8 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
     results: AttemptResult[],
     claiming: boolean,
   ): Promise<{ recorded: RecordedOutcome[]; claimedAlong: boolean }> {
-    const along = claiming ? options.claimAlong : undefined;
-    const request = along?.reserve() ?? null;
-    if (!along || request === null) {
+    const reservation = claiming ? (options.claimAlong?.reserve() ?? null) : null;
+    if (reservation === null) {
       return {
         recorded: await recordOutcomes(options.db, results, options.disableAfter),
         claimedAlong: false,
@@ -135,12 +139,12 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
     }
     let written: Awaited<ReturnType<typeof recordOutcomesAndClaim>>;
     try {
-      written = await recordOutcomesAndClaim(options.db, results, options.disableAfter, request);
+      written = await recordOutcomesAndClaim(options.db, results, options.disableAfter, reservation.request);
     } catch (error) {
-      along.released(request);
+      reservation.released();
       throw error;
     }
-    along.claimed(request, written.claimed);
+    reservation.claimed(written.claimed);
     return { recorded: written.recorded, claimedAlong: true };
   }
 

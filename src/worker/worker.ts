@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import {
   type ClaimedDelivery,
+  type ClaimRequest,
   claimDeliveries,
   type RecordedOutcome,
   type RecoveredLease,
@@ -52,11 +53,6 @@ export interface Worker {
   start(): Promise<void>;
   /** Stops claiming, waits up to `graceMs` for attempts in flight, then returns. */
   stop(graceMs?: number): Promise<void>;
-  /**
-   * Attempts claimed whose response is not in yet (their outcomes are written afterwards), and
-   * slots reserved by a claim under way.
-   */
-  readonly inFlight: number;
 }
 
 export function createWorker(options: WorkerOptions): Worker {
@@ -75,45 +71,21 @@ export function createWorker(options: WorkerOptions): Worker {
     claimAlong: {
       reserve() {
         if (!running) return null;
-        const free = claimable();
-        if (free === 0) {
-          refused();
-          return null;
-        }
-        inFlight += free;
-        refusalsAtReserve = refusals;
-        return { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor };
-      },
-      claimed(request, claimed) {
-        inFlight -= request.batch;
-        const refusedMeanwhile = refusalsAtReserve !== refusals;
-        // A wake-up refused while this claim held the slots was not answered by it.
-        mayHaveMore = claimed.length === request.batch || refusedMeanwhile;
-        if (refusedMeanwhile) nudge();
-        if (running) {
-          const started = dispatch(claimed).catch((error: Error) =>
-            log.error({ err: error.message }, 'claimed deliveries could not be started'),
-          );
-          dispatching.add(started);
-          void started.finally(() => dispatching.delete(started));
-          return;
-        }
-        // The worker began stopping while this write ran: what it claimed is given back unsent.
-        for (const claim of claimed) {
-          const given = giveBack(claim, 'stopping', {}, 'claimed while stopping; given back unsent').catch(
-            (error: Error) =>
-              log.error(
-                { deliveryId: claim.deliveryId, err: error.message },
-                'could not give back a lease claimed while stopping; lease recovery will',
-              ),
-          );
-          givingBack.add(given);
-          void given.finally(() => givingBack.delete(given));
-        }
-      },
-      released(request) {
-        inFlight -= request.batch;
-        if (refusalsAtReserve !== refusals) nudge();
+        const slots = reserveSlots();
+        if (slots === null) return null;
+        return {
+          request: slots.request,
+          claimed(claimed) {
+            // A wake-up refused while this claim held the slots was not answered by it.
+            if (slots.settle(claimed)) nudge();
+            if (running) track(dispatching, startClaimed(claimed));
+            // The worker began stopping while this write ran: what it claimed is given back unsent.
+            else for (const claim of claimed) track(givingBack, giveBackWhileStopping(claim));
+          },
+          released() {
+            if (slots.settle(null)) nudge();
+          },
+        };
       },
     },
   });
@@ -129,6 +101,10 @@ export function createWorker(options: WorkerOptions): Worker {
   let stopping = new AbortController();
   let unlisten: (() => Promise<void>) | null = null;
   let wake: (() => void) | null = null;
+  /**
+   * Attempts claimed whose response is not in yet (their outcomes are written afterwards), and
+   * slots reserved by a claim under way.
+   */
   let inFlight = 0;
   /** Attempts whose request is done and whose outcome is being written. */
   let recording = 0;
@@ -142,8 +118,6 @@ export function createWorker(options: WorkerOptions): Worker {
   let mayHaveMore = true;
   /** Wake-ups that found no free slot; a claim under way when one came must not clear `mayHaveMore`. */
   let refusals = 0;
-  /** `refusals` when the outcome write under way reserved its slots (the finalizer writes one at a time). */
-  let refusalsAtReserve = 0;
   const refused = () => {
     refusals++;
     mayHaveMore = true;
@@ -178,13 +152,27 @@ export function createWorker(options: WorkerOptions): Worker {
   async function giveBack(
     claim: ClaimedDelivery,
     reason: NotSentReason,
-    details: Record<string, unknown>,
     message: string,
+    details: Record<string, unknown> = {},
   ): Promise<void> {
     const released = await releaseUnsent(db, claim.leaseToken);
     metrics?.attemptNotSent(reason);
     log.warn({ deliveryId: claim.deliveryId, ...details, released }, message);
   }
+
+  /** Starts what an outcome write claimed along, on its own: nothing waits for it but stop(). */
+  const startClaimed = (claimed: ClaimedDelivery[]): Promise<void> =>
+    dispatch(claimed).catch((error: Error) =>
+      log.error({ err: error.message }, 'claimed deliveries could not be started'),
+    );
+
+  const giveBackWhileStopping = (claim: ClaimedDelivery): Promise<void> =>
+    giveBack(claim, 'stopping', 'claimed while stopping; given back unsent').catch((error: Error) =>
+      log.error(
+        { deliveryId: claim.deliveryId, err: error.message },
+        'could not give back a lease claimed while stopping; lease recovery will',
+      ),
+    );
 
   async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
     // The slot is for the request: it is given back as soon as the response is in, and the
@@ -207,7 +195,7 @@ export function createWorker(options: WorkerOptions): Worker {
       // applies the same rule again once the request has its turn at its origin (startBy).
       const startBy = new Date(claim.leaseExpiresAt.getTime() - options.attemptTimeoutMs);
       if (Date.now() > startBy.getTime()) {
-        await giveBack(claim, 'lease_short', {}, 'too little of the lease left to send; not sent');
+        await giveBack(claim, 'lease_short', 'too little of the lease left to send; not sent');
         return;
       }
       const result = await runAttempt(
@@ -224,8 +212,8 @@ export function createWorker(options: WorkerOptions): Worker {
         await giveBack(
           claim,
           'origin_congested',
-          { queuedMs: result.queuedMs },
           'congested: the request waited for a connection to its origin past its start limit; not sent',
+          { queuedMs: result.queuedMs },
         );
         return;
       }
@@ -312,26 +300,48 @@ export function createWorker(options: WorkerOptions): Worker {
     return free <= 0 || (inFlight > 0 && free < minClaim) ? 0 : free;
   }
 
-  async function round(): Promise<number> {
+  /**
+   * Reserves the free slots for one claim (a claim round's, or an outcome write's claim along):
+   * while it runs, another claim must not count them as free. `settle` gives them back with what
+   * was claimed (null: the claim failed) and tells whether a wake-up found no free slot meanwhile.
+   */
+  function reserveSlots(): {
+    request: ClaimRequest;
+    settle(claimed: ClaimedDelivery[] | null): boolean;
+  } | null {
     const free = claimable();
     if (free === 0) {
       // Woken without claiming: work may be waiting for a slot.
       refused();
-      return 0;
+      return null;
     }
-    // The slots stay reserved while the claim runs: an outcome write claiming along must not
-    // count them as free.
     inFlight += free;
-    const before = refusals;
+    const refusalsBefore = refusals;
+    return {
+      request: { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor },
+      settle(claimed) {
+        inFlight -= free;
+        const refusedMeanwhile = refusals !== refusalsBefore;
+        // A full batch suggests more due work; a partial one took everything due and free —
+        // unless a wake-up found no free slot meanwhile.
+        if (claimed) mayHaveMore = claimed.length === free || refusedMeanwhile;
+        return refusedMeanwhile;
+      },
+    };
+  }
+
+  async function round(): Promise<number> {
+    const slots = reserveSlots();
+    if (slots === null) return 0;
+    const { batch, leaseSeconds, afterEndpoint } = slots.request;
     let claimed: ClaimedDelivery[];
     try {
-      claimed = await claimDeliveries(db, free, options.leaseSeconds, cursor);
-    } finally {
-      inFlight -= free;
+      claimed = await claimDeliveries(db, batch, leaseSeconds, afterEndpoint);
+    } catch (error) {
+      slots.settle(null);
+      throw error;
     }
-    // A full batch suggests more due work; a partial one took everything due and free — unless a
-    // wake-up found no free slot meanwhile.
-    mayHaveMore = claimed.length === free || refusals !== before;
+    slots.settle(claimed);
     await dispatch(claimed);
     return claimed.length;
   }
@@ -353,11 +363,7 @@ export function createWorker(options: WorkerOptions): Worker {
       inFlight -= claimed.length;
       throw error;
     }
-    for (const claim of claimed) {
-      const attempt = deliver(claim, keys.get(claim.endpointId) ?? []);
-      attempts.add(attempt);
-      void attempt.finally(() => attempts.delete(attempt));
-    }
+    for (const claim of claimed) track(attempts, deliver(claim, keys.get(claim.endpointId) ?? []));
   }
 
   async function run(): Promise<void> {
@@ -384,9 +390,6 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   return {
-    get inFlight() {
-      return inFlight;
-    },
     async start() {
       if (running) return;
       running = true;
@@ -416,6 +419,12 @@ export function createWorker(options: WorkerOptions): Worker {
       await Promise.all(givingBack);
     },
   };
+}
+
+/** Keeps `work` in `set` until it settles (what stop() waits for). */
+function track(set: Set<Promise<void>>, work: Promise<void>): void {
+  set.add(work);
+  void work.finally(() => set.delete(work));
 }
 
 /**
