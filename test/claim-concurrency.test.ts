@@ -1,5 +1,7 @@
 // Invariants 3–6 under real concurrency: competing claimers on separate connections never share
 // a delivery, never hold two leases on one endpoint, and lease recovery never takes a live lease.
+// Half the claimers record as a worker does (the outcome write claims the next batch in the same
+// call, herald_record_and_claim), half with separate calls, so both paths compete.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -7,7 +9,9 @@ import {
   type AttemptResult,
   type ClaimedDelivery,
   claimDeliveries,
+  type RecordedOutcome,
   recordOutcomes,
+  recordOutcomesAndClaim,
   recoverExpiredLeases,
   releaseUnsent,
 } from '../src/db/deliveries.ts';
@@ -51,6 +55,21 @@ const succeeded = (c: ClaimedDelivery): AttemptResult => ({
 
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 
+/**
+ * Records the outcomes of `claimed`; claimers of even rank claim their next batch in the same
+ * call (what a worker does), the others record only. Returns what was recorded and claimed.
+ */
+async function recordAs(
+  me: number,
+  db: Db,
+  claimed: ClaimedDelivery[],
+  claim: { batch: number; leaseSeconds: number },
+): Promise<{ recorded: RecordedOutcome[]; claimed: ClaimedDelivery[] }> {
+  const results = claimed.map(succeeded);
+  if (me % 2 === 0) return recordOutcomesAndClaim(db, results, 5, { ...claim, afterEndpoint: '' });
+  return { recorded: await recordOutcomes(db, results, 5), claimed: [] };
+}
+
 test('competing claimers never share a delivery or an endpoint', async () => {
   await seed('compete', 12, 25); // 300 deliveries over 12 endpoints
   const holderOfEndpoint = new Map<string, number>();
@@ -59,8 +78,9 @@ test('competing claimers never share a delivery or an endpoint', async () => {
 
   await Promise.all(
     claimers.map(async (db, me) => {
+      let claimed: ClaimedDelivery[] = [];
       for (;;) {
-        const claimed = await claimDeliveries(db, 4, 30, '');
+        if (claimed.length === 0) claimed = await claimDeliveries(db, 4, 30, '');
         if (claimed.length === 0) {
           const left = await db.query<{ n: number }>(
             `select count(*)::int as n from delivery where state <> 'succeeded'`,
@@ -80,9 +100,10 @@ test('competing claimers never share a delivery or an endpoint', async () => {
         // Release the endpoint before recording: the moment the outcome commits, another
         // claimer may legitimately take the endpoint's next delivery.
         for (const c of claimed) holderOfEndpoint.delete(c.endpointId);
-        const recorded = await recordOutcomes(db, claimed.map(succeeded), 5);
-        assert.ok(recorded.every((r) => r.recorded));
-        successes += recorded.length;
+        const written = await recordAs(me, db, claimed, { batch: 4, leaseSeconds: 30 });
+        assert.ok(written.recorded.every((r) => r.recorded));
+        successes += written.recorded.length;
+        claimed = written.claimed;
       }
     }),
   );
@@ -117,23 +138,25 @@ test('lease recovery under competition takes only expired leases, each once', as
   });
 
   const workers = claimers.slice(3).map(async (db, me) => {
+    let claimed: ClaimedDelivery[] = [];
     for (;;) {
       // Leases of 0.2 s; every third worker round stalls past its lease before recording.
-      const claimed = await claimDeliveries(db, 3, 0.2, '');
+      if (claimed.length === 0) claimed = await claimDeliveries(db, 3, 0.2, '');
+      for (const c of claimed) liveTokens.set(c.leaseToken, c.leaseExpiresAt);
       const left = await db.query<{ n: number }>(
         `select count(*)::int as n from delivery d join app on app.id = d.app_id
           where app.uid = 'recover' and d.state <> 'succeeded'`,
       );
       if (left.rows[0]!.n === 0) return;
-      for (const c of claimed) liveTokens.set(c.leaseToken, c.leaseExpiresAt);
       if (claimed.length === 0) {
         await tick();
         continue;
       }
       const stall = (me + claimed[0]!.attemptsInCycle) % 3 === 0;
       if (stall) await new Promise((resolve) => setTimeout(resolve, 300));
-      const recorded = await recordOutcomes(db, claimed.map(succeeded), 5);
-      recordedLate += recorded.filter((r) => !r.recorded).length;
+      const written = await recordAs(me, db, claimed, { batch: 3, leaseSeconds: 0.2 });
+      recordedLate += written.recorded.filter((r) => !r.recorded).length;
+      claimed = written.claimed;
     }
   });
 
