@@ -10,7 +10,7 @@ import { recordReceipts } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
 import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
+import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
 
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
@@ -112,17 +112,8 @@ after(async () => {
 
 describe('publishMessages: several messages in one call', () => {
   const message = (appId: string, over: Partial<NewMessage> = {}): NewMessage & { actor: string } => ({
-    appId,
-    eventType: 'order.paid',
-    eventId: null,
-    payload: '{"n":1}',
-    channels: null,
-    tags: null,
-    idempotencyKey: null,
-    requestHash: null,
-    retentionDays: 1,
+    ...newMessage(appId, { eventType: 'order.paid', payload: '{"n":1}', ...over }),
     actor: 'test',
-    ...over,
   });
 
   test('each message gets its own fan-out by its own filters, and its own audit entry', async () => {
@@ -276,17 +267,7 @@ describe('publishGroup: the apps of a batch looked up together', () => {
     await seedEndpoint(db, a.id, 'http://127.0.0.1:1/a');
     const admin = { id: 'test', scopes: ['admin'] as const, appIds: null };
     const onlyB = { id: 'test-b', scopes: ['publish'] as const, appIds: [b.id] };
-    const messageFor = (app: { id: string }) => ({
-      appId: app.id,
-      eventType: 'order.paid',
-      eventId: null,
-      payload: '{}',
-      channels: null,
-      tags: null,
-      idempotencyKey: null,
-      requestHash: null,
-      retentionDays: 1,
-    });
+    const messageFor = (app: { id: string }) => newMessage(app.id, { eventType: 'order.paid' });
     const outcomes = await publishGroup(
       db,
       [

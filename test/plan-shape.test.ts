@@ -14,7 +14,7 @@ import { recordReceipts } from '../src/db/intake.ts';
 import { publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
+import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
 
 let database: TestDatabase;
 let client: pg.Client;
@@ -97,27 +97,14 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
   const app = await seedApp(database.db, 'plans-publish');
   await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/p');
   const source = await seedSource(database.db, app.id, 'plans-source');
-  let n = 0;
-  const publishAndReceive = async () => {
-    n++;
+  const publishAndReceive = async (key: string, deliveryId: string) => {
     await publishMessages(db, [
-      {
-        appId: app.id,
-        eventType: 'e',
-        eventId: null,
-        payload: '{}',
-        channels: null,
-        tags: null,
-        idempotencyKey: `k${n % 7}`,
-        requestHash: Buffer.alloc(32),
-        retentionDays: 1,
-        actor: 'test',
-      },
+      { ...newMessage(app.id, { idempotencyKey: key, requestHash: Buffer.alloc(32) }), actor: 'test' },
     ]);
-    await recordReceipts(db, [seedReceipt(source.id, `d${n % 5}`)], 90);
+    await recordReceipts(db, [seedReceipt(source.id, deliveryId)], 90);
   };
   // Cached on nearly empty tables, new keys and repeated ones (a replay and a duplicate).
-  for (let i = 0; i < 10; i++) await publishAndReceive();
+  for (let n = 0; n < 10; n++) await publishAndReceive(`k${n % 7}`, `d${n % 5}`);
 
   // Other tenants grow the tables: thousands of endpoints, messages and claims.
   const other = await seedApp(database.db, 'plans-other');
@@ -137,9 +124,8 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
   );
 
   const plans = await explained(async () => {
-    await publishAndReceive();
-    n = 100;
-    await publishAndReceive();
+    await publishAndReceive('k1', 'd1'); // a replay and a duplicate
+    await publishAndReceive('k-new', 'd-new'); // a new message and a new claim
   });
   for (const inner of ['insert into message (', 'insert into intake (', 'insert into intake_observation (']) {
     assert.ok(

@@ -6,7 +6,7 @@ import crypto from 'node:crypto';
 import { type AppRow, insertApp } from '../../src/db/apps.ts';
 import { type EndpointRow, insertEndpoint } from '../../src/db/endpoints.ts';
 import type { IntakeReceipt } from '../../src/db/intake.ts';
-import { publishMessage } from '../../src/db/messages.ts';
+import { type NewMessage, publishMessage } from '../../src/db/messages.ts';
 import type { Queryable } from '../../src/db/port.ts';
 import { insertSource, type SourceRow } from '../../src/db/sources.ts';
 
@@ -33,23 +33,23 @@ export const seedEndpoint = (
     clientErrorPolicy: 'retry',
   });
 
+/** A message of event type `e` to the app, kept a day; `over` changes any field. */
+export const newMessage = (appId: string, over: Partial<NewMessage> = {}): NewMessage => ({
+  appId,
+  eventType: 'e',
+  eventId: null,
+  payload: '{}',
+  channels: null,
+  tags: null,
+  idempotencyKey: null,
+  requestHash: null,
+  retentionDays: 1,
+  ...over,
+});
+
 /** Publishes to every endpoint of the app subscribed now; returns the message id. */
 export async function seedMessage(db: Queryable, appId: string, payload = '{}'): Promise<string> {
-  const published = await publishMessage(
-    db,
-    {
-      appId,
-      eventType: 'e',
-      eventId: null,
-      payload,
-      channels: null,
-      tags: null,
-      idempotencyKey: null,
-      requestHash: null,
-      retentionDays: 1,
-    },
-    'test',
-  );
+  const published = await publishMessage(db, newMessage(appId, { payload }), 'test');
   return published.message.id;
 }
 
