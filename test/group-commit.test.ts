@@ -4,13 +4,16 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { findApps } from '../src/db/apps.ts';
 import { coalesced, createGroupCommit } from '../src/db/group-commit.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
+import { asQueryable, type Queryable } from '../src/db/port.ts';
 import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
+import { waitForLockWaiter } from './support/wait.ts';
 
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
@@ -322,3 +325,71 @@ describe('coalesced calls', () => {
 async function waitUntil(done: () => boolean): Promise<void> {
   for (let i = 0; i < 100 && !done(); i++) await Promise.resolve();
 }
+
+// Batches take their rows' index entries in one order (key order), never crosswise: a batch
+// waiting for a key another transaction holds has taken nothing after it, so it blocks nobody
+// there. Shown with a third transaction that may wait at most 2 s: in item order it would wait for
+// the waiting batch's uncommitted key (and two such batches would deadlock).
+describe('lock order: concurrent batches cannot deadlock', () => {
+  /** Runs `fn` with a held transaction and a third connection that gives up waiting after 2 s. */
+  async function withHolderAndThird(
+    fn: (holder: Queryable, third: Queryable) => Promise<void>,
+  ): Promise<void> {
+    const holder = new pg.Client({ connectionString: database.url });
+    const third = new pg.Client({ connectionString: database.url });
+    await holder.connect();
+    await third.connect();
+    try {
+      await holder.query('begin');
+      await third.query(`set lock_timeout = '2s'`);
+      await fn(asQueryable(holder), asQueryable(third));
+    } finally {
+      await holder.end();
+      await third.end();
+    }
+  }
+
+  test('publish: a batch waiting on its first key holds none of the later ones', async () => {
+    const app = await seedApp(database.db, 'lock-order');
+    const keyed = (key: string) => ({
+      ...newMessage(app.id, { idempotencyKey: key, requestHash: Buffer.alloc(32) }),
+      actor: 'test',
+    });
+    await withHolderAndThird(async (holder, third) => {
+      await publishMessages(holder, [keyed('k1')]);
+      // Item order k2, k1; key order k1, k2: it waits on k1 before touching k2.
+      const waiting = publishMessages(database.db, [keyed('k2'), keyed('k1')]);
+      await waitForLockWaiter(database.db, 'herald_publish_messages');
+      const [alone] = await publishMessages(third, [keyed('k2')]);
+      assert.equal(alone?.kind, 'created', 'k2 was free while the batch waited on k1');
+      await holder.query('commit');
+      assert.deepEqual(
+        (await waiting).map((r) => r.kind),
+        ['replayed', 'replayed'],
+        'the waiting batch then finds both keys taken',
+      );
+    });
+  });
+
+  test('receipts: a batch waiting on its first delivery id holds none of the later ones', async () => {
+    const app = await seedApp(database.db, 'lock-order-in');
+    const source = await seedSource(database.db, app.id, 'lock-order-in');
+    await withHolderAndThird(async (holder, third) => {
+      await recordReceipts(holder, [seedReceipt(source.id, 'd1')], 1);
+      const waiting = recordReceipts(
+        database.db,
+        [seedReceipt(source.id, 'd2'), seedReceipt(source.id, 'd1')],
+        1,
+      );
+      await waitForLockWaiter(database.db, 'herald_record_receipts');
+      const [alone] = await recordReceipts(third, [seedReceipt(source.id, 'd2')], 1);
+      assert.equal(alone?.claimed, true, 'd2 was free while the batch waited on d1');
+      await holder.query('commit');
+      assert.deepEqual(
+        (await waiting).map((r) => r.claimed),
+        [false, false],
+        'the waiting batch then finds both delivery ids claimed',
+      );
+    });
+  });
+});
