@@ -169,7 +169,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       const target = publishOptions.db ? asQueryable(publishOptions.db) : db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
-        wake: publishOptions.wake ?? true,
+        wake: publishOptions.wake,
       });
       // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
       // rolled-back publish is still counted (README, Metrics).

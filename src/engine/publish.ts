@@ -63,7 +63,7 @@ export async function publish(
   const result = await (db === core.db && !input.application
     ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor })
     : publishMessage(db, messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)), actor.id, {
-        wake: options.wake ?? true,
+        wake: options.wake,
       })
   ).catch(rethrowAppGone);
   if (result.kind === 'conflict') {
