@@ -1,5 +1,6 @@
-// What scenarios share: the options, the receiver, the main scratch database, a lazily started
-// in-process herald (set-up, library face), a `herald api` process, with the apps the scenarios need, and the raw results they leave behind.
+// What scenarios share: the options, the receiver, the main scratch database, herald started on
+// first use (in process for set-up and the library face; a `herald api` process for publish and
+// intake over HTTP), the apps the scenarios need, and the raw results they leave behind.
 
 import type { BenchOptions } from './config.ts';
 import type { ScratchDatabase } from './db.ts';

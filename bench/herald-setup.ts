@@ -14,6 +14,9 @@ import { closedLoop } from './load.ts';
 export const ADMIN_KEY = `bench-admin-${crypto.randomBytes(12).toString('hex')}`;
 const MASTER_KEY = crypto.randomBytes(32).toString('base64');
 
+/** Objects set-up creates at once through the API (and its connections to it). */
+const SET_UP_CONCURRENCY = 8;
+
 /** Leases a worker holds per connection to the receiver (herald's defaults: 64 over 8). */
 const LEASES_PER_CONNECTION = 4;
 
@@ -40,9 +43,7 @@ export function heraldEnv(databaseUrl: string, concurrency: number): Record<stri
 export interface InProcessHerald {
   herald: Herald;
   api: FastifyInstance;
-  url: string;
-  /** keep-alive connections to the API */
-  client: Pool;
+  /** The API as set-up uses it (apps, endpoints, sources), with the admin key. */
   call(
     method: 'GET' | 'POST' | 'PATCH',
     path: string,
@@ -61,12 +62,10 @@ export async function startInProcess(
   const api = await buildApi(herald.core);
   await api.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(api.server.address() as { port: number }).port}`;
-  const client = new Pool(url, { connections: 64, keepAliveTimeout: 60_000 });
+  const client = new Pool(url, { connections: SET_UP_CONCURRENCY, keepAliveTimeout: 60_000 });
   return {
     herald,
     api,
-    url,
-    client,
     async call(method, path, body) {
       const response = await client.request({
         method,
@@ -103,7 +102,7 @@ export async function createAppWithEndpoints(
 ): Promise<string[]> {
   expect(await h.call('POST', '/api/v1/app', { name: uid, uid }), 201, `create app ${uid}`);
   const ids: string[] = [];
-  const made = await closedLoop(endpoints, 8, 300_000, async (i) => {
+  const made = await closedLoop(endpoints, SET_UP_CONCURRENCY, 300_000, async (i) => {
     const created = await h.call('POST', `/api/v1/app/${uid}/endpoint`, { url, description: `bench ${i}` });
     expect(created, 201, `create endpoint ${i} of ${uid}`);
     ids.push((created.body as { id: string }).id);

@@ -1,6 +1,7 @@
 // Load shapes. Both are bounded in count and in time: past `maxMs` no new work starts.
 
-import { nowMs } from './stats.ts';
+import type { Context, Throughput } from './context.ts';
+import { nowMs, rate } from './stats.ts';
 
 export interface LoadResult {
   /** Operations that completed. */
@@ -46,6 +47,25 @@ export async function closedLoop(
   }
   await Promise.all(Array.from({ length: Math.min(concurrency, count) }, worker));
   return { done: durations.length, elapsedMs: nowMs() - start, durations, truncated };
+}
+
+/**
+ * A throughput figure: `warm` operations first (not measured), then `count` timed ones, each loop
+ * at the run's concurrency; `op` gets the operation's index across both. A timed loop cut short by
+ * its deadline is noted under `label`.
+ */
+export async function measureThroughput(
+  ctx: Pick<Context, 'options' | 'notes'>,
+  label: string,
+  warm: number,
+  count: number,
+  op: (i: number) => Promise<void>,
+): Promise<Throughput> {
+  const { concurrency } = ctx.options;
+  await closedLoop(warm, concurrency, 30_000, op);
+  const timed = await closedLoop(count, concurrency, 120_000, (i) => op(warm + i));
+  if (timed.truncated) ctx.notes.push(`${label} stopped at its deadline after ${timed.done}`);
+  return { perSecond: rate(timed.done, timed.elapsedMs), count: timed.done, elapsedMs: timed.elapsedMs };
 }
 
 /**

@@ -7,11 +7,10 @@ import crypto from 'node:crypto';
 import { PAYLOAD_TEXT } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, createSource } from '../herald-setup.ts';
-import { closedLoop } from '../load.ts';
-import { rate } from '../stats.ts';
+import { measureThroughput } from '../load.ts';
 
 export async function intake(ctx: Context): Promise<void> {
-  const { counts, concurrency } = ctx.options;
+  const { counts } = ctx.options;
   const h = await ctx.herald();
   const app = 'bench-intake';
   await createAppWithEndpoints(h, app, 1, `${ctx.receiver.url}/intake`);
@@ -34,22 +33,15 @@ export async function intake(ctx: Context): Promise<void> {
     };
   });
   const { client } = await ctx.api();
-  const send = (offset: number) => async (i: number) => {
+  const send = async (i: number) => {
     const response = await client.request({
       method: 'POST',
       path: `/ingest/${source.uid}`,
-      headers: requests[offset + i]!,
+      headers: requests[i]!,
       body: PAYLOAD_TEXT,
     });
     const text = await response.body.text();
     if (response.statusCode !== 204) throw new Error(`ingest answered ${response.statusCode}: ${text}`);
   };
-  await closedLoop(warm, concurrency, 30_000, send(0));
-  const timed = await closedLoop(counts.intakes, concurrency, 120_000, send(warm));
-  if (timed.truncated) ctx.notes.push(`intake stopped at its deadline after ${timed.done}`);
-  ctx.results.intake = {
-    perSecond: rate(timed.done, timed.elapsedMs),
-    count: timed.done,
-    elapsedMs: timed.elapsedMs,
-  };
+  ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send);
 }

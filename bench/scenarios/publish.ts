@@ -7,8 +7,7 @@ import pg from 'pg';
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
 import { ADMIN_KEY, createAppWithEndpoints } from '../herald-setup.ts';
-import { closedLoop } from '../load.ts';
-import { rate } from '../stats.ts';
+import { measureThroughput } from '../load.ts';
 
 export async function publish(ctx: Context): Promise<void> {
   const { counts, concurrency } = ctx.options;
@@ -37,21 +36,21 @@ export async function publish(ctx: Context): Promise<void> {
       }
       if (!wake) await h.herald.wake();
     };
-    for (const [wake, key] of [
-      [true, 'publishLibrary'],
-      [false, 'publishLibraryWakeAfter'],
-    ] as const) {
-      const once = inCallerTransaction(wake);
-      await closedLoop(Math.min(200, counts.publishes), concurrency, 30_000, once);
-      const lib = await closedLoop(counts.publishes, concurrency, 120_000, once);
-      if (lib.truncated)
-        ctx.notes.push(`publish (library, ${key}) stopped at its deadline after ${lib.done}`);
-      ctx.results[key] = {
-        perSecond: rate(lib.done, lib.elapsedMs),
-        count: lib.done,
-        elapsedMs: lib.elapsedMs,
-      };
-    }
+    const warm = Math.min(200, counts.publishes);
+    ctx.results.publishLibrary = await measureThroughput(
+      ctx,
+      'publish (library)',
+      warm,
+      counts.publishes,
+      inCallerTransaction(true),
+    );
+    ctx.results.publishLibraryWakeAfter = await measureThroughput(
+      ctx,
+      'publish (library, wake after COMMIT)',
+      warm,
+      counts.publishes,
+      inCallerTransaction(false),
+    );
   } finally {
     await callerPool.end();
   }
@@ -67,12 +66,11 @@ export async function publish(ctx: Context): Promise<void> {
     const text = await response.body.text();
     if (response.statusCode !== 202) throw new Error(`publish answered ${response.statusCode}: ${text}`);
   };
-  await closedLoop(Math.min(200, counts.publishes), concurrency, 30_000, overHttp);
-  const http = await closedLoop(counts.publishes, concurrency, 120_000, overHttp);
-  if (http.truncated) ctx.notes.push(`publish (HTTP) stopped at its deadline after ${http.done}`);
-  ctx.results.publishHttp = {
-    perSecond: rate(http.done, http.elapsedMs),
-    count: http.done,
-    elapsedMs: http.elapsedMs,
-  };
+  ctx.results.publishHttp = await measureThroughput(
+    ctx,
+    'publish (HTTP)',
+    Math.min(200, counts.publishes),
+    counts.publishes,
+    overHttp,
+  );
 }
