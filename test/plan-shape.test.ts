@@ -90,6 +90,12 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   const inside = plans.filter((p) => !/Query Text: select .* from herald_/.test(p));
   assert.ok(inside.length >= 4, `the functions' own statements were explained (${plans.length} plans)`);
   assertNoScans(plans, /Seq Scan on (delivery|attempt|message|endpoint)\b/g);
+  // The outcome write finds each delivery by its id: walking the in-flight index instead costs
+  // every lease in flight, of every worker, for each item.
+  const outcomeWrite = plans.filter((p) => p.includes('update delivery u') && p.includes('x.lease_token'));
+  assert.equal(outcomeWrite.length, 1, 'the outcome write was explained');
+  assert.match(outcomeWrite[0]!, /Index Scan using delivery_pkey on delivery u/);
+  assert.doesNotMatch(outcomeWrite[0]!, /delivery_one_in_flight/);
 });
 
 test('publish and receipt plans cached on nearly empty tables never scan a grown table', async () => {
