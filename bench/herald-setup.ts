@@ -11,7 +11,7 @@ import { loadConfig } from '../src/config.ts';
 import { createHerald, createLogger, type Herald } from '../src/herald.ts';
 import { closedLoop } from './load.ts';
 
-export const ADMIN_KEY = `bench-admin-${crypto.randomBytes(12).toString('hex')}`;
+const ADMIN_KEY = `bench-admin-${crypto.randomBytes(12).toString('hex')}`;
 const MASTER_KEY = crypto.randomBytes(32).toString('base64');
 
 /** Objects set-up creates at once through the API (and its connections to it). */
@@ -109,6 +109,17 @@ export async function createAppWithEndpoints(
   });
   if (made.truncated) throw new Error(`created only ${made.done} of ${endpoints} endpoints of ${uid}`);
   return ids;
+}
+
+/** A new API key that may only publish, and only to `app`; returns the token. */
+export async function createPublishKey(h: InProcessHerald, app: string): Promise<string> {
+  const created = await h.call('POST', '/api/v1/api-key', {
+    name: `publish ${app}`,
+    scopes: ['publish'],
+    apps: [app],
+  });
+  expect(created, 201, `create a publish key for ${app}`);
+  return (created.body as { key: string }).key;
 }
 
 /** A standard-webhooks inbound source relaying into `app`; returns its uid and raw HMAC key. */

@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { generateApiKey } from '../src/crypto/api-key-token.ts';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
@@ -205,6 +206,57 @@ describe('scopes, app restrictions and revocation', () => {
     assert.equal(read.status, 200);
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'nope' });
     await refused(key, 'POST', `/api/v1/app/${appA}/msg`, 403, MESSAGE);
+  });
+});
+
+describe('the key behind each token is cached', () => {
+  let t: TestHerald;
+
+  before(async () => {
+    t = await startTestHerald('api_key_cache', { worker: false });
+  });
+  after(() => t.close());
+
+  const read = (key: string) =>
+    fetch(`${t.url}/api/v1/app`, { headers: bearer(key), signal: AbortSignal.timeout(3000) });
+
+  test('a known key costs no query: it is honoured while api_key is locked', async () => {
+    const { key } = await createKey(t, { name: 'cached', scopes: ['read'] });
+    assert.equal((await read(key)).status, 200);
+    const locker = new pg.Client({ connectionString: t.database.url });
+    await locker.connect();
+    try {
+      await locker.query('begin');
+      // Every read of api_key waits behind this lock: only a cached key gets through.
+      await locker.query('lock table api_key in access exclusive mode');
+      for (let i = 0; i < 3; i++) assert.equal((await read(key)).status, 200);
+    } finally {
+      await locker.query('rollback');
+      await locker.end();
+    }
+  });
+
+  test('a key revoked through this API is refused on the next request, announced or not', async () => {
+    const { id, key } = await createKey(t, { name: 'revoked here', scopes: ['read'] });
+    assert.equal((await read(key)).status, 200);
+    // Cut the connection that hears announcements: it is back after 100 ms at the earliest, and
+    // until then nothing evicts the cached key but the revocation itself.
+    const cut = await t.database.db.query(
+      `select pg_terminate_backend(pid) from pg_stat_activity
+        where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid()`,
+    );
+    assert.ok((cut.rowCount ?? 0) > 0, 'the listening connection was found');
+    assert.equal((await t.call('DELETE', `/api/v1/api-key/${id}`)).status, 204);
+    assert.equal((await read(key)).status, 401);
+  });
+
+  test('a key revoked outside this process is refused once the revocation is announced', async () => {
+    const { id, key } = await createKey(t, { name: 'revoked elsewhere', scopes: ['read'] });
+    assert.equal((await read(key)).status, 200);
+    // As the CLI or an operator's SQL would revoke it: not through this process.
+    await t.database.db.query('update api_key set revoked_at = now() where id = $1', [id]);
+    // Well before a cached entry's 5 s age limit: the announcement evicted it.
+    await waitFor('the revoked key to be refused', async () => (await read(key)).status === 401, 2000);
   });
 });
 

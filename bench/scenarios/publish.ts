@@ -1,12 +1,13 @@
 // (5) herald publish throughput at the run's concurrency (32 by default), no worker running, to an
 // app with one endpoint: through the library (herald.publish inside the caller's own
 // transaction: BEGIN, publish, COMMIT on a pg client of the caller's pool) and through the HTTP
-// API (a `herald api` process, as a user runs it; keep-alive client in the bench process).
+// API (a `herald api` process, as a user runs it; keep-alive client in the bench process), with
+// an API key of the `publish` scope restricted to the app, as a product would hold.
 
 import pg from 'pg';
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
-import { ADMIN_KEY, createAppWithEndpoints } from '../herald-setup.ts';
+import { createAppWithEndpoints, createPublishKey } from '../herald-setup.ts';
 import { measureThroughput } from '../load.ts';
 
 export async function publish(ctx: Context): Promise<void> {
@@ -55,12 +56,13 @@ export async function publish(ctx: Context): Promise<void> {
     await callerPool.end();
   }
 
+  const key = await createPublishKey(h, app);
   const { client } = await ctx.api();
   const overHttp = async () => {
     const response = await client.request({
       method: 'POST',
       path: `/api/v1/app/${app}/msg`,
-      headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
       body,
     });
     const text = await response.body.text();

@@ -6,23 +6,63 @@
 
 import crypto from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { hashApiKey } from '../crypto/api-key-token.ts';
-import { findLiveApiKeyByHash } from '../db/api-keys.ts';
-import type { Queryable } from '../db/port.ts';
+import { API_KEY_CHANGED_CHANNEL, type ApiKeyRow, findLiveApiKeyByHash } from '../db/api-keys.ts';
+import { createNotifiedCache } from '../db/notified-cache.ts';
+import type { Db } from '../db/port.ts';
 import type { Actor } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
 
 export type Need = 'read' | 'publish' | 'admin';
 
-export async function authenticate(db: Queryable, adminKey: string | undefined, header: string | undefined) {
-  const token = header?.match(/^Bearer\s+(\S+)$/i)?.[1];
-  if (!token) throw new HeraldError('unauthorized', 'missing bearer token');
-  if (adminKey && constantTimeEqual(token, adminKey)) {
-    return { id: 'env-admin-key', scopes: ['admin'], appIds: null } satisfies Actor;
-  }
-  const key = await findLiveApiKeyByHash(db, hashApiKey(token));
-  if (!key) throw new HeraldError('unauthorized', 'invalid or revoked API key');
-  return { id: key.id, scopes: key.scopes, appIds: key.appIds } satisfies Actor;
+export interface Authenticator {
+  /** The actor behind an Authorization header; `unauthorized` without a live key. */
+  authenticate(header: string | undefined): Promise<Actor>;
+  /**
+   * Stops honouring a key at once in this process (one it just revoked); other processes stop
+   * when the revocation's commit is announced to them.
+   */
+  forget(keyId: string): void;
+  close(): Promise<void>;
+}
+
+/**
+ * Every request names its key: the live key behind each token hash is cached, so a request costs
+ * no query, and evicted when its row changes anywhere (migrations/0009). Only live keys are kept:
+ * an unknown or revoked token is looked up each time it is presented.
+ */
+export function createAuthenticator(deps: {
+  db: Db;
+  adminKey: string | undefined;
+  log: Logger;
+}): Authenticator {
+  const keys = createNotifiedCache<ApiKeyRow>({
+    db: deps.db,
+    channel: API_KEY_CHANGED_CHANNEL,
+    load: async ([hashHex]) => {
+      const key = await findLiveApiKeyByHash(deps.db, Buffer.from(hashHex!, 'hex'));
+      return new Map(key ? [[hashHex!, key]] : []);
+    },
+    idOf: (key) => key.id,
+    maxEntries: 10_000,
+    maxAgeMs: 5_000,
+    log: deps.log,
+  });
+  return {
+    async authenticate(header) {
+      const token = header?.match(/^Bearer\s+(\S+)$/i)?.[1];
+      if (!token) throw new HeraldError('unauthorized', 'missing bearer token');
+      if (deps.adminKey && constantTimeEqual(token, deps.adminKey)) {
+        return { id: 'env-admin-key', scopes: ['admin'], appIds: null } satisfies Actor;
+      }
+      const key = await keys.get(hashApiKey(token).toString('hex'));
+      if (!key) throw new HeraldError('unauthorized', 'invalid or revoked API key');
+      return { id: key.id, scopes: key.scopes, appIds: key.appIds } satisfies Actor;
+    },
+    forget: keys.forget,
+    close: keys.close,
+  };
 }
 
 function constantTimeEqual(a: string, b: string): boolean {

@@ -12,7 +12,7 @@ import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
-import { assertReach, assertScope, authenticate, requiredScope } from './auth.ts';
+import { assertReach, assertScope, createAuthenticator, requiredScope } from './auth.ts';
 import { openApiRoutes } from './openapi/routes.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
@@ -112,10 +112,12 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     return reply.status(error.status).send(error.toBody());
   });
 
+  const auth = createAuthenticator({ db: core.db, adminKey: core.config.adminKey, log: core.log });
+  app.addHook('onClose', () => auth.close());
   app.addHook('onRequest', async (request) => {
     const path = request.routeOptions.url;
     if (!path?.startsWith('/api/v1/') || PUBLIC_PATHS.has(path)) return;
-    request.actor = await authenticate(core.db, core.config.adminKey, request.headers.authorization);
+    request.actor = await auth.authenticate(request.headers.authorization);
     assertScope(request.actor, requiredScope(request));
     assertReach(request.actor, request);
   });
@@ -148,7 +150,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   await app.register(endpointRoutes(core));
   await app.register(messageRoutes(core));
   await app.register(attemptRoutes(core));
-  await app.register(apiKeyRoutes(core));
+  await app.register(apiKeyRoutes(core, auth));
   await app.register(sourceRoutes(core));
   await app.register(replayRoutes(core));
   // Outside /api/v1, so the authentication hook above leaves it alone (see routes/metrics.ts).

@@ -2,6 +2,9 @@
 
 import type { Queryable } from './port.ts';
 
+/** Announced with a key's id whenever its row changes (migrations/0009). */
+export const API_KEY_CHANGED_CHANNEL = 'herald_api_key_changed';
+
 export type Scope = 'admin' | 'publish' | 'read';
 
 export interface ApiKeyRow {

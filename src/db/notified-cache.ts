@@ -33,6 +33,11 @@ export interface NotifiedCache<V> {
   /** The rows of these keys; what is not cached is read in one `load`. Absent keys are left out. */
   getMany(keys: readonly string[]): Promise<Map<string, V>>;
   get(key: string): Promise<V | null>;
+  /**
+   * Evicts the row with this id now: a change this process just committed, which its callers
+   * must see before the announcement arrives.
+   */
+  forget(id: string): void;
   close(): Promise<void>;
 }
 
@@ -97,6 +102,7 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
     async get(key) {
       return (await getMany([key])).get(key) ?? null;
     },
+    forget: evict,
     async close() {
       closed = true;
       entries.clear();

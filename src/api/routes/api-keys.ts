@@ -9,9 +9,10 @@ import type { Core } from '../../engine/core.ts';
 import { invalidField, notFound } from '../../errors.ts';
 import { ApiKeyIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import type { Authenticator } from '../auth.ts';
 
 export const apiKeyRoutes =
-  (core: Core): FastifyPluginAsync =>
+  (core: Core, auth: Pick<Authenticator, 'forget'>): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
 
@@ -44,6 +45,8 @@ export const apiKeyRoutes =
       await db.transaction(async (tx) => {
         if (!(await revokeKey(tx, request.actor.id, request.params.key_id))) throw notFound('API key');
       });
+      // Refused from the next request on, here; elsewhere once the commit is announced.
+      auth.forget(request.params.key_id);
       return reply.status(204).send();
     });
   };
