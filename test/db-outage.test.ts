@@ -2,6 +2,8 @@
 // the database is unreachable, within its lease. The worker runs in-process with its database
 // connections going through a TCP proxy; the receiver cuts the proxy (every connection destroyed,
 // new ones refused) just before it answers, so the outage hits exactly the finalization write.
+// And a claim whose answer is lost after it committed — the worker never saw those leases, so it
+// sent nothing — is given back at once, not left to lease recovery's `unknown`.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -23,6 +25,7 @@ import { waitFor } from './support/wait.ts';
 const RETRYING = 'retrying outcome write';
 const GAVE_UP = 'could not record the outcome within the lease; lease recovery will mark the attempt unknown';
 const DISCARDED = 'lease lost before the outcome was recorded; result discarded';
+const GAVE_BACK = 'a claim was not started; its leases were given back unsent';
 
 let database: TestDatabase;
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -46,7 +49,12 @@ interface Rig {
 }
 
 /** A proxy in front of the test database, an in-process herald behind it, an app and an endpoint. */
-async function rig(label: string, env: Record<string, string>, respond: (proxy: TcpProxy) => Respond) {
+async function rig(
+  label: string,
+  env: Record<string, string>,
+  respond: (proxy: TcpProxy) => Respond,
+  endpoint: { idempotent?: boolean } = {},
+) {
   const target = new URL(database.url);
   const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
   cleanups.push(() => proxy.close());
@@ -80,7 +88,7 @@ async function rig(label: string, env: Record<string, string>, respond: (proxy: 
       tx,
       LIBRARY_ACTOR,
       app,
-      parseOrThrow(EndpointIn, { url: `${receiver.url}/hook` }),
+      parseOrThrow(EndpointIn, { url: `${receiver.url}/hook`, ...endpoint }),
     ),
   );
   return { proxy, herald, receiver, logs, appUid: label } satisfies Rig;
@@ -226,4 +234,72 @@ test('an outage that outlasts the lease: the outcome is given up, recovery makes
   // fencing would have had to discard, or worse, accept).
   assert.equal(count(logs, GAVE_UP), 1, 'the worker said it gave the outcome up');
   assert.equal(count(logs, DISCARDED), 0);
+});
+
+// The answers a worker's claims come back in, told apart by their columns (src/db/deliveries.ts,
+// src/db/endpoint-secrets.ts).
+const claimRoundAnswer = (columns: string[]) =>
+  columns.includes('attemptId') && !columns.includes('recordedDeliveryId');
+// (A lease recovery's answer names leaseToken too, but no attemptId.)
+const claimAlongAnswer = (columns: string[]) => columns.includes('recordedDeliveryId');
+const signingKeysAnswer = (columns: string[]) => columns.includes('sealed') && columns.includes('version');
+const answers204 = () => () => ({ status: 204 });
+
+/**
+ * Messages published to an endpoint with no idempotency contract before the worker starts, and
+ * the answer `lost` loses once: each must arrive once, promptly — well inside the 10 s lease, after
+ * which recovery would call the attempt `unknown` and park the delivery as failed — and each
+ * delivery must have exactly one attempt, a success.
+ */
+async function lostAnswerCase(label: string, messages: number, lost: (columns: string[]) => boolean) {
+  const { proxy, herald, receiver, logs, appUid } = await rig(label, {}, answers204, { idempotent: false });
+  const ids: string[] = [];
+  for (let n = 0; n < messages; n++) {
+    ids.push((await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n } })).message.id);
+  }
+  const answerLost = proxy.loseAnswer(lost);
+  await herald.startWorker();
+  await answerLost;
+  await waitFor(
+    'every delivery to succeed while the leases still run',
+    async () => {
+      for (const id of ids) if ((await deliveryOf(id)).state !== 'succeeded') return false;
+      return true;
+    },
+    5000,
+  );
+  const metrics = await herald.core.metrics.scrape();
+  await herald.close();
+  for (const id of ids) {
+    const attempts = await attemptsOf((await deliveryOf(id)).id);
+    assert.deepEqual(
+      attempts.map((a) => a.outcome),
+      ['success'],
+      `${id}: one attempt, no unknown one`,
+    );
+  }
+  assert.deepEqual(receiver.requests.map((r) => r.headers['webhook-id']).sort(), [...ids].sort());
+  return { logs, metrics };
+}
+
+test("a claim round's answer lost after it committed: its lease is given back unsent, the webhook goes out once", async () => {
+  const { logs, metrics } = await lostAnswerCase('claim_round_lost', 1, claimRoundAnswer);
+  assert.equal(count(logs, GAVE_BACK), 1);
+  assert.match(metrics, /herald_attempts_not_sent_total\{reason="claim_lost"\} 1\b/);
+});
+
+test("an outcome write's claim along lost after it committed: recorded once, the claim given back", async () => {
+  // The first message's outcome write claims the second (one in flight per endpoint): that
+  // answer is lost. The write is retried, recording only; the second's lease comes back.
+  const { logs, metrics } = await lostAnswerCase('claim_along_lost', 2, claimAlongAnswer);
+  assert.equal(count(logs, GAVE_BACK), 1);
+  assert.ok(count(logs, RETRYING) >= 1, 'the outcome write was retried');
+  assert.equal(count(logs, DISCARDED), 0, 'the retried write found its outcome recorded');
+  assert.match(metrics, /herald_attempts_not_sent_total\{reason="claim_lost"\} 1\b/);
+});
+
+test('signing keys that cannot be read after a claim: its leases are given back unsent', async () => {
+  const { logs, metrics } = await lostAnswerCase('keys_lost', 1, signingKeysAnswer);
+  assert.equal(count(logs, GAVE_BACK), 1);
+  assert.match(metrics, /herald_attempts_not_sent_total\{reason="keys_unavailable"\} 1\b/);
 });

@@ -33,6 +33,19 @@ const attempts = async (deliveryId: string) =>
     )
   ).rows.map((r) => r.outcome);
 
+test('an idle worker exits at once on SIGTERM, not at its next lease-recovery tick', async () => {
+  // Leases of 40 s: lease recovery and retention run every 5 s, and sleep in between.
+  const worker = await startHerald(
+    'worker',
+    testEnv(t.database.url, { HERALD_LEASE_SECONDS: '40', LOG_LEVEL: 'info' }),
+  );
+  const signalled = Date.now();
+  worker.proc.signal('SIGTERM');
+  assert.deepEqual(await worker.proc.waitForExit(20_000), { code: 0, signal: null });
+  const tookMs = Date.now() - signalled;
+  assert.ok(tookMs < 2500, `the worker took ${tookMs} ms to stop`);
+});
+
 test('SIGTERM during a slow attempt waits for it, records it, and exits 0', async () => {
   // A receiver that answers 1.5 s after the request arrives.
   let arrived = 0;

@@ -39,6 +39,8 @@ export interface ClaimRequest {
   batch: number;
   leaseSeconds: number;
   afterEndpoint: string;
+  /** Kept on the attempts it starts, so that a claim whose answer was lost can be given back. */
+  claimId?: string;
 }
 
 export async function claimDeliveries(
@@ -46,10 +48,11 @@ export async function claimDeliveries(
   batch: number,
   leaseSeconds: number,
   afterEndpoint: string,
+  claimId: string | null = null,
 ): Promise<ClaimedDelivery[]> {
   const result = await db.query<ClaimedDelivery>(
-    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3)`,
-    [batch, leaseSeconds, afterEndpoint],
+    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid)`,
+    [batch, leaseSeconds, afterEndpoint, claimId],
     'claim_deliveries',
   );
   return result.rows;
@@ -106,8 +109,15 @@ export async function recordOutcomesAndClaim(
   >(
     `select recorded_delivery_id as "recordedDeliveryId", recorded, endpoint_disabled as "endpointDisabled",
             ${CLAIM_COLUMNS}
-       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5)`,
-    [outcomeItems(results), disableAfter, claim.batch, claim.leaseSeconds, claim.afterEndpoint],
+       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5, $6::uuid)`,
+    [
+      outcomeItems(results),
+      disableAfter,
+      claim.batch,
+      claim.leaseSeconds,
+      claim.afterEndpoint,
+      claim.claimId ?? null,
+    ],
     'record_and_claim',
   );
   const recorded: RecordedOutcome[] = [];
@@ -141,6 +151,17 @@ export async function releaseUnsent(db: Queryable, leaseToken: string): Promise<
     leaseToken,
   ]);
   return result.rows[0]?.released ?? false;
+}
+
+/**
+ * Gives back, unsent, every lease of a claim its worker never started (the claim's answer was
+ * lost after it committed, or its signing keys could not be read); returns how many there were.
+ */
+export async function releaseClaim(db: Queryable, claimId: string): Promise<number> {
+  const result = await db.query<{ released: number }>('select herald_release_claim($1) as released', [
+    claimId,
+  ]);
+  return result.rows[0]?.released ?? 0;
 }
 
 export interface RecoveredLease {

@@ -20,7 +20,12 @@ export interface AttemptSample {
   durationMs: number;
 }
 
-export type NotSentReason = 'lease_short' | 'origin_congested' | 'stopping';
+export type NotSentReason =
+  | 'lease_short'
+  | 'origin_congested'
+  | 'stopping'
+  | 'claim_lost'
+  | 'keys_unavailable';
 
 export interface Metrics {
   readonly registry: Registry;
@@ -33,8 +38,11 @@ export interface Metrics {
   /** Seconds from the message's creation to the start of its first attempt at one endpoint. */
   firstAttempt(latencySeconds: number): void;
   leasesRecovered(count: number): void;
-  /** A claimed attempt was given back unsent: too little lease left, or its origin congested. */
-  attemptNotSent(reason: NotSentReason): void;
+  /**
+   * Claimed attempts were given back unsent: too little lease left, their origin congested, the
+   * worker stopping, the claim's answer lost, or their signing keys unreadable.
+   */
+  attemptNotSent(reason: NotSentReason, count?: number): void;
   finalizationRetried(): void;
   /** The Prometheus text exposition, with the database gauges read now. */
   scrape(): Promise<string>;
@@ -199,7 +207,7 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     },
     firstAttempt: (seconds) => firstAttempt.observe(Math.max(0, seconds)),
     leasesRecovered: (count) => recoveries.inc(count),
-    attemptNotSent: (reason) => notSent.inc({ reason }),
+    attemptNotSent: (reason, count = 1) => notSent.inc({ reason }, count),
     finalizationRetried: () => finalizationRetries.inc(),
     scrape: () => registry.metrics(),
   };

@@ -3,6 +3,7 @@
 // which also claims the deliveries that the outcomes let go next). It wakes on NOTIFY from
 // publishers, falls back to polling, and recovers expired leases.
 
+import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
@@ -13,6 +14,7 @@ import {
   type RecordedOutcome,
   type RecoveredLease,
   recoverExpiredLeases,
+  releaseClaim,
   releaseUnsent,
 } from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
@@ -78,7 +80,7 @@ export function createWorker(options: WorkerOptions): Worker {
           claimed(claimed) {
             // A wake-up refused while this claim held the slots was not answered by it.
             if (slots.settle(claimed)) nudge();
-            if (running) track(dispatching, startClaimed(claimed));
+            if (running) track(dispatching, startClaimed(claimed, slots.request.claimId));
             // The worker began stopping while this write ran: what it claimed is given back unsent.
             else for (const claim of claimed) track(givingBack, giveBackWhileStopping(claim));
           },
@@ -109,7 +111,7 @@ export function createWorker(options: WorkerOptions): Worker {
   /** Attempts whose request is done and whose outcome is being written. */
   let recording = 0;
   const attempts = new Set<Promise<void>>();
-  /** Leases claimed while stopping, being given back. */
+  /** Leases being given back unsent: claimed while stopping, or of a claim not started. */
   const givingBack = new Set<Promise<void>>();
   /** Claims made with an outcome write, whose attempts are being started. */
   const dispatching = new Set<Promise<void>>();
@@ -161,8 +163,8 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   /** Starts what an outcome write claimed along, on its own: nothing waits for it but stop(). */
-  const startClaimed = (claimed: ClaimedDelivery[]): Promise<void> =>
-    dispatch(claimed).catch((error: Error) =>
+  const startClaimed = (claimed: ClaimedDelivery[], claimId: string): Promise<void> =>
+    dispatch(claimed, claimId).catch((error: Error) =>
       log.error({ err: error.message }, 'claimed deliveries could not be started'),
     );
 
@@ -173,6 +175,40 @@ export function createWorker(options: WorkerOptions): Worker {
         'could not give back a lease claimed while stopping; lease recovery will',
       ),
     );
+
+  /**
+   * Gives back, unsent, every lease of a claim this worker does not start: the claim's answer was
+   * lost (it may have committed unseen), or its signing keys could not be read. Only this worker
+   * could have sent them, so this is safe whenever it runs. Retried while the database fails, as
+   * long as the leases last and the worker runs; lease recovery takes whatever is left.
+   */
+  async function giveBackClaim(claimId: string, reason: 'claim_lost' | 'keys_unavailable'): Promise<void> {
+    const until = Date.now() + options.leaseSeconds * 1000;
+    for (let backoff = 50; ; backoff = Math.min(backoff * 2, 2000)) {
+      try {
+        const released = await releaseClaim(db, claimId);
+        if (released > 0) {
+          metrics?.attemptNotSent(reason, released);
+          log.warn(
+            { claimId, released, reason },
+            'a claim was not started; its leases were given back unsent',
+          );
+          // Due again: a claim round may take them now.
+          nudge();
+        }
+        return;
+      } catch (error) {
+        if (!running || Date.now() + backoff >= until) {
+          log.error(
+            { claimId, reason, err: (error as Error).message },
+            'could not give back the leases of a claim that was not started; lease recovery will',
+          );
+          return;
+        }
+        await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => {});
+      }
+    }
+  }
 
   async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
     // The slot is for the request: it is given back as soon as the response is in, and the
@@ -284,7 +320,7 @@ export function createWorker(options: WorkerOptions): Worker {
       } catch (error) {
         log.error({ err: (error as Error).message }, 'lease recovery or retention failed');
       }
-      await sleep(recoverEveryMs, stopping.signal).catch(() => {});
+      await sleep(recoverEveryMs, undefined, { signal: stopping.signal }).catch(() => {});
     }
   }
 
@@ -303,10 +339,11 @@ export function createWorker(options: WorkerOptions): Worker {
   /**
    * Reserves the free slots for one claim (a claim round's, or an outcome write's claim along):
    * while it runs, another claim must not count them as free. `settle` gives them back with what
-   * was claimed (null: the claim failed) and tells whether a wake-up found no free slot meanwhile.
+   * was claimed (null: the claim failed — whatever it may have committed unseen is given back)
+   * and tells whether a wake-up found no free slot meanwhile.
    */
   function reserveSlots(): {
-    request: ClaimRequest;
+    request: ClaimRequest & { claimId: string };
     settle(claimed: ClaimedDelivery[] | null): boolean;
   } | null {
     const free = claimable();
@@ -317,10 +354,12 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     inFlight += free;
     const refusalsBefore = refusals;
+    const claimId = randomUUID();
     return {
-      request: { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor },
+      request: { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor, claimId },
       settle(claimed) {
         inFlight -= free;
+        if (claimed === null) track(givingBack, giveBackClaim(claimId, 'claim_lost'));
         const refusedMeanwhile = refusals !== refusalsBefore;
         // A full batch suggests more due work; a partial one took everything due and free —
         // unless a wake-up found no free slot meanwhile.
@@ -333,21 +372,21 @@ export function createWorker(options: WorkerOptions): Worker {
   async function round(): Promise<number> {
     const slots = reserveSlots();
     if (slots === null) return 0;
-    const { batch, leaseSeconds, afterEndpoint } = slots.request;
+    const { batch, leaseSeconds, afterEndpoint, claimId } = slots.request;
     let claimed: ClaimedDelivery[];
     try {
-      claimed = await claimDeliveries(db, batch, leaseSeconds, afterEndpoint);
+      claimed = await claimDeliveries(db, batch, leaseSeconds, afterEndpoint, claimId);
     } catch (error) {
       slots.settle(null);
       throw error;
     }
     slots.settle(claimed);
-    await dispatch(claimed);
+    await dispatch(claimed, claimId);
     return claimed.length;
   }
 
-  /** Starts the attempts of claimed deliveries; the round robin continues after the last one. */
-  async function dispatch(claimed: ClaimedDelivery[]): Promise<void> {
+  /** Starts the attempts of a claim's deliveries; the round robin continues after the last one. */
+  async function dispatch(claimed: ClaimedDelivery[], claimId: string): Promise<void> {
     if (claimed.length === 0) {
       cursor = '';
       return;
@@ -359,8 +398,9 @@ export function createWorker(options: WorkerOptions): Worker {
     try {
       keys = await keyCache.keysFor(new Map(claimed.map((c) => [c.endpointId, c.secretVersion])));
     } catch (error) {
-      // Without keys nothing can be signed; the leases run out and recovery retries them.
+      // Without keys nothing can be signed: the leases are given back, unsent.
       inFlight -= claimed.length;
+      track(givingBack, giveBackClaim(claimId, 'keys_unavailable'));
       throw error;
     }
     for (const claim of claimed) track(attempts, deliver(claim, keys.get(claim.endpointId) ?? []));

@@ -1,7 +1,8 @@
 // A TCP proxy on 127.0.0.1 in front of another server (PostgreSQL, in the outage tests), to make a
 // database blip on demand: `cutAll()` destroys every live connection (as a crashed server or a
-// broken network would), `pause()` refuses new ones until `resume()`. It counts what it saw, so a
-// test can wait for "the client tried to reconnect" as a condition instead of sleeping.
+// broken network would), `pause()` refuses new ones until `resume()`, and `loseAnswer()` lets a
+// statement complete on the server and loses its answer on the way back. It counts what it saw,
+// so a test can wait for "the client tried to reconnect" as a condition instead of sleeping.
 
 import net from 'node:net';
 
@@ -19,6 +20,12 @@ export interface TcpProxy {
   urlFor(url: string): string;
   /** Destroys every relayed connection, both sides, at once. */
   cutAll(): void;
+  /**
+   * Arms a one-shot loss: the next result whose columns `matches` accepts is dropped, with
+   * everything after it on its connection, up to the server's ReadyForQuery — by then an
+   * autocommit statement has committed — and that connection is cut. Resolves once it happened.
+   */
+  loseAnswer(matches: (columns: string[]) => boolean): Promise<void>;
   /** From now on, new connections are reset as soon as they arrive. */
   pause(): void;
   resume(): void;
@@ -28,6 +35,7 @@ export interface TcpProxy {
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
   let paused = false;
+  let armed: { matches: (columns: string[]) => boolean; lost: () => void } | null = null;
   let connectionAttempts = 0;
   let refused = 0;
 
@@ -52,7 +60,15 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     client.on('close', drop);
     upstream.on('close', drop);
     client.pipe(upstream);
-    upstream.pipe(client);
+    relayAnswers(upstream, client, {
+      armed: () => armed,
+      lose: () => {
+        const { lost } = armed!;
+        armed = null;
+        drop();
+        lost();
+      },
+    });
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -88,6 +104,11 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       }
       pairs.clear();
     },
+    loseAnswer(matches) {
+      return new Promise((lost) => {
+        armed = { matches, lost };
+      });
+    },
     pause() {
       paused = true;
     },
@@ -104,4 +125,49 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/**
+ * Relays the server's side of a PostgreSQL connection message by message (a type byte and a
+ * length that counts itself; every message the server sends after an unencrypted start-up has
+ * this shape). Once a RowDescription matches the armed loss, nothing more is relayed: at the
+ * ReadyForQuery that ends its statement, the connection is lost.
+ */
+function relayAnswers(
+  upstream: net.Socket,
+  client: net.Socket,
+  loss: { armed(): { matches: (columns: string[]) => boolean } | null; lose(): void },
+): void {
+  let buffered = Buffer.alloc(0);
+  let losing = false;
+  upstream.on('data', (chunk: Buffer) => {
+    buffered = Buffer.concat([buffered, chunk]);
+    while (buffered.length >= 5) {
+      const end = 1 + buffered.readInt32BE(1);
+      if (buffered.length < end) break;
+      const type = String.fromCharCode(buffered[0]!);
+      const armed = loss.armed();
+      if (!losing && type === 'T' && armed?.matches(columnsOf(buffered.subarray(5, end)))) losing = true;
+      if (losing && type === 'Z') {
+        loss.lose();
+        return;
+      }
+      if (!losing) client.write(buffered.subarray(0, end));
+      buffered = buffered.subarray(end);
+    }
+  });
+  upstream.on('end', () => client.end());
+}
+
+/** The column names of a RowDescription's body. */
+function columnsOf(body: Buffer): string[] {
+  const names: string[] = [];
+  let at = 2;
+  for (let i = 0; i < body.readInt16BE(0); i++) {
+    const nul = body.indexOf(0, at);
+    names.push(body.toString('utf8', at, nul));
+    // After the name: table oid, column number, type oid, type size, modifier, format.
+    at = nul + 1 + 18;
+  }
+  return names;
 }

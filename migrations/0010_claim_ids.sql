@@ -1,0 +1,154 @@
+-- A claim's answer can be lost after the claim committed (the connection dropped on its way
+-- back): its worker never saw those leases and sent none of their requests. Lease recovery could
+-- only call their attempts `unknown`, after the lease, and park the deliveries of endpoints with no
+-- idempotency contract as failed. Each claim now carries an id its worker chooses, kept on the
+-- attempts it started; a worker whose claim call failed gives that claim's leases back, unsent
+-- (herald_release_claim). Before this, claims carried no id: their attempts keep a null one.
+alter table attempt add column claim_id uuid;
+
+drop function herald_record_and_claim(jsonb, int, int, interval, text);
+drop function herald_claim(int, interval, text);
+
+-- As in 0004, with the claim's id on every attempt it starts.
+create function herald_claim(batch int, lease interval, after_endpoint text, claim uuid default null)
+returns table (
+  delivery_id text, attempt_id text, lease_token uuid, lease_expires_at timestamptz,
+  app_id text, message_id text, endpoint_id text, cycle int, attempts_in_cycle int,
+  trigger text, url text, headers jsonb, secret_version int, idempotent boolean, client_error_policy text,
+  event_type text, payload text, message_created_at timestamptz, business_key text
+)
+language plpgsql volatile
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
+as $$
+declare
+  locked text[];
+begin
+  with recursive
+    -- Endpoints with pending work after the cursor, in id order: each step jumps to the next
+    -- one, so the cost follows the number of busy endpoints, not the depth of their backlogs.
+    after_cursor(id) as (
+      (select p.endpoint_id from delivery p where p.state = 'pending' and p.endpoint_id > after_endpoint
+        order by p.endpoint_id limit 1)
+      union all
+      select (select p.endpoint_id from delivery p where p.state = 'pending' and p.endpoint_id > c.id
+              order by p.endpoint_id limit 1)
+        from after_cursor c where c.id is not null
+    ),
+    -- …then from the start up to the cursor: the round robin wraps.
+    before_cursor(id) as (
+      (select p.endpoint_id from delivery p where p.state = 'pending' and p.endpoint_id > ''
+        order by p.endpoint_id limit 1)
+      union all
+      select (select p.endpoint_id from delivery p where p.state = 'pending' and p.endpoint_id > c.id
+              order by p.endpoint_id limit 1)
+        from before_cursor c where c.id is not null and c.id <= after_endpoint
+    ),
+    busy(id) as (
+      select id from after_cursor where id is not null
+      union all
+      select id from before_cursor where id is not null and id <= after_endpoint
+    )
+  -- LATERAL keeps the walk's order (the round robin) and its laziness: endpoints are tried one by
+  -- one as the walk yields them, and the walk stops once `batch` of them are locked.
+  select array_agg(t.id) into locked from (
+    select e.id
+      from busy
+      cross join lateral (
+        select e.id from endpoint e
+         where e.id = busy.id and not e.disabled
+           and exists (select 1 from delivery p
+                        where p.endpoint_id = e.id and p.state = 'pending' and p.next_attempt_at <= now())
+           -- A pre-filter on this statement's snapshot; the decision is statement 2's.
+           and not exists (select 1 from delivery s where s.endpoint_id = e.id and s.state = 'sending')
+           for no key update skip locked
+      ) e
+     limit batch
+  ) t;
+
+  if locked is null then
+    return;
+  end if;
+
+  return query
+  with picked as (
+    select (select p.id from delivery p
+             where p.endpoint_id = l.id and p.state = 'pending' and p.next_attempt_at <= now()
+             order by p.next_attempt_at limit 1
+             for update skip locked) as id
+      from unnest(locked) as l(id)
+     where not exists (select 1 from delivery s where s.endpoint_id = l.id and s.state = 'sending')
+  ), leased as (
+    update delivery u
+       set state = 'sending', lease_token = gen_random_uuid(), lease_expires_at = now() + lease,
+           next_attempt_at = null,
+           attempts_in_cycle = u.attempts_in_cycle + 1, attempts_total = u.attempts_total + 1,
+           updated_at = now()
+      from picked
+     where u.id = picked.id
+    returning u.id, u.app_id, u.message_id, u.endpoint_id, u.cycle, u.attempts_in_cycle, u.trigger,
+              u.lease_token, u.lease_expires_at
+  ), started as (
+    insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                         claim_id)
+    select d.app_id, d.id, d.message_id, d.endpoint_id, d.cycle, d.lease_token, d.trigger, e.url, claim
+      from leased d join endpoint e on e.id = d.endpoint_id
+    returning attempt.id, attempt.lease_token
+  )
+  select d.id, a.id, d.lease_token, d.lease_expires_at, d.app_id, d.message_id, d.endpoint_id, d.cycle,
+         d.attempts_in_cycle, d.trigger, e.url, e.headers, e.secret_version, e.idempotent,
+         e.client_error_policy, m.event_type, m.payload, m.created_at, m.business_key
+    from leased d
+    join started a on a.lease_token = d.lease_token
+    join endpoint e on e.id = d.endpoint_id
+    join message m on m.id = d.message_id
+   -- Round-robin order: the caller continues after the last endpoint returned.
+   order by d.endpoint_id <= after_endpoint, d.endpoint_id;
+end
+$$;
+
+-- As in 0007, passing the claim's id on.
+create function herald_record_and_claim(
+  items jsonb, disable_after int, batch int, lease interval, after_endpoint text, claim uuid default null
+)
+returns table (
+  recorded_delivery_id text, recorded boolean, endpoint_disabled boolean,
+  delivery_id text, attempt_id text, lease_token uuid, lease_expires_at timestamptz,
+  app_id text, message_id text, endpoint_id text, cycle int, attempts_in_cycle int,
+  trigger text, url text, headers jsonb, secret_version int, idempotent boolean, client_error_policy text,
+  event_type text, payload text, message_created_at timestamptz, business_key text
+)
+language plpgsql volatile
+as $$
+begin
+  return query
+  select r.delivery_id, r.recorded, r.endpoint_disabled,
+         null::text, null::text, null::uuid, null::timestamptz, null::text, null::text, null::text,
+         null::int, null::int, null::text, null::text, null::jsonb, null::int, null::boolean, null::text,
+         null::text, null::text, null::timestamptz, null::text
+    from herald_record_outcomes(items, disable_after) r;
+  return query
+  select null::text, null::boolean, null::boolean, c.*
+    from herald_claim(batch, lease, after_endpoint, claim) c;
+end
+$$;
+
+-- Give back every lease of a claim whose worker never received it, as herald_release_unsent does
+-- for one: the delivery is due again with its budget untouched and the attempt, which never
+-- happened, is removed. Safe at any time: only that worker could have sent them, and it did not.
+-- Leases already recovered (or never committed) are not found. Returns how many were given back.
+-- It walks the deliveries in flight (the partial index delivery_one_in_flight: one per busy
+-- worker slot at most), never the history.
+create function herald_release_claim(claim uuid)
+returns int
+language sql volatile
+set enable_seqscan = off
+as $$
+  select count(*)::int
+    from (select a.lease_token
+            from delivery d join attempt a on a.lease_token = d.lease_token
+           where d.state = 'sending' and a.claim_id = claim and a.outcome is null) lost
+   where herald_release_unsent(lost.lease_token)
+$$;
