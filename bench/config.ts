@@ -88,7 +88,7 @@ const QUICK: Counts = {
   intakes: 6_000,
   fanoutPublishes: 5,
   memoryDeliveries: 100_000,
-  memoryMaxSeconds: 15,
+  memoryMaxSeconds: 30,
   waitMaxSeconds: 30,
 };
 

@@ -15,6 +15,8 @@ export interface Throughput {
   elapsedMs: number;
 }
 
+export type SizeStage = 'finished' | 'payloadRetention' | 'historyRetention';
+
 export interface MemoryResult {
   pending: number;
   endpoints: number;
@@ -23,8 +25,8 @@ export interface MemoryResult {
   /** RSS once the worker said it started, before it had claimed much. */
   startRssBytes: number;
   peakRssBytes: number;
-  sizes: Record<string, number>;
-  sizesAfterRetention: Record<string, number>;
+  /** Bytes of each hot table and hot index, after each stage (see scenarios/memory.ts). */
+  sizes: Record<SizeStage, Record<string, number>>;
 }
 
 export interface Results {

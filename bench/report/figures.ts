@@ -138,14 +138,16 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
     const m = r.memory;
     out.push(row(`herald worker peak RSS, ${n(m.pending)} pending deliveries`, m.peakRssBytes / MIB, 'MiB'));
     out.push(row('  herald worker RSS when it started', m.startRssBytes / MIB, 'MiB'));
-    out.push(
-      row(`  deliveries it finished (cap ${Math.round(m.workedSeconds)} s)`, m.delivered, 'deliveries'),
-    );
-    for (const [table, bytes] of Object.entries(m.sizes)) {
-      out.push(row(`  table ${table} after the finished work`, bytes / MIB, 'MiB'));
-    }
-    for (const [table, bytes] of Object.entries(m.sizesAfterRetention)) {
-      out.push(row(`  table ${table} after retention + VACUUM`, bytes / MIB, 'MiB'));
+    out.push(row(`  deliveries it finished, in ${Math.round(m.workedSeconds)} s`, m.delivered, 'deliveries'));
+    const stages = [
+      ['finished', 'after the finished work'],
+      ['payloadRetention', 'after payload retention + VACUUM'],
+      ['historyRetention', 'after history retention + VACUUM'],
+    ] as const;
+    for (const [stage, when] of stages) {
+      for (const [measured, bytes] of Object.entries(m.sizes[stage])) {
+        out.push(row(`  ${measured} ${when}`, bytes / MIB, 'MiB'));
+      }
     }
   }
   return out;

@@ -2,10 +2,13 @@
 // of pending deliveries (1,000,000; 100,000 with --quick), inserted by one INSERT … SELECT over
 // generate_series into a scratch database of its own (one app, 1,000 endpoints at the receiver).
 // The worker runs until the receiver has them all or the scenario's time cap; then the sizes of
-// the hot tables, and again after the retention job (payloads expired, VACUUM).
+// the hot tables and of the partial indexes the claim walks (pending deliveries, deliveries in
+// flight): after the finished work, after payload retention (payloads expired, VACUUM — the
+// default: history is kept), and after the opt-in history retention (finished messages deleted
+// with their deliveries and attempts, VACUUM).
 
 import { createPgDb } from '../../src/db/pg-pool.ts';
-import { expireOldPayloads } from '../../src/db/retention.ts';
+import { expireOldPayloads, pruneFinishedHistory } from '../../src/db/retention.ts';
 import { EVENT_TYPE, PAYLOAD_TEXT } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createScratchDatabase, tableSizes, withClient } from '../db.ts';
@@ -14,7 +17,19 @@ import { sleep } from '../load.ts';
 import { memoryOf, sampleMemory, startHeraldProcess } from '../processes.ts';
 import { nowMs } from '../stats.ts';
 
-const TABLES = ['delivery', 'attempt', 'message'] as const;
+/** What is measured, by the name the figures give it. */
+const MEASURED: Record<string, string> = {
+  'table delivery': 'delivery',
+  'table attempt': 'attempt',
+  'table message': 'message',
+  'index of pending deliveries (the claim walks it)': 'delivery_endpoint_pending_idx',
+  'index of deliveries in flight': 'delivery_one_in_flight',
+};
+
+async function measuredSizes(url: string): Promise<Record<string, number>> {
+  const bytes = await tableSizes(url, Object.values(MEASURED));
+  return Object.fromEntries(Object.entries(MEASURED).map(([label, relation]) => [label, bytes[relation]!]));
+}
 
 export async function memory(ctx: Context): Promise<void> {
   const { counts, concurrency, serverUrl } = ctx.options;
@@ -84,23 +99,26 @@ export async function memory(ctx: Context): Promise<void> {
         `memory: the worker finished ${finished} of ${pending} deliveries within its ${counts.memoryMaxSeconds} s cap`,
       );
     }
-    const sizes = await tableSizes(scratch.url, TABLES);
+    const finishedSizes = await measuredSizes(scratch.url);
 
-    // The retention job: expire every payload now, run herald's retention batch until it is done,
-    // then a plain VACUUM (what autovacuum would do).
-    await withClient(scratch.url, (client) =>
-      client.query(`update message set payload_expires_at = now() - interval '1 second'`),
-    );
+    // The retention jobs, each run until it is done, then a plain VACUUM (what autovacuum would
+    // do): payloads (every one expired now), then the opt-in history (everything finished).
     const db = createPgDb({ connectionString: scratch.url, max: 1 });
+    const vacuumed = async () => {
+      await withClient(scratch.url, (client) => client.query('vacuum (analyze) delivery, attempt, message'));
+      return measuredSizes(scratch.url);
+    };
+    let payloadRetentionSizes: Record<string, number>;
+    let historyRetentionSizes: Record<string, number>;
     try {
-      for (let i = 0; i < messages / 1000 + 10; i++) {
-        if ((await expireOldPayloads(db)) === 0) break;
-      }
+      await db.query(`update message set payload_expires_at = now() - interval '1 second'`, []);
+      while ((await expireOldPayloads(db)) > 0) {}
+      payloadRetentionSizes = await vacuumed();
+      while ((await pruneFinishedHistory(db, 0, 100)) > 0) {}
+      historyRetentionSizes = await vacuumed();
     } finally {
       await db.close();
     }
-    await withClient(scratch.url, (client) => client.query('vacuum (analyze) delivery, attempt, message'));
-    const sizesAfterRetention = await tableSizes(scratch.url, TABLES);
     ctx.results.memory = {
       pending,
       endpoints,
@@ -108,8 +126,11 @@ export async function memory(ctx: Context): Promise<void> {
       workedSeconds,
       startRssBytes,
       peakRssBytes,
-      sizes,
-      sizesAfterRetention,
+      sizes: {
+        finished: finishedSizes,
+        payloadRetention: payloadRetentionSizes,
+        historyRetention: historyRetentionSizes,
+      },
     };
   } finally {
     await scratch.drop();
