@@ -4,12 +4,32 @@
 -- idempotency contract as failed. Each claim now carries an id its worker chooses, kept on the
 -- attempts it started; a worker whose claim call failed gives that claim's leases back, unsent
 -- (herald_release_claim). Before this, claims carried no id: their attempts keep a null one.
+--
+-- A claim may still be running on the server when its worker gives up on it (a client-side
+-- timeout, a connection broken only on the client's side). While it runs it holds a shared
+-- advisory lock on its id, which the release takes exclusively: the release waits for the claim to
+-- commit or roll back, and then finds what it committed.
 alter table attempt add column claim_id uuid;
 
 drop function herald_record_and_claim(jsonb, int, int, interval, text);
 drop function herald_claim(int, interval, text);
+drop function herald_release_unsent(uuid);
 
--- As in 0004, with the claim's id on every attempt it starts.
+-- The advisory lock a claim holds while it runs (two-key form: apart from herald's other locks).
+create function herald_claim_lock(claim uuid, exclusive boolean) returns void
+language plpgsql volatile as $$
+begin
+  if claim is null then
+    return;
+  elsif exclusive then
+    perform pg_advisory_xact_lock(hashtext('herald_claim'), hashtext(claim::text));
+  else
+    perform pg_advisory_xact_lock_shared(hashtext('herald_claim'), hashtext(claim::text));
+  end if;
+end
+$$;
+
+-- As in 0004, under the claim's lock, with the claim's id on every attempt it starts.
 create function herald_claim(batch int, lease interval, after_endpoint text, claim uuid default null)
 returns table (
   delivery_id text, attempt_id text, lease_token uuid, lease_expires_at timestamptz,
@@ -26,6 +46,7 @@ as $$
 declare
   locked text[];
 begin
+  perform herald_claim_lock(claim, false);
   with recursive
     -- Endpoints with pending work after the cursor, in id order: each step jumps to the next
     -- one, so the cost follows the number of busy endpoints, not the depth of their backlogs.
@@ -109,7 +130,7 @@ begin
 end
 $$;
 
--- As in 0007, passing the claim's id on.
+-- As in 0007, under the claim's lock from its start (the outcomes it records come first).
 create function herald_record_and_claim(
   items jsonb, disable_after int, batch int, lease interval, after_endpoint text, claim uuid default null
 )
@@ -123,6 +144,7 @@ returns table (
 language plpgsql volatile
 as $$
 begin
+  perform herald_claim_lock(claim, false);
   return query
   select r.delivery_id, r.recorded, r.endpoint_disabled,
          null::text, null::text, null::uuid, null::timestamptz, null::text, null::text, null::text,
@@ -135,20 +157,55 @@ begin
 end
 $$;
 
--- Give back every lease of a claim whose worker never received it, as herald_release_unsent does
--- for one: the delivery is due again with its budget untouched and the attempt, which never
--- happened, is removed. Safe at any time: only that worker could have sent them, and it did not.
--- Leases already recovered (or never committed) are not found. Returns how many were given back.
--- It walks the deliveries in flight (the partial index delivery_one_in_flight: one per busy
--- worker slot at most), never the history.
+-- Give back a lease whose attempt was never sent (as in 0002, which matched the token and the
+-- state only: a walk of every lease in flight for each call). The delivery is found by its id;
+-- the token is the fencing. The delivery is due again with its budget untouched and the attempt
+-- row, which never happened, is removed. Zero rows: recovery took the lease already.
+create function herald_release_unsent(token uuid, delivery text)
+returns boolean
+language sql volatile as $$
+  with released as (
+    update delivery d
+       set state = 'pending', next_attempt_at = now(), lease_token = null, lease_expires_at = null,
+           attempts_in_cycle = d.attempts_in_cycle - 1, attempts_total = d.attempts_total - 1,
+           updated_at = now()
+     where d.id = delivery and d.lease_token = token
+    returning d.id
+  ), forgotten as (
+    delete from attempt a using released
+     where a.lease_token = token and a.delivery_id = released.id and a.outcome is null
+  )
+  select exists (select 1 from released)
+$$;
+
+-- Give back every lease of a claim whose worker never received it, each as herald_release_unsent
+-- does. Safe whenever it runs: only that worker could have sent them, and it did not. It waits
+-- for the claim if that is still running; leases already recovered (or never committed) are not
+-- found. Returns how many were given back. It walks the deliveries in flight once (the partial
+-- index delivery_one_in_flight: at most one per busy worker slot), never the history.
 create function herald_release_claim(claim uuid)
 returns int
-language sql volatile
+language plpgsql volatile
 set enable_seqscan = off
+set enable_hashjoin = off
+set enable_mergejoin = off
 as $$
-  select count(*)::int
-    from (select a.lease_token
-            from delivery d join attempt a on a.lease_token = d.lease_token
-           where d.state = 'sending' and a.claim_id = claim and a.outcome is null) lost
-   where herald_release_unsent(lost.lease_token)
+declare
+  lost record;
+  released int := 0;
+begin
+  perform herald_claim_lock(claim, true);
+  -- The leases are found first and given back one by one: a call of herald_release_unsent in a
+  -- WHERE clause would be evaluated wherever the planner puts it, on leases of other claims too.
+  for lost in
+    select d.id, d.lease_token
+      from delivery d join attempt a on a.lease_token = d.lease_token
+     where d.state = 'sending' and a.claim_id = claim and a.outcome is null
+  loop
+    if herald_release_unsent(lost.lease_token, lost.id) then
+      released := released + 1;
+    end if;
+  end loop;
+  return released;
+end
 $$;

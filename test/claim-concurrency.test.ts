@@ -4,7 +4,9 @@
 // call, herald_record_and_claim), half with separate calls, so both paths compete.
 
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import {
   type AttemptResult,
   type ClaimedDelivery,
@@ -13,13 +15,14 @@ import {
   recordOutcomes,
   recordOutcomesAndClaim,
   recoverExpiredLeases,
+  releaseClaim,
   releaseUnsent,
 } from '../src/db/deliveries.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let database: TestDatabase;
 const claimers: Db[] = [];
@@ -231,7 +234,7 @@ test('a lease given back unsent leaves no attempt and an untouched budget; a rec
   await seed('unsent', 2, 1);
   const [claim] = await claimDeliveries(database.db, 1, 30, '');
   assert.ok(claim);
-  assert.equal(await releaseUnsent(database.db, claim.leaseToken), true);
+  assert.equal(await releaseUnsent(database.db, claim), true);
   const row = await database.db.query<{ state: string; attempts_in_cycle: number; attempts_total: number }>(
     'select state, attempts_in_cycle, attempts_total from delivery where id = $1',
     [claim.deliveryId],
@@ -241,17 +244,65 @@ test('a lease given back unsent leaves no attempt and an untouched budget; a rec
     claim.leaseToken,
   ]);
   assert.equal(attempts.rowCount, 0, 'the attempt that never happened is not in the history');
-  assert.equal(await releaseUnsent(database.db, claim.leaseToken), false, 'fenced: the lease is gone');
+  assert.equal(await releaseUnsent(database.db, claim), false, 'fenced: the lease is gone');
 
   const [again] = await claimDeliveries(database.db, 1, 0.05, '');
   assert.ok(again);
   await waitFor('recovery', async () =>
     (await recoverExpiredLeases(database.db, 8)).some((r) => r.leaseToken === again.leaseToken),
   );
-  assert.equal(await releaseUnsent(database.db, again.leaseToken), false);
+  assert.equal(await releaseUnsent(database.db, again), false);
   const unknown = await database.db.query<{ outcome: string }>(
     'select outcome from attempt where lease_token = $1',
     [again.leaseToken],
   );
   assert.equal(unknown.rows[0]!.outcome, 'unknown', 'recovery’s verdict stands');
+});
+
+test("a claim's leases are given back by its id, and the give-back waits for a claim still running", async () => {
+  await seed('claim_ids', 3, 1);
+  const claimId = crypto.randomUUID();
+  // Another claim, in flight: the give-back of the first must not touch it.
+  const [other] = await claimDeliveries(database.db, 1, 30, '', crypto.randomUUID());
+  assert.ok(other);
+  // The claim runs in a transaction that is not committed yet: its worker gave up on it (a
+  // client-side timeout), but the server goes on and commits later.
+  const running = new pg.Client({ connectionString: database.url });
+  await running.connect();
+  try {
+    await running.query('begin');
+    const claimed = await running.query<{ delivery_id: string; attempts_in_cycle: number }>(
+      `select delivery_id, attempts_in_cycle from herald_claim(2, interval '30 seconds', '', $1)
+        order by delivery_id`,
+      [claimId],
+    );
+    assert.equal(claimed.rowCount, 2);
+    const releasing = releaseClaim(database.db, claimId);
+    await waitForLockWaiter(database.db, 'herald_release_claim');
+    await running.query('commit');
+    assert.equal(await releasing, 2, 'both committed leases were given back');
+    const rows = await database.db.query<{ state: string; attempts_in_cycle: number }>(
+      'select state, attempts_in_cycle from delivery where id = any($1) order by id',
+      [claimed.rows.map((r) => r.delivery_id)],
+    );
+    assert.deepEqual(
+      rows.rows.map((r) => [r.state, r.attempts_in_cycle]),
+      claimed.rows.map((r) => ['pending', r.attempts_in_cycle - 1]),
+      'due again, with the budget they had before the claim',
+    );
+    const attempts = await database.db.query('select 1 from attempt where claim_id = $1', [claimId]);
+    assert.equal(attempts.rowCount, 0, 'the attempts that never happened are not in the history');
+    assert.equal(await releaseClaim(database.db, claimId), 0, 'nothing is left to give back');
+    const untouched = await database.db.query<{ state: string; lease_token: string }>(
+      'select state, lease_token from delivery where id = $1',
+      [other.deliveryId],
+    );
+    assert.deepEqual(untouched.rows[0], { state: 'sending', lease_token: other.leaseToken });
+    const otherAttempt = await database.db.query('select 1 from attempt where lease_token = $1', [
+      other.leaseToken,
+    ]);
+    assert.equal(otherAttempt.rowCount, 1, "the other claim's attempt is kept");
+  } finally {
+    await running.end();
+  }
 });

@@ -257,9 +257,12 @@ async function lostAnswerCase(label: string, messages: number, lost: (columns: s
   for (let n = 0; n < messages; n++) {
     ids.push((await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n } })).message.id);
   }
-  const answerLost = proxy.loseAnswer(lost);
+  let answerLost = false;
+  void proxy.loseAnswer(lost).then(() => {
+    answerLost = true;
+  });
   await herald.startWorker();
-  await answerLost;
+  await waitFor('the proxy to lose the answer', () => answerLost, 10_000);
   await waitFor(
     'every delivery to succeed while the leases still run',
     async () => {

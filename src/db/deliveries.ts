@@ -146,9 +146,13 @@ function outcomeItems(results: readonly AttemptResult[]): string {
 }
 
 /** Gives back a lease whose attempt was never sent; false when recovery took it already. */
-export async function releaseUnsent(db: Queryable, leaseToken: string): Promise<boolean> {
-  const result = await db.query<{ released: boolean }>('select herald_release_unsent($1) as released', [
-    leaseToken,
+export async function releaseUnsent(
+  db: Queryable,
+  lease: Pick<ClaimedDelivery, 'leaseToken' | 'deliveryId'>,
+): Promise<boolean> {
+  const result = await db.query<{ released: boolean }>('select herald_release_unsent($1, $2) as released', [
+    lease.leaseToken,
+    lease.deliveryId,
   ]);
   return result.rows[0]?.released ?? false;
 }

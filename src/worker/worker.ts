@@ -157,7 +157,7 @@ export function createWorker(options: WorkerOptions): Worker {
     message: string,
     details: Record<string, unknown> = {},
   ): Promise<void> {
-    const released = await releaseUnsent(db, claim.leaseToken);
+    const released = await releaseUnsent(db, claim);
     metrics?.attemptNotSent(reason);
     log.warn({ deliveryId: claim.deliveryId, ...details, released }, message);
   }
@@ -179,8 +179,10 @@ export function createWorker(options: WorkerOptions): Worker {
   /**
    * Gives back, unsent, every lease of a claim this worker does not start: the claim's answer was
    * lost (it may have committed unseen), or its signing keys could not be read. Only this worker
-   * could have sent them, so this is safe whenever it runs. Retried while the database fails, as
-   * long as the leases last and the worker runs; lease recovery takes whatever is left.
+   * could have sent them, so this is safe whenever it runs; a claim still running on the server
+   * is waited for. Retried while the database fails, as long as the leases last and the worker
+   * runs; lease recovery takes whatever is left. The deliveries are due again: the next claim
+   * round takes them (not at once: a failing claim must not turn into a tight loop).
    */
   async function giveBackClaim(claimId: string, reason: 'claim_lost' | 'keys_unavailable'): Promise<void> {
     const until = Date.now() + options.leaseSeconds * 1000;
@@ -193,8 +195,6 @@ export function createWorker(options: WorkerOptions): Worker {
             { claimId, released, reason },
             'a claim was not started; its leases were given back unsent',
           );
-          // Due again: a claim round may take them now.
-          nudge();
         }
         return;
       } catch (error) {
@@ -393,16 +393,17 @@ export function createWorker(options: WorkerOptions): Worker {
     }
     cursor = claimed.at(-1)!.endpointId;
     inFlight += claimed.length;
-    if (metrics) observeFirstAttempts(metrics, claimed, options.leaseSeconds);
     let keys: Map<string, Buffer[]>;
     try {
       keys = await keyCache.keysFor(new Map(claimed.map((c) => [c.endpointId, c.secretVersion])));
     } catch (error) {
-      // Without keys nothing can be signed: the leases are given back, unsent.
+      // Without keys nothing can be signed: the leases are given back, unsent (and their first
+      // attempts are still to come).
       inFlight -= claimed.length;
       track(givingBack, giveBackClaim(claimId, 'keys_unavailable'));
       throw error;
     }
+    if (metrics) observeFirstAttempts(metrics, claimed, options.leaseSeconds);
     for (const claim of claimed) track(attempts, deliver(claim, keys.get(claim.endpointId) ?? []));
   }
 

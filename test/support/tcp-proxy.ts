@@ -60,14 +60,15 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     client.on('close', drop);
     upstream.on('close', drop);
     client.pipe(upstream);
-    relayAnswers(upstream, client, {
-      armed: () => armed,
-      lose: () => {
-        const { lost } = armed!;
-        armed = null;
+    relayAnswers(upstream, client, (columns) => {
+      if (!armed?.matches(columns)) return null;
+      // This connection takes the loss: another one matching meanwhile is relayed as usual.
+      const { lost } = armed;
+      armed = null;
+      return () => {
         drop();
         lost();
-      },
+      };
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -128,31 +129,28 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
 }
 
 /**
- * Relays the server's side of a PostgreSQL connection message by message (a type byte and a
- * length that counts itself; every message the server sends after an unencrypted start-up has
- * this shape). Once a RowDescription matches the armed loss, nothing more is relayed: at the
- * ReadyForQuery that ends its statement, the connection is lost.
+ * Relays the server's side of a PostgreSQL connection message by message: a type byte and a
+ * length that counts itself, the shape of every message a server sends after a start-up without
+ * TLS (the clients of these tests never ask for it; a TLS answer would be one bare byte). Once
+ * `takeLoss` accepts a RowDescription's columns, nothing more is relayed, and at the
+ * ReadyForQuery that ends its statement the returned `lose` cuts the connection.
  */
 function relayAnswers(
   upstream: net.Socket,
   client: net.Socket,
-  loss: { armed(): { matches: (columns: string[]) => boolean } | null; lose(): void },
+  takeLoss: (columns: string[]) => (() => void) | null,
 ): void {
   let buffered = Buffer.alloc(0);
-  let losing = false;
+  let lose: (() => void) | null = null;
   upstream.on('data', (chunk: Buffer) => {
     buffered = Buffer.concat([buffered, chunk]);
     while (buffered.length >= 5) {
       const end = 1 + buffered.readInt32BE(1);
       if (buffered.length < end) break;
       const type = String.fromCharCode(buffered[0]!);
-      const armed = loss.armed();
-      if (!losing && type === 'T' && armed?.matches(columnsOf(buffered.subarray(5, end)))) losing = true;
-      if (losing && type === 'Z') {
-        loss.lose();
-        return;
-      }
-      if (!losing) client.write(buffered.subarray(0, end));
+      if (lose === null && type === 'T') lose = takeLoss(columnsOf(buffered.subarray(5, end)));
+      if (lose === null) client.write(buffered.subarray(0, end));
+      else if (type === 'Z') return lose();
       buffered = buffered.subarray(end);
     }
   });
