@@ -8,6 +8,7 @@
 // the same connection then runs (auto_explain): no sequential scan of a hot table.
 
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { recordReceipts } from '../src/db/intake.ts';
@@ -140,6 +141,35 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
     );
   }
   assertNoScans(plans, /Seq Scan on (endpoint|message|intake|app|source|delivery)\b/g);
+});
+
+test("giving back a claim's leases walks the leases in flight once and finds each delivery by its id", async () => {
+  // The tables are grown by the tests above; this connection plans the give-back now.
+  const app = await seedApp(database.db, 'give_back');
+  for (let i = 0; i < 20; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
+  await backlog(app.id, 200);
+  const claimId = crypto.randomUUID();
+  const claimed = await client.query(`select 1 from herald_claim(20, interval '30 seconds', '', $1)`, [
+    claimId,
+  ]);
+  assert.equal(claimed.rowCount, 20);
+
+  let released = 0;
+  const plans = await explained(async () => {
+    const result = await client.query<{ n: number }>('select herald_release_claim($1) as n', [claimId]);
+    released = result.rows[0]!.n;
+  });
+  assert.equal(released, 20);
+  assertNoScans(plans, /Seq Scan on (delivery|attempt)\b/g);
+  const walk = plans.filter((p) => p.includes('a.claim_id = claim'));
+  assert.equal(walk.length, 1, 'the walk of the leases in flight was explained');
+  assert.match(walk[0]!, /delivery_one_in_flight/);
+  const giveBacks = plans.filter((p) => p.includes('update delivery d'));
+  assert.equal(giveBacks.length, 20, 'each lease was given back by its own update');
+  for (const plan of giveBacks) {
+    assert.match(plan, /Index Scan using delivery_pkey on delivery d/);
+    assert.doesNotMatch(plan, /delivery_one_in_flight/);
+  }
 });
 
 /** The plans of every statement `run` makes on the test's connection, nested ones included. */
