@@ -8,26 +8,13 @@
 -- A claim may still be running on the server when its worker gives up on it (a client-side
 -- timeout, a connection broken only on the client's side). While it runs it holds a shared
 -- advisory lock on its id, which the release takes exclusively: the release waits for the claim to
--- commit or roll back, and then finds what it committed.
+-- commit or roll back, and then finds what it committed. (The two-key form keeps these locks apart
+-- from herald's others; the lock functions are strict: a claim with no id takes none.)
 alter table attempt add column claim_id uuid;
 
 drop function herald_record_and_claim(jsonb, int, int, interval, text);
 drop function herald_claim(int, interval, text);
 drop function herald_release_unsent(uuid);
-
--- The advisory lock a claim holds while it runs (two-key form: apart from herald's other locks).
-create function herald_claim_lock(claim uuid, exclusive boolean) returns void
-language plpgsql volatile as $$
-begin
-  if claim is null then
-    return;
-  elsif exclusive then
-    perform pg_advisory_xact_lock(hashtext('herald_claim'), hashtext(claim::text));
-  else
-    perform pg_advisory_xact_lock_shared(hashtext('herald_claim'), hashtext(claim::text));
-  end if;
-end
-$$;
 
 -- As in 0004, under the claim's lock, with the claim's id on every attempt it starts.
 create function herald_claim(batch int, lease interval, after_endpoint text, claim uuid default null)
@@ -46,7 +33,7 @@ as $$
 declare
   locked text[];
 begin
-  perform herald_claim_lock(claim, false);
+  perform pg_advisory_xact_lock_shared(hashtext('herald_claim'), hashtext(claim::text));
   with recursive
     -- Endpoints with pending work after the cursor, in id order: each step jumps to the next
     -- one, so the cost follows the number of busy endpoints, not the depth of their backlogs.
@@ -144,7 +131,7 @@ returns table (
 language plpgsql volatile
 as $$
 begin
-  perform herald_claim_lock(claim, false);
+  perform pg_advisory_xact_lock_shared(hashtext('herald_claim'), hashtext(claim::text));
   return query
   select r.delivery_id, r.recorded, r.endpoint_disabled,
          null::text, null::text, null::uuid, null::timestamptz, null::text, null::text, null::text,
@@ -194,7 +181,7 @@ declare
   lost record;
   released int := 0;
 begin
-  perform herald_claim_lock(claim, true);
+  perform pg_advisory_xact_lock(hashtext('herald_claim'), hashtext(claim::text));
   -- The leases are found first and given back one by one: a call of herald_release_unsent in a
   -- WHERE clause would be evaluated wherever the planner puts it, on leases of other claims too.
   for lost in
