@@ -129,7 +129,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     maxAgeMs: 5_000,
     log,
   });
-  // Two writers: one batch's statement runs while the other's commit is flushed.
+  // A second writer only when a full batch waits (see group-commit.ts).
   const submitPublish = createGroupCommit(
     (batch: GroupedPublish[]) => publishGroup(db, batch, apps.getMany),
     {

@@ -51,6 +51,27 @@ describe('group commit', () => {
     assert.deepEqual(await Promise.all(rest), [20, 30, 40, 50]);
   });
 
+  test('a second writer starts only when a full batch waits: batches stay large below that', async () => {
+    const gated = gatedWrite((items: number[]) => items);
+    const submit = createGroupCommit(gated.write, { maxBatch: 3, parallel: 2 });
+    const all = [submit(1)];
+    await settle();
+    all.push(submit(2), submit(3));
+    await settle();
+    assert.deepEqual(gated.batches, [[1]], 'two waiting items are not a full batch: one writer');
+    all.push(submit(4));
+    await settle();
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4]], 'a full batch waits: a second writer takes it');
+    all.push(submit(5));
+    await settle();
+    assert.equal(gated.batches.length, 2, 'no third writer');
+    gated.releaseAll();
+    await settle();
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5]);
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4], [5]]);
+  });
+
   test('a batch holds at most maxBatch items', async () => {
     const sizes: number[] = [];
     const submit = createGroupCommit(

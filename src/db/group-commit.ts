@@ -12,7 +12,11 @@
 export interface GroupCommitOptions {
   /** Items per statement at most. */
   maxBatch: number;
-  /** Writes under way at once: lets one batch's statement overlap another's commit. */
+  /**
+   * Writes under way at once, at most. A further writer starts only when a full batch is waiting
+   * (one writer cannot keep up): below that, callers gather behind the one write under way, and
+   * fewer, larger batches cost the database less per item than more, smaller ones.
+   */
   parallel: number;
 }
 
@@ -60,7 +64,7 @@ export function createGroupCommit<I, O>(
   return (item) =>
     new Promise<O>((resolve, reject) => {
       queue.push({ item, resolve, reject });
-      if (writers < options.parallel) void writer();
+      if (writers === 0 || (writers < options.parallel && queue.length >= options.maxBatch)) void writer();
     });
 }
 
