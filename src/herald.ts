@@ -129,13 +129,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     maxAgeMs: 5_000,
     log,
   });
-  // A second writer only when a full batch waits (see group-commit.ts).
+  // A second writer only when a full batch waits, or publishes have waited 5 ms behind a long
+  // write such as a large fan-out (see group-commit.ts).
   const submitPublish = createGroupCommit(
     (batch: GroupedPublish[]) => publishGroup(db, batch, apps.getMany),
-    {
-      maxBatch: 256,
-      parallel: 2,
-    },
+    { maxBatch: 256, parallel: 2, maxWaitMs: 5 },
   );
   const core: Core = {
     db,

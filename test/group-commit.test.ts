@@ -13,7 +13,7 @@ import { asQueryable, type Queryable } from '../src/db/port.ts';
 import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
-import { waitForLockWaiter } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
@@ -37,7 +37,7 @@ const settle = () => new Promise((resolve) => setImmediate(resolve));
 describe('group commit', () => {
   test('callers that arrive during a write share the next one, and each gets its own result', async () => {
     const gated = gatedWrite((items: number[]) => items.map((n) => n * 10));
-    const submit = createGroupCommit(gated.write, { maxBatch: 100, parallel: 1 });
+    const submit = createGroupCommit(gated.write, { maxBatch: 100, parallel: 1, maxWaitMs: 1000 });
     const first = submit(1);
     await settle();
     const rest = [2, 3, 4, 5].map((n) => submit(n));
@@ -53,7 +53,7 @@ describe('group commit', () => {
 
   test('a second writer starts only when a full batch waits: batches stay large below that', async () => {
     const gated = gatedWrite((items: number[]) => items);
-    const submit = createGroupCommit(gated.write, { maxBatch: 3, parallel: 2 });
+    const submit = createGroupCommit(gated.write, { maxBatch: 3, parallel: 2, maxWaitMs: 60_000 });
     const all = [submit(1)];
     await settle();
     all.push(submit(2), submit(3));
@@ -72,6 +72,20 @@ describe('group commit', () => {
     assert.deepEqual(gated.batches, [[1], [2, 3, 4], [5]]);
   });
 
+  test('callers that wait maxWaitMs behind a long write get a writer of their own', async () => {
+    const gated = gatedWrite((items: number[]) => items);
+    const submit = createGroupCommit(gated.write, { maxBatch: 100, parallel: 2, maxWaitMs: 30 });
+    const long = submit(1);
+    await settle();
+    const waiting = [submit(2), submit(3)];
+    await settle();
+    assert.deepEqual(gated.batches, [[1]], 'at first they wait behind the write under way');
+    await waitFor('a second writer', () => gated.batches.length === 2, 5000);
+    assert.deepEqual(gated.batches, [[1], [2, 3]], 'then a second writer takes them, together');
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
+  });
+
   test('a batch holds at most maxBatch items', async () => {
     const sizes: number[] = [];
     const submit = createGroupCommit(
@@ -79,7 +93,7 @@ describe('group commit', () => {
         sizes.push(items.length);
         return items;
       },
-      { maxBatch: 3, parallel: 1 },
+      { maxBatch: 3, parallel: 1, maxWaitMs: 1000 },
     );
     assert.deepEqual(await Promise.all([1, 2, 3, 4, 5, 6, 7].map(submit)), [1, 2, 3, 4, 5, 6, 7]);
     assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
@@ -94,7 +108,7 @@ describe('group commit', () => {
           throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
         return items.map((s) => s.toUpperCase());
       },
-      { maxBatch: 10, parallel: 1 },
+      { maxBatch: 10, parallel: 1, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
     assert.deepEqual(
@@ -115,7 +129,7 @@ describe('group commit', () => {
         await settle();
         throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
       },
-      { maxBatch: 10, parallel: 1 },
+      { maxBatch: 10, parallel: 1, maxWaitMs: 1000 },
     );
     const first = submit('a');
     const others = ['b', 'c'].map(submit);
@@ -206,6 +220,7 @@ describe('publishMessages: several messages in one call', () => {
       {
         maxBatch: 50,
         parallel: 1,
+        maxWaitMs: 1000,
       },
     );
     const results = await Promise.allSettled([

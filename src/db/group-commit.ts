@@ -14,10 +14,13 @@ export interface GroupCommitOptions {
   maxBatch: number;
   /**
    * Writes under way at once, at most. A further writer starts only when a full batch is waiting
-   * (one writer cannot keep up): below that, callers gather behind the one write under way, and
-   * fewer, larger batches cost the database less per item than more, smaller ones.
+   * (one writer cannot keep up) or when callers have waited `maxWaitMs` behind the writes under
+   * way (a long one: a fan-out to many endpoints). Below that, callers gather behind the one write
+   * under way, and fewer, larger batches cost the database less per item than more, smaller ones.
    */
   parallel: number;
+  /** How long callers wait behind the writes under way before another writer takes them. */
+  maxWaitMs: number;
 }
 
 export type Write<I, O> = (items: I[]) => Promise<O[]>;
@@ -34,6 +37,16 @@ export function createGroupCommit<I, O>(
   }
   const queue: Waiting[] = [];
   let writers = 0;
+  /** Armed while callers wait behind the writes under way: then another writer takes them. */
+  let waitTimer: NodeJS.Timeout | null = null;
+
+  function startWriter(): void {
+    if (waitTimer !== null) {
+      clearTimeout(waitTimer);
+      waitTimer = null;
+    }
+    void writer();
+  }
 
   async function writeAlone(w: Waiting): Promise<void> {
     try {
@@ -47,6 +60,10 @@ export function createGroupCommit<I, O>(
     writers++;
     try {
       while (queue.length > 0) {
+        if (waitTimer !== null) {
+          clearTimeout(waitTimer);
+          waitTimer = null;
+        }
         const batch = queue.splice(0, options.maxBatch);
         try {
           const results = await write(batch.map((w) => w.item));
@@ -64,7 +81,13 @@ export function createGroupCommit<I, O>(
   return (item) =>
     new Promise<O>((resolve, reject) => {
       queue.push({ item, resolve, reject });
-      if (writers === 0 || (writers < options.parallel && queue.length >= options.maxBatch)) void writer();
+      if (writers === 0 || (writers < options.parallel && queue.length >= options.maxBatch)) startWriter();
+      else if (writers < options.parallel && waitTimer === null) {
+        waitTimer = setTimeout(() => {
+          waitTimer = null;
+          if (queue.length > 0 && writers < options.parallel) void writer();
+        }, options.maxWaitMs);
+      }
     });
 }
 

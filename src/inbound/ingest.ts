@@ -73,7 +73,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       (await recordReceipts(deps.db, receipts, DEFAULT_RETENTION_DAYS)).map(
         ({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed }),
       ),
-    { maxBatch: 64, parallel: 2 },
+    { maxBatch: 64, parallel: 2, maxWaitMs: 5 },
   );
 
   // Whatever a verifier is built from: a change to any of it (made anywhere; a change of secrets
