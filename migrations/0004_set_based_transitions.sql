@@ -155,10 +155,7 @@ begin
            next_attempt_at = case when x.outcome = 'success' then null else x.next_attempt_at end,
            lease_token = null, lease_expires_at = null, trigger = 'scheduled', updated_at = now()
       from x
-     -- A lease token is set exactly while the delivery is sending (delivery_lease_iff_sending):
-     -- matching it is the fencing. Naming the state too would let the plan walk the in-flight
-     -- index (every lease of every worker) for each item instead of one primary-key lookup.
-     where u.id = x.delivery_id and u.lease_token = x.lease_token
+     where u.id = x.delivery_id and u.state = 'sending' and u.lease_token = x.lease_token
     returning u.id, u.endpoint_id, u.app_id, x.lease_token, x.outcome, x.status_code, x.response_class,
               x.response_body, x.duration_ms, x.disable_endpoint, x.credentials_rejected
   ), finished as (

@@ -1,10 +1,8 @@
 -- Record finished attempts and claim the next batch in one call: one round trip and one commit
 -- where there were two of each. Recording frees the endpoints it finishes — for a single busy
 -- endpoint, the one its next delivery waits for — and the claim after it, on a fresh snapshot,
--- can take them at once. Each part keeps its own guarantees (fencing; one in flight per endpoint,
--- decided under the endpoint's lock); they commit together or not at all, so a caller retrying
--- after a failure records without claiming (src/worker/finalizer.ts). A row is either a recorded
--- outcome (recorded_delivery_id set) or a claim.
+-- can take them at once. The same guarantees as herald_record_outcomes followed by herald_claim,
+-- in one transaction. A row is either a recorded outcome (recorded_delivery_id set) or a claim.
 create function herald_record_and_claim(
   items jsonb, disable_after int, batch int, lease interval, after_endpoint text
 )
