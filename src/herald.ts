@@ -125,8 +125,6 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     channel: APP_CHANGED_CHANNEL,
     load: (idsOrUids) => findApps(db, idsOrUids),
     idOf: (app) => app.id,
-    maxEntries: 10_000,
-    maxAgeMs: 5_000,
     log,
   });
   // A second writer only when a full batch waits, or publishes have waited 5 ms behind a long

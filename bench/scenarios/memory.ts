@@ -105,33 +105,27 @@ export async function memory(ctx: Context): Promise<void> {
     // do): payloads (every one expired now), then the opt-in history (everything finished).
     const db = createPgDb({ connectionString: scratch.url, max: 1 });
     const vacuumed = async () => {
-      await withClient(scratch.url, (client) => client.query('vacuum (analyze) delivery, attempt, message'));
+      await db.query('vacuum (analyze) delivery, attempt, message', []);
       return measuredSizes(scratch.url);
     };
-    let payloadRetentionSizes: Record<string, number>;
-    let historyRetentionSizes: Record<string, number>;
     try {
       await db.query(`update message set payload_expires_at = now() - interval '1 second'`, []);
       while ((await expireOldPayloads(db)) > 0) {}
-      payloadRetentionSizes = await vacuumed();
+      const payloadRetention = await vacuumed();
       while ((await pruneFinishedHistory(db, 0, 100)) > 0) {}
-      historyRetentionSizes = await vacuumed();
+      const historyRetention = await vacuumed();
+      ctx.results.memory = {
+        pending,
+        endpoints,
+        delivered: finished,
+        workedSeconds,
+        startRssBytes,
+        peakRssBytes,
+        sizes: { finished: finishedSizes, payloadRetention, historyRetention },
+      };
     } finally {
       await db.close();
     }
-    ctx.results.memory = {
-      pending,
-      endpoints,
-      delivered: finished,
-      workedSeconds,
-      startRssBytes,
-      peakRssBytes,
-      sizes: {
-        finished: finishedSizes,
-        payloadRetention: payloadRetentionSizes,
-        historyRetention: historyRetentionSizes,
-      },
-    };
   } finally {
     await scratch.drop();
   }

@@ -21,6 +21,7 @@ export async function publish(ctx: Context): Promise<void> {
   // as the README's example does it (the NOTIFY commits with the caller's transaction), once with
   // the wake-up after the COMMIT (`wake: false` + herald.wake()), which lets commits be flushed
   // together.
+  const warm = Math.min(200, counts.publishes);
   const callerPool = new pg.Pool({ connectionString: ctx.db.url, max: concurrency });
   try {
     const inCallerTransaction = (wake: boolean) => async () => {
@@ -37,7 +38,6 @@ export async function publish(ctx: Context): Promise<void> {
       }
       if (!wake) await h.herald.wake();
     };
-    const warm = Math.min(200, counts.publishes);
     ctx.results.publishLibrary = await measureThroughput(
       ctx,
       'publish (library)',
@@ -68,11 +68,5 @@ export async function publish(ctx: Context): Promise<void> {
     const text = await response.body.text();
     if (response.statusCode !== 202) throw new Error(`publish answered ${response.statusCode}: ${text}`);
   };
-  ctx.results.publishHttp = await measureThroughput(
-    ctx,
-    'publish (HTTP)',
-    Math.min(200, counts.publishes),
-    counts.publishes,
-    overHttp,
-  );
+  ctx.results.publishHttp = await measureThroughput(ctx, 'publish (HTTP)', warm, counts.publishes, overHttp);
 }

@@ -9,7 +9,7 @@ import type { FastifyRequest } from 'fastify';
 import type { Logger } from 'pino';
 import { hashApiKey } from '../crypto/api-key-token.ts';
 import { API_KEY_CHANGED_CHANNEL, type ApiKeyRow, findLiveApiKeyByHash } from '../db/api-keys.ts';
-import { createNotifiedCache } from '../db/notified-cache.ts';
+import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
 import type { Actor } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
@@ -40,13 +40,8 @@ export function createAuthenticator(deps: {
   const keys = createNotifiedCache<ApiKeyRow>({
     db: deps.db,
     channel: API_KEY_CHANGED_CHANNEL,
-    load: async ([hashHex]) => {
-      const key = await findLiveApiKeyByHash(deps.db, Buffer.from(hashHex!, 'hex'));
-      return new Map(key ? [[hashHex!, key]] : []);
-    },
+    load: loadOne((hashHex) => findLiveApiKeyByHash(deps.db, Buffer.from(hashHex, 'hex'))),
     idOf: (key) => key.id,
-    maxEntries: 10_000,
-    maxAgeMs: 5_000,
     log: deps.log,
   });
   return {

@@ -40,14 +40,6 @@ export function createGroupCommit<I, O>(
   /** Armed while callers wait behind the writes under way: then another writer takes them. */
   let waitTimer: NodeJS.Timeout | null = null;
 
-  function startWriter(): void {
-    if (waitTimer !== null) {
-      clearTimeout(waitTimer);
-      waitTimer = null;
-    }
-    void writer();
-  }
-
   async function writeAlone(w: Waiting): Promise<void> {
     try {
       w.resolve((await write([w.item]))[0]!);
@@ -81,7 +73,8 @@ export function createGroupCommit<I, O>(
   return (item) =>
     new Promise<O>((resolve, reject) => {
       queue.push({ item, resolve, reject });
-      if (writers === 0 || (writers < options.parallel && queue.length >= options.maxBatch)) startWriter();
+      // (A writer that takes the queue disarms the timer.)
+      if (writers === 0 || (writers < options.parallel && queue.length >= options.maxBatch)) void writer();
       else if (writers < options.parallel && waitTimer === null) {
         waitTimer = setTimeout(() => {
           waitTimer = null;

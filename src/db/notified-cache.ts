@@ -24,9 +24,19 @@ export interface NotifiedCacheOptions<V> {
   load: (keys: readonly string[]) => Promise<Map<string, V>>;
   /** The id a change announcement names. */
   idOf: (row: V) => string;
-  maxEntries: number;
-  maxAgeMs: number;
+  /** Entries kept at most (default 10,000); past that the cache starts afresh. */
+  maxEntries?: number;
+  /** How long an entry may be served without an announcement (default 5 s): the bound while LISTEN is down. */
+  maxAgeMs?: number;
   log: Logger;
+}
+
+/** A `load` for callers that name one row at a time: `find` reads it by the key it was asked for. */
+export function loadOne<V>(find: (key: string) => Promise<V | null>) {
+  return async ([key]: readonly string[]): Promise<Map<string, V>> => {
+    const row = await find(key!);
+    return new Map(row ? [[key!, row]] : []);
+  };
 }
 
 export interface NotifiedCache<V> {
@@ -44,6 +54,7 @@ export interface NotifiedCache<V> {
 const RETRY_LISTEN_MS = 60_000;
 
 export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): NotifiedCache<V> {
+  const { maxEntries = 10_000, maxAgeMs = 5_000 } = options;
   const entries = new Map<string, { row: V; until: number }>();
   let generation = 0;
   let listening: Promise<(() => Promise<void>) | null> | null = null;
@@ -91,8 +102,8 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
     for (const [key, row] of loaded) {
       found.set(key, row);
       if (!fresh) continue;
-      if (entries.size >= options.maxEntries) entries.clear();
-      entries.set(key, { row, until: Date.now() + options.maxAgeMs });
+      if (entries.size >= maxEntries) entries.clear();
+      entries.set(key, { row, until: Date.now() + maxAgeMs });
     }
     return found;
   }

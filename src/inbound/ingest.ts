@@ -8,7 +8,7 @@ import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { createGroupCommit } from '../db/group-commit.ts';
 import { type IntakeReceipt, recordReceipts } from '../db/intake.ts';
-import { createNotifiedCache } from '../db/notified-cache.ts';
+import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
 import { findSource, liveSourceSecrets, SOURCE_CHANGED_CHANNEL, type SourceRow } from '../db/sources.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
@@ -53,17 +53,12 @@ interface CachedSource {
 
 export function createIngestor(deps: IngestDeps): Ingestor {
   // The source of every request, without a query per request: evicted when a change is announced.
-  const sources = createNotifiedCache({
+  const sources = createNotifiedCache<SourceRow>({
     db: deps.db,
     channel: SOURCE_CHANGED_CHANNEL,
     // One request names one source: a read of one row.
-    load: async ([idOrUid]) => {
-      const source = await findSource(deps.db, idOrUid!);
-      return new Map(source ? [[idOrUid!, source]] : []);
-    },
+    load: loadOne((idOrUid) => findSource(deps.db, idOrUid)),
     idOf: (source) => source.id,
-    maxEntries: 10_000,
-    maxAgeMs: 5_000,
     log: deps.log,
   });
   const cache = new Map<string, CachedSource>();

@@ -69,8 +69,9 @@ export interface Finalizer {
   drain(): Promise<void>;
 }
 
-const FIRST_BACKOFF_MS = 50;
-const MAX_BACKOFF_MS = 2000;
+/** Retries of a write while the database fails: the first wait, doubling up to the last. */
+export const FIRST_BACKOFF_MS = 50;
+export const MAX_BACKOFF_MS = 2000;
 
 export function createFinalizer(options: FinalizerOptions): Finalizer {
   const queue: PendingResult[] = [];

@@ -24,7 +24,7 @@ import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
-import { createFinalizer, type FinalizerOptions } from './finalizer.ts';
+import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
 
 /** Payload retention is a slow clock: once a minute is plenty, and each run is a small batch. */
@@ -186,7 +186,7 @@ export function createWorker(options: WorkerOptions): Worker {
    */
   async function giveBackClaim(claimId: string, reason: 'claim_lost' | 'keys_unavailable'): Promise<void> {
     const until = Date.now() + options.leaseSeconds * 1000;
-    for (let backoff = 50; ; backoff = Math.min(backoff * 2, 2000)) {
+    for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
       try {
         const released = await releaseClaim(db, claimId);
         if (released > 0) {
