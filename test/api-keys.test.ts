@@ -243,18 +243,23 @@ describe('the key behind each token is cached', () => {
     for (let trial = 1; ; trial++) {
       const { id, key } = await createKey(t, { name: `revoked here ${trial}`, scopes: ['read'] });
       assert.equal((await read(key)).status, 200);
-      const cut = await t.database.db.query(
-        `select pg_terminate_backend(pid) from pg_stat_activity
-          where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid()`,
+      const cut = await t.database.db.query<{ pid: number }>(
+        `with listener as materialized (
+           select pid from pg_stat_activity
+            where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid()
+         )
+         select pid from listener where pg_terminate_backend(pid)`,
       );
       assert.ok((cut.rowCount ?? 0) > 0, 'the listening connection was found');
       assert.equal((await t.call('DELETE', `/api/v1/api-key/${id}`)).status, 204);
       const status = (await read(key)).status;
       const answeredAt = new Date();
+      // A new listener, that is: the one just cut may still be on its way out.
       const listeningBefore = await t.database.db.query(
         `select 1 from pg_stat_activity
-          where datname = current_database() and query ilike 'listen %' and query_start < $1`,
-        [answeredAt],
+          where datname = current_database() and query ilike 'listen %' and query_start < $1
+            and pid <> all($2)`,
+        [answeredAt, cut.rows.map((r) => r.pid)],
       );
       if (listeningBefore.rowCount === 0) {
         assert.equal(status, 401);

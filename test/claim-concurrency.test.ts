@@ -234,6 +234,11 @@ test('a lease given back unsent leaves no attempt and an untouched budget; a rec
   await seed('unsent', 2, 1);
   const [claim] = await claimDeliveries(database.db, 1, 30, '');
   assert.ok(claim);
+  assert.equal(
+    await releaseUnsent(database.db, { deliveryId: claim.deliveryId, leaseToken: crypto.randomUUID() }),
+    false,
+    'fenced: another token gives nothing back',
+  );
   assert.equal(await releaseUnsent(database.db, claim), true);
   const row = await database.db.query<{ state: string; attempts_in_cycle: number; attempts_total: number }>(
     'select state, attempts_in_cycle, attempts_total from delivery where id = $1',
@@ -305,4 +310,26 @@ test("a claim's leases are given back by its id, and the give-back waits for a c
   } finally {
     await running.end();
   }
+});
+
+test('a lease token exists exactly while a delivery is sending: the fencing writes match the token alone', async () => {
+  // The outcome write and the give-backs find a delivery by its id and its lease token, without
+  // naming the state (invariant 5): the database must refuse a token on any other state, and a
+  // sending delivery without one.
+  await seed('lease_iff_sending', 1, 1);
+  const { rows } = await database.db.query<{ id: string }>(
+    `select d.id from delivery d join app on app.id = d.app_id where app.uid = 'lease_iff_sending'`,
+  );
+  const id = rows[0]!.id;
+  await assert.rejects(
+    database.db.query(
+      `update delivery set lease_token = gen_random_uuid(), lease_expires_at = now() where id = $1`,
+      [id],
+    ),
+    /delivery_lease_iff_sending/,
+  );
+  await assert.rejects(
+    database.db.query(`update delivery set state = 'sending', next_attempt_at = null where id = $1`, [id]),
+    /delivery_lease_iff_sending/,
+  );
 });

@@ -1,0 +1,32 @@
+// A migration that has been released has run on databases herald no longer controls: the runner
+// applies each number once, so an edit to it would never reach them (a change belongs in a new
+// migration). Each released file is pinned here by its SHA-256; a new migration is added to the
+// list when it is released.
+
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { test } from 'node:test';
+import { readMigrations } from '../src/db/migrate.ts';
+
+const RELEASED: Record<number, string> = {
+  1: '5cb7e45f5d155e160adcda81bb6daa72ce22d4a54e7f1c49e4e035c73a36f0ed',
+  2: '474b9d2b5cfea012e0fab8bc0e372e61c7d09942453bd807b2f1e8cb26bbc870',
+  3: 'a9daff6ea965d3544cdfc3c72a47daf108042e6f4ec2137aa53f0c20420a30fa',
+  4: 'ede023d13af35745af1d1469cf2618f13a318715f69ea066aa6ccd4c08bd1acd',
+  5: '04121988041be9d773da9166aaa7fa8d6839ad6790b16c2eb5708d53ac4760d1',
+  6: '537ca048daf95add5349b40d8d5795c563f33ffcc8282a74c10b8f33830f53a9',
+  7: 'cc935300224d0dc59891e63107170a87e90c03c3e58c73b69b1dcc6b4b293de0',
+  8: 'e3cfe54f47d070fc8fa21565d261e2f61cf83e591f608ef6f0cb711781caf2db',
+  9: 'cd878f5f1ed41ed24fd584d49ed214673617383ac59fe2725be512ca93a47eb1',
+  10: 'e4d9abbc4c9e2cd0fdfa36a2e7e03052bf5ac9d1c3c987edcab2ff2bd4a9ac15',
+};
+
+test('released migrations are never edited', () => {
+  const byVersion = new Map(readMigrations().map((m) => [m.version, m]));
+  for (const [version, digest] of Object.entries(RELEASED)) {
+    const migration = byVersion.get(Number(version));
+    assert.ok(migration, `migration ${version} is still there`);
+    const actual = crypto.createHash('sha256').update(migration.sql).digest('hex');
+    assert.equal(actual, digest, `migration ${version} (${migration.name}) changed after its release`);
+  }
+});
