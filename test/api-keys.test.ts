@@ -236,43 +236,69 @@ describe('the key behind each token is cached', () => {
     }
   });
 
+  /** Cuts the connection that hears announcements (it reconnects 100 ms later at the earliest). */
+  async function cutListener(): Promise<number[]> {
+    await waitFor('a listener to cut', () => listenedBefore(new Date(), []));
+    const cut = await t.database.db.query<{ pid: number }>(
+      `with listener as materialized (
+         select pid from pg_stat_activity
+          where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid()
+       )
+       select pid from listener where pg_terminate_backend(pid)`,
+    );
+    assert.ok((cut.rowCount ?? 0) > 0, 'the listening connection was found');
+    return cut.rows.map((r) => r.pid);
+  }
+
+  /** Whether a new listener (not one of `cut`, which may still be on its way out) listened before `at`. */
+  async function listenedBefore(at: Date, cut: number[]): Promise<boolean> {
+    const { rowCount } = await t.database.db.query(
+      `select 1 from pg_stat_activity
+        where datname = current_database() and query ilike 'listen %' and query_start < $1
+          and pid <> all($2)`,
+      [at, cut],
+    );
+    return (rowCount ?? 0) > 0;
+  }
+
+  /**
+   * Runs `trial` until one tells (it returns true): a trial with the listener back too early
+   * returns false. A slow machine may need another.
+   */
+  async function untilATrialTells(trial: (n: number) => Promise<boolean>): Promise<void> {
+    for (let n = 1; ; n++) {
+      if (await trial(n)) return;
+      assert.ok(n < 5, 'the listener was back too early in five trials: nothing to tell');
+      await waitFor('the listener to be back', () => listenedBefore(new Date(), []));
+    }
+  }
+
   test('a key revoked through this API is refused on the next request, announced or not', async () => {
-    // Cut the connection that hears announcements: until it listens again (100 ms at the earliest)
-    // nothing evicts the cached key but the revocation itself. A trial tells only if the listener
-    // was not listening again before the refusal was answered; a slow machine may need another.
-    for (let trial = 1; ; trial++) {
-      const { id, key } = await createKey(t, { name: `revoked here ${trial}`, scopes: ['read'] });
+    // Until the cut listener listens again nothing evicts the cached key but the revocation itself.
+    await untilATrialTells(async (n) => {
+      const { id, key } = await createKey(t, { name: `revoked here ${n}`, scopes: ['read'] });
       assert.equal((await read(key)).status, 200);
-      const cut = await t.database.db.query<{ pid: number }>(
-        `with listener as materialized (
-           select pid from pg_stat_activity
-            where datname = current_database() and query ilike 'listen %' and pid <> pg_backend_pid()
-         )
-         select pid from listener where pg_terminate_backend(pid)`,
-      );
-      assert.ok((cut.rowCount ?? 0) > 0, 'the listening connection was found');
+      const cut = await cutListener();
       assert.equal((await t.call('DELETE', `/api/v1/api-key/${id}`)).status, 204);
       const status = (await read(key)).status;
-      const answeredAt = new Date();
-      // A new listener, that is: the one just cut may still be on its way out.
-      const listeningBefore = await t.database.db.query(
-        `select 1 from pg_stat_activity
-          where datname = current_database() and query ilike 'listen %' and query_start < $1
-            and pid <> all($2)`,
-        [answeredAt, cut.rows.map((r) => r.pid)],
-      );
-      if (listeningBefore.rowCount === 0) {
-        assert.equal(status, 401);
-        return;
-      }
-      assert.ok(trial < 5, 'the listener was back before the answer in five trials: nothing to tell');
-      await waitFor('the listener to be back', async () => {
-        const back = await t.database.db.query(
-          `select 1 from pg_stat_activity where datname = current_database() and query ilike 'listen %'`,
-        );
-        return (back.rowCount ?? 0) > 0;
-      });
-    }
+      if (await listenedBefore(new Date(), cut)) return false;
+      assert.equal(status, 401);
+      return true;
+    });
+  });
+
+  test('a key revoked while the listener is down is refused once it is back, not after the entry ages', async () => {
+    // The revocation's announcement goes nowhere; a listener that is back empties the cache.
+    await untilATrialTells(async (n) => {
+      const { id, key } = await createKey(t, { name: `revoked unheard ${n}`, scopes: ['read'] });
+      assert.equal((await read(key)).status, 200);
+      const cut = await cutListener();
+      await t.database.db.query('update api_key set revoked_at = now() where id = $1', [id]);
+      if (await listenedBefore(new Date(), cut)) return false;
+      // Well before a cached entry's 5 s age limit.
+      await waitFor('the revoked key to be refused', async () => (await read(key)).status === 401, 2000);
+      return true;
+    });
   });
 
   test('a key revoked outside this process is refused once the revocation is announced', async () => {
