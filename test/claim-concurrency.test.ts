@@ -307,6 +307,16 @@ test("a claim's leases are given back by its id, and the give-back waits for a c
       other.leaseToken,
     ]);
     assert.equal(otherAttempt.rowCount, 1, "the other claim's attempt is kept");
+    // A claim without an id (as before migration 0010) is never anybody's lost claim.
+    const [anonymous] = await claimDeliveries(database.db, 1, 30, '');
+    assert.ok(anonymous);
+    const none = await database.db.query<{ n: number }>('select herald_release_claim(null) as n');
+    assert.equal(none.rows[0]!.n, 0);
+    const kept = await database.db.query<{ lease_token: string }>(
+      'select lease_token from delivery where id = $1',
+      [anonymous.deliveryId],
+    );
+    assert.equal(kept.rows[0]!.lease_token, anonymous.leaseToken);
   } finally {
     await running.end();
   }

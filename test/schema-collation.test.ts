@@ -5,29 +5,22 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import pg from 'pg';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 
 let database: TestDatabase;
-let client: pg.Client;
 
 before(async () => {
   database = await freshDatabase('schema_collation');
-  client = new pg.Client({ connectionString: database.url });
-  await client.connect();
 });
-after(async () => {
-  await client.end();
-  await database.drop();
-});
+after(() => database.drop());
 
-test('every text column that an index or a foreign key covers compares bytewise', async () => {
-  const covered = await client.query<{ col: string; collation: string }>(
+test('every collatable column that an index or a foreign key covers compares bytewise', async () => {
+  const covered = await database.db.query<{ col: string; collation: string }>(
     `select c.relname || '.' || a.attname as col, a.attcollation::regcollation::text as collation
        from pg_class c
        join pg_attribute a on a.attrelid = c.oid and a.attnum > 0 and not a.attisdropped
       where c.relnamespace = 'public'::regnamespace and c.relkind = 'r'
-        and a.atttypid = 'text'::regtype and c.relname <> 'herald_migration'
+        and a.attcollation <> 0 and c.relname <> 'herald_migration'
         and (exists (select 1 from pg_index i where i.indrelid = c.oid and a.attnum = any (i.indkey))
              or exists (select 1 from pg_constraint f
                          where f.conrelid = c.oid and f.contype = 'f' and a.attnum = any (f.conkey)))
@@ -45,4 +38,17 @@ test('every text column that an index or a foreign key covers compares bytewise'
   }
   const localeBound = covered.rows.filter((r) => r.collation !== '"C"');
   assert.deepEqual(localeBound, [], 'indexed or referencing text columns with a locale collation');
+});
+
+test('no index overrides the bytewise collation of its columns', async () => {
+  const overriding = await database.db.query<{ index: string; collation: string }>(
+    `select i.indexrelid::regclass::text as index, k.coll::regcollation::text as collation
+       from pg_index i
+       join pg_class c on c.oid = i.indrelid
+       cross join lateral unnest(i.indcollation::oid[]) as k(coll)
+      where c.relnamespace = 'public'::regnamespace and k.coll <> 0
+        and k.coll <> 'pg_catalog."C"'::regcollation
+      order by 1`,
+  );
+  assert.deepEqual(overriding.rows, [], 'index keys that compare under a locale');
 });
