@@ -73,7 +73,9 @@ test('a worker that stops while an outcome write runs gives back what that write
     env: {
       HERALD_WORKER_CONCURRENCY: '1',
       HERALD_POLL_INTERVAL_MS: '60000',
-      HERALD_ATTEMPT_TIMEOUT_MS: '500',
+      // The row lock below must be taken before the hanging attempt times out: a few queries,
+      // with room to spare on a slow machine.
+      HERALD_ATTEMPT_TIMEOUT_MS: '2000',
     },
   });
   const hanging = await startReceiver((_request, n) => (n === 1 ? 'hang' : { status: 204 }));
