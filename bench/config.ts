@@ -141,6 +141,12 @@ export function wants(options: BenchOptions, name: ScenarioName): boolean {
   return options.only.length === 0 || options.only.includes(name);
 }
 
+/**
+ * Jobs the peer locks ahead of the ones it runs (graphile-worker's local queue). herald's worker
+ * holds as many leases beyond its connections, so that both hold the same work in hand.
+ */
+export const PEER_LOCAL_QUEUE = 500;
+
 /** The event every scenario sends: about 1 KiB of JSON, like a typical webhook. */
 export const PAYLOAD = {
   type: 'invoice.paid',

@@ -9,6 +9,7 @@ import { Pool } from 'undici';
 import { buildApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/config.ts';
 import { createHerald, createLogger, type Herald } from '../src/herald.ts';
+import { PEER_LOCAL_QUEUE } from './config.ts';
 import { closedLoop } from './load.ts';
 
 const ADMIN_KEY = `bench-admin-${crypto.randomBytes(12).toString('hex')}`;
@@ -16,9 +17,6 @@ const MASTER_KEY = crypto.randomBytes(32).toString('base64');
 
 /** Objects set-up creates at once through the API (and its connections to it). */
 const SET_UP_CONCURRENCY = 8;
-
-/** Leases a worker holds per connection to the receiver (herald's defaults: 64 over 8). */
-const LEASES_PER_CONNECTION = 4;
 
 /** The settings every herald of the run gets, in-process or as a `herald worker` process. */
 export function heraldEnv(databaseUrl: string, concurrency: number): Record<string, string> {
@@ -30,12 +28,12 @@ export function heraldEnv(databaseUrl: string, concurrency: number): Record<stri
     // The benchmark is the only client; the per-key limit (200/s by default) would cap it.
     HERALD_API_RATE_LIMIT: '0',
     // Every bench endpoint is on one origin (the local receiver). The peer keeps `concurrency`
-    // requests on the wire and locks up to 500 more jobs ahead of them (its local queue); herald
-    // keeps as many requests on the wire (its connections to the origin) and leases ahead of
-    // them as its defaults do (64 leases over 8 connections per origin): leases wait inside
-    // herald for a connection, and each claim and outcome write carries a larger batch.
+    // requests on the wire and locks up to PEER_LOCAL_QUEUE more jobs ahead of them; herald keeps
+    // as many requests on the wire (its connections to the origin) and holds as many leases as the
+    // peer holds jobs: leases wait inside herald for a connection, and each claim and outcome
+    // write carries a larger batch.
     HERALD_CONNECTIONS_PER_ORIGIN: String(concurrency),
-    HERALD_WORKER_CONCURRENCY: String(LEASES_PER_CONNECTION * concurrency),
+    HERALD_WORKER_CONCURRENCY: String(concurrency + PEER_LOCAL_QUEUE),
     LOG_LEVEL: 'error',
   };
 }

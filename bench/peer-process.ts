@@ -7,7 +7,7 @@
 
 import { Logger, run } from 'graphile-worker';
 import { Agent, request } from 'undici';
-import { PAYLOAD_TEXT } from './config.ts';
+import { PAYLOAD_TEXT, PEER_LOCAL_QUEUE } from './config.ts';
 
 const [connectionString, receiverUrl, concurrencyText] = process.argv.slice(2);
 const concurrency = Number(concurrencyText);
@@ -30,7 +30,7 @@ const runner = await run({
   logger: quiet,
   preset: {
     worker: {
-      localQueue: { size: 500 },
+      localQueue: { size: PEER_LOCAL_QUEUE },
       completeJobBatchDelay: 0,
       failJobBatchDelay: 0,
     },
