@@ -86,11 +86,30 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   const attempts = await client.query<{ n: number }>('select count(*)::int as n from attempt');
   assert.ok(attempts.rows[0]!.n >= 5000, `the attempt table grew (${attempts.rows[0]!.n} rows)`);
 
+  // Leases of other workers in flight, which each claim must step around, endpoint by endpoint.
+  for (let i = 0; i < 30; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
+  await backlog(app.id, 2);
+  const held = await client.query(`select 1 from herald_claim(30, interval '10 minutes', $1)`, [cursor]);
+  assert.equal(held.rowCount, 30);
+
   const plans = await explained(() => claimAndRecord(20, cursor));
   // Besides the two calls: the statements inside the functions (claim 2, outcome write 3 or more).
   const inside = plans.filter((p) => !/Query Text: select .* from herald_/.test(p));
   assert.ok(inside.length >= 4, `the functions' own statements were explained (${plans.length} plans)`);
   assertNoScans(plans, /Seq Scan on (delivery|attempt|message|endpoint)\b/g);
+  assertNoWholeIndexScans(plans, /^(delivery|attempt|message|endpoint)$/);
+  // Matching each row of the batch against every other (a join of two batch-sized sets under the
+  // pinned nested loops), or against every lease in flight, costs the square of the batch.
+  assertNoJoinFilterBeyond(plans, 20);
+
+  // Planned again on the grown tables' statistics (as after an autovacuum ANALYZE), the same holds,
+  // and "has due work" stops at the first index entry: a bitmap scan reads all of them, then the heap.
+  await client.query('analyze delivery, attempt, message, endpoint');
+  await client.query('discard plans');
+  const replanned = await explained(() => claimAndRecord(20, cursor));
+  assertNoScans(replanned, /(Seq|Bitmap Heap) Scan on (delivery|attempt|message|endpoint)\b/g);
+  assertNoWholeIndexScans(replanned, /^(delivery|attempt|message|endpoint)$/);
+  assertNoJoinFilterBeyond(replanned, 20);
   // The outcome write finds each delivery by its id: walking the in-flight index instead costs
   // every lease in flight, of every worker, for each item.
   const outcomeWrite = plans.filter((p) => p.includes('update delivery u') && p.includes('x.lease_token'));
@@ -110,7 +129,10 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
     ]);
     await recordReceipts(db, [seedReceipt(source.id, deliveryId)], 90);
   };
-  // Cached on nearly empty tables, new keys and repeated ones (a replay and a duplicate).
+  // Cached on nearly empty tables, as ANALYZE last saw them: new keys and repeated ones (a replay
+  // and a duplicate).
+  await client.query('analyze');
+  await client.query('discard plans');
   for (let n = 0; n < 10; n++) await publishAndReceive(`k${n % 7}`, `d${n % 5}`);
 
   // Other tenants grow the tables: thousands of endpoints, messages and claims.
@@ -141,6 +163,7 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
     );
   }
   assertNoScans(plans, /Seq Scan on (endpoint|message|intake|app|source|delivery)\b/g);
+  assertNoWholeIndexScans(plans, /^(endpoint|message|intake|app|source|delivery)$/);
 });
 
 test("giving back a claim's leases walks the leases in flight once and finds each delivery by its id", async () => {
@@ -183,6 +206,8 @@ async function explained(run: () => Promise<unknown>): Promise<string[]> {
     await client.query(`load 'auto_explain'`);
     await client.query('set auto_explain.log_min_duration = 0');
     await client.query('set auto_explain.log_nested_statements = on');
+    // Actual row counts: what a join filter threw away shows how much it compared.
+    await client.query('set auto_explain.log_analyze = on');
     await client.query('set client_min_messages = log');
     await run();
   } finally {
@@ -195,4 +220,31 @@ async function explained(run: () => Promise<unknown>): Promise<string[]> {
 function assertNoScans(plans: string[], hot: RegExp): void {
   const scans = plans.flatMap((p) => p.match(hot) ?? []);
   assert.deepEqual(scans, [], `a hot table was read whole:\n${plans.join('\n---\n')}`);
+}
+
+/**
+ * With sequential scans disabled, a plan made for a small table reads it whole through an index
+ * instead: an index scan without an index condition. Each scan node of a hot table must say which
+ * keys it looks up (its properties follow it, up to the next node).
+ */
+function assertNoWholeIndexScans(plans: string[], hot: RegExp): void {
+  const whole: string[] = [];
+  for (const plan of plans) {
+    const lines = plan.split('\n');
+    lines.forEach((line, at) => {
+      const scan = /Index (?:Only )?Scan(?: Backward)? using \S+ on (\S+)/.exec(line);
+      if (!scan || !hot.test(scan[1]!)) return;
+      const next = lines.findIndex((l, i) => i > at && /^\s*->/.test(l));
+      const properties = lines.slice(at + 1, next === -1 ? undefined : next);
+      if (!properties.some((p) => p.includes('Index Cond:'))) whole.push(line.trim());
+    });
+  }
+  assert.deepEqual(whole, [], `an index of a hot table was read whole:\n${plans.join('\n---\n')}`);
+}
+
+function assertNoJoinFilterBeyond(plans: string[], limit: number): void {
+  const removed = plans.flatMap((p) =>
+    [...p.matchAll(/Rows Removed by Join Filter: (\d+)/g)].map((m) => Number(m[1])).filter((n) => n > limit),
+  );
+  assert.deepEqual(removed, [], `a join compared far more rows than it kept:\n${plans.join('\n---\n')}`);
 }
