@@ -3,7 +3,7 @@
 //   secret  43 base64url chars (32 random bytes)
 // Only SHA-256 of the whole token is stored. The token never contains a '.', because the Svix SDKs
 // read whatever follows a '.' in a token as a region name.
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto';
 
 const PREFIX_BYTES = 4;
 const SECRET_BYTES = 32;
@@ -17,7 +17,7 @@ export function generateApiKey(): { token: string; prefix: string; hash: Buffer 
 }
 
 export function hashApiKey(token: string): Buffer {
-  return createHash('sha256').update(token, 'utf8').digest();
+  return hash('sha256', token, 'buffer');
 }
 
 export function parseApiKeyPrefix(token: string): string | null {
