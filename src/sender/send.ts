@@ -65,7 +65,7 @@ export type SendResult = SendAttempt | SendNotStarted;
 export interface OutboundRequest {
   url: string;
   headers: Record<string, string>;
-  body: string;
+  body: string | Buffer;
 }
 
 /** A request that may start no later than `startBy` (its whole deadline must fit before a limit). */

@@ -35,7 +35,7 @@ function withoutSecretPrefix(secret: string): string {
 export function signPayload(args: {
   msgId: string;
   timestampSeconds: number;
-  body: string;
+  body: string | Buffer;
   keys: readonly Buffer[];
 }): string {
   if (args.keys.length === 0) {

@@ -17,7 +17,7 @@ export interface AttemptContext {
 
 export function buildRequestHeaders(
   claim: ClaimedDelivery,
-  body: string,
+  body: string | Buffer,
   keys: readonly Buffer[],
   timestampSeconds: number,
 ): Record<string, string> {
