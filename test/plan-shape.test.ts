@@ -107,7 +107,10 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   await client.query('analyze delivery, attempt, message, endpoint');
   await client.query('discard plans');
   const replanned = await explained(() => claimAndRecord(20, cursor));
-  assert.ok(replanned.length >= 6, `the functions' own statements were explained (${replanned.length} plans)`);
+  assert.ok(
+    replanned.length >= 6,
+    `the functions' own statements were explained (${replanned.length} plans)`,
+  );
   assertNoScans(replanned, /(Seq|Bitmap Heap) Scan on (delivery|attempt|message|endpoint)\b/g);
   assertNoWholeIndexScans(replanned, /^(delivery|attempt|message|endpoint)$/);
   assertNoJoinFilterBeyond(replanned, 20);
