@@ -148,6 +148,40 @@ describe('origin gate', () => {
     assert.equal(gate.origins, 0, 'a refused request leaves no lane behind');
   });
 
+  it('turns each waiter away at its own startBy, whatever the order they came in, on any origin', async () => {
+    const gate = createOriginGate(1);
+    const inA = await gate.enter('http://a');
+    const inB = await gate.enter('http://b');
+    assert.ok(inA.entered && inB.entered);
+    const t0 = Date.now();
+    const at = new Map<string, number>();
+    const wait = (origin: string, name: string, afterMs: number) =>
+      gate.enter(origin, new Date(t0 + afterMs)).then((entry) => {
+        at.set(name, Date.now() - t0);
+        return entry;
+      });
+    // The latest limit first: an earlier one that comes in after it must not wait for it.
+    const late = wait('http://a', 'late', 400);
+    const early = wait('http://b', 'early', 100);
+    const middle = wait('http://a', 'middle', 250);
+    for (const entry of await Promise.all([late, early, middle])) assert.equal(entry.entered, false);
+    for (const [name, limit] of [
+      ['early', 100],
+      ['middle', 250],
+      ['late', 400],
+    ] as const) {
+      const waited = at.get(name)!;
+      assert.ok(
+        waited >= limit - 10 && waited < limit + 100,
+        `${name} turned away after ${waited} ms (at ${limit})`,
+      );
+    }
+    inA.leave();
+    inB.leave();
+    assert.equal(gate.origins, 0, 'no lane is left behind');
+    await gate.idle();
+  });
+
   it('turns away a waiter whose startBy passed by the time a place is handed to it', async () => {
     const gate = createOriginGate(1);
     const inside = await gate.enter('http://a');
