@@ -202,6 +202,27 @@ test("giving back a claim's leases walks the leases in flight once and finds eac
     assert.match(plan, /Index Scan using delivery_pkey on delivery d/);
     assert.doesNotMatch(plan, /delivery_one_in_flight/);
   }
+  // Each lease's attempt is found through its delivery: the attempt history is never walked.
+  assertNoWholeIndexScans(plans, /^attempt$/);
+});
+
+test("lease recovery finds each expired lease's attempt through its delivery", async () => {
+  const app = await seedApp(database.db, 'recovery');
+  for (let i = 0; i < 5; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
+  await backlog(app.id, 2);
+  const claimed = await client.query(`select 1 from herald_claim(5, interval '1 millisecond', '')`);
+  assert.equal(claimed.rowCount, 5);
+  await new Promise((resolve) => setTimeout(resolve, 20));
+  let recovered = 0;
+  const plans = await explained(async () => {
+    recovered = (await client.query('select * from herald_recover_expired_leases(8, 100)')).rowCount ?? 0;
+  });
+  assert.equal(recovered, 5);
+  const marking = plans.filter((p) => p.includes('update attempt a'));
+  assert.equal(marking.length, 1, 'the marking of the attempts was explained');
+  assertNoScans(marking, /Seq Scan on attempt\b/g);
+  assertNoWholeIndexScans(marking, /^attempt$/);
+  assert.doesNotMatch(marking[0]!, /attempt_one_per_lease/);
 });
 
 /** The plans of every statement `run` makes on the test's connection, nested ones included. */

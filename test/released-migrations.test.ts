@@ -20,6 +20,7 @@ const RELEASED: Record<number, string> = {
   9: 'cd878f5f1ed41ed24fd584d49ed214673617383ac59fe2725be512ca93a47eb1',
   10: 'e4d9abbc4c9e2cd0fdfa36a2e7e03052bf5ac9d1c3c987edcab2ff2bd4a9ac15',
   11: '817225f6490e4adf9c4330fa0d23c1d7dbdc558423bc023cb1186dc98cc62df7',
+  12: '33b797872324b495b9c072a75a526e2fe0520de39ed0cafec3933219bb411d39',
 };
 
 test('released migrations are never edited', () => {

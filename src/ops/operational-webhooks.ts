@@ -120,9 +120,9 @@ export async function emitOutcomeEvents(
   recorded: readonly RecordedOutcome[],
 ): Promise<void> {
   const written = new Map(recorded.filter((r) => r.recorded).map((r) => [r.deliveryId, r]));
-  const tokens = results.filter((r) => written.has(r.deliveryId)).map((r) => r.leaseToken);
+  const leases = results.filter((r) => written.has(r.deliveryId));
   const disabled = new Set(recorded.filter((r) => r.recorded && r.endpointDisabled).map((r) => r.deliveryId));
-  await emitAttemptEvents(tx, tokens, disabled);
+  await emitAttemptEvents(tx, leases, disabled);
 }
 
 /**
@@ -130,15 +130,11 @@ export async function emitOutcomeEvents(
  * that ends `unknown` with its cycle's budget spent (or parked for review) ends the cycle too.
  */
 export async function emitRecoveryEvents(tx: Queryable, recovered: readonly RecoveredLease[]): Promise<void> {
-  await emitAttemptEvents(
-    tx,
-    recovered.map((r) => r.leaseToken),
-    new Set(),
-  );
+  await emitAttemptEvents(tx, recovered, new Set());
 }
 
 /**
- * For each attempt (by lease token), as things stand after its outcome was written:
+ * For each attempt (by its delivery and lease token), as things stand after its outcome was written:
  * - message.attempt.failing: the cycle's FAILING_AFTER-th known failure (once per cycle);
  * - message.attempt.exhausted: the cycle ended without a success (budget spent, or the outcome
  *   policy stopped it): no further attempt will be made unless someone resends or replays;
@@ -147,10 +143,10 @@ export async function emitRecoveryEvents(tx: Queryable, recovered: readonly Reco
  */
 async function emitAttemptEvents(
   tx: Queryable,
-  tokens: readonly string[],
+  leases: readonly { deliveryId: string; leaseToken: string }[],
   disabledDeliveries: ReadonlySet<string>,
 ): Promise<void> {
-  if (tokens.length === 0) return;
+  if (leases.length === 0) return;
   const operator = (
     await tx.query<OperatorApp>(`select id, retention_days as "retentionDays" from app where uid = $1`, [
       OPERATOR_APP_UID,
@@ -165,14 +161,15 @@ async function emitAttemptEvents(
             (select count(*) from attempt f
               where f.delivery_id = a.delivery_id and f.cycle = a.cycle and f.outcome = 'failure')::int
               as "failuresInCycle"
-       from attempt a
+       from unnest($1::text[], $3::uuid[]) as l(delivery_id, lease_token)
+       join attempt a on a.delivery_id = l.delivery_id and a.lease_token = l.lease_token
        join delivery d on d.id = a.delivery_id
        join message m on m.id = d.message_id
        join endpoint e on e.id = d.endpoint_id
        join app ap on ap.id = d.app_id
-      where a.lease_token = any($1::uuid[]) and d.app_id <> $2
+      where d.app_id <> $2
       order by a.id`,
-    [tokens, operator.id],
+    [leases.map((l) => l.deliveryId), operator.id, leases.map((l) => l.leaseToken)],
   );
   for (const f of facts.rows) {
     const lastAttempt: LastAttempt = {
