@@ -83,7 +83,8 @@ test('competing claimers never share a delivery or an endpoint', async () => {
     claimers.map(async (db, me) => {
       let claimed: ClaimedDelivery[] = [];
       for (;;) {
-        if (claimed.length === 0) claimed = await claimDeliveries(db, 4, 30, '');
+        if (claimed.length === 0)
+          claimed = await claimDeliveries(db, { batch: 4, leaseSeconds: 30, afterEndpoint: '' });
         if (claimed.length === 0) {
           const left = await db.query<{ n: number }>(
             `select count(*)::int as n from delivery where state <> 'succeeded'`,
@@ -144,7 +145,8 @@ test('lease recovery under competition takes only expired leases, each once', as
     let claimed: ClaimedDelivery[] = [];
     for (;;) {
       // Leases of 0.2 s; every third worker round stalls past its lease before recording.
-      if (claimed.length === 0) claimed = await claimDeliveries(db, 3, 0.2, '');
+      if (claimed.length === 0)
+        claimed = await claimDeliveries(db, { batch: 3, leaseSeconds: 0.2, afterEndpoint: '' });
       for (const c of claimed) liveTokens.set(c.leaseToken, c.leaseExpiresAt);
       const left = await db.query<{ n: number }>(
         `select count(*)::int as n from delivery d join app on app.id = d.app_id
@@ -213,7 +215,7 @@ test('an expired lease on an endpoint without an idempotency contract is parked,
   await database.db.query(
     `update endpoint set idempotent = false where app_id = (select id from app where uid = 'parked')`,
   );
-  const [claim] = await claimDeliveries(database.db, 1, 0.05, '');
+  const [claim] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 0.05, afterEndpoint: '' });
   assert.ok(claim);
   await waitFor('the lease to expire and be recovered', async () =>
     (await recoverExpiredLeases(database.db, 8)).some((r) => r.deliveryId === claim.deliveryId),
@@ -232,7 +234,7 @@ test('an expired lease on an endpoint without an idempotency contract is parked,
 
 test('a lease given back unsent leaves no attempt and an untouched budget; a recovered one cannot be given back', async () => {
   await seed('unsent', 2, 1);
-  const [claim] = await claimDeliveries(database.db, 1, 30, '');
+  const [claim] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 30, afterEndpoint: '' });
   assert.ok(claim);
   assert.equal(
     await releaseUnsent(database.db, { deliveryId: claim.deliveryId, leaseToken: crypto.randomUUID() }),
@@ -251,7 +253,7 @@ test('a lease given back unsent leaves no attempt and an untouched budget; a rec
   assert.equal(attempts.rowCount, 0, 'the attempt that never happened is not in the history');
   assert.equal(await releaseUnsent(database.db, claim), false, 'fenced: the lease is gone');
 
-  const [again] = await claimDeliveries(database.db, 1, 0.05, '');
+  const [again] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 0.05, afterEndpoint: '' });
   assert.ok(again);
   await waitFor('recovery', async () =>
     (await recoverExpiredLeases(database.db, 8)).some((r) => r.leaseToken === again.leaseToken),
@@ -268,7 +270,12 @@ test("a claim's leases are given back by its id, and the give-back waits for a c
   await seed('claim_ids', 3, 1);
   const claimId = crypto.randomUUID();
   // Another claim, in flight: the give-back of the first must not touch it.
-  const [other] = await claimDeliveries(database.db, 1, 30, '', crypto.randomUUID());
+  const [other] = await claimDeliveries(database.db, {
+    batch: 1,
+    leaseSeconds: 30,
+    afterEndpoint: '',
+    claimId: crypto.randomUUID(),
+  });
   assert.ok(other);
   // The claim runs in a transaction that is not committed yet: its worker gave up on it (a
   // client-side timeout), but the server goes on and commits later.
@@ -308,7 +315,7 @@ test("a claim's leases are given back by its id, and the give-back waits for a c
     ]);
     assert.equal(otherAttempt.rowCount, 1, "the other claim's attempt is kept");
     // A claim without an id (as before migration 0010) is never anybody's lost claim.
-    const [anonymous] = await claimDeliveries(database.db, 1, 30, '');
+    const [anonymous] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 30, afterEndpoint: '' });
     assert.ok(anonymous);
     const none = await database.db.query<{ n: number }>('select herald_release_claim(null) as n');
     assert.equal(none.rows[0]!.n, 0);

@@ -318,7 +318,7 @@ const claim = (batch: number, afterPick: number | null): Command => ({
         where next_attempt_at = first`,
       [m.appId],
     );
-    const claimed = await claimDeliveries(r.db, batch, LEASE_SECONDS, after);
+    const claimed = await claimDeliveries(r.db, { batch, leaseSeconds: LEASE_SECONDS, afterEndpoint: after });
     assert.deepEqual(
       claimed.map((c) => c.endpointId),
       expected,

@@ -65,16 +65,10 @@ export interface ClaimRequest {
   claimId?: string;
 }
 
-export async function claimDeliveries(
-  db: Queryable,
-  batch: number,
-  leaseSeconds: number,
-  afterEndpoint: string,
-  claimId: string | null = null,
-): Promise<ClaimedDelivery[]> {
+export async function claimDeliveries(db: Queryable, claim: ClaimRequest): Promise<ClaimedDelivery[]> {
   const result = await db.query<ClaimedRow>(
     `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid)`,
-    [batch, leaseSeconds, afterEndpoint, claimId],
+    [claim.batch, claim.leaseSeconds, claim.afterEndpoint, claim.claimId ?? null],
     'claim_deliveries',
   );
   return withPayloadBytes(result.rows);

@@ -372,16 +372,15 @@ export function createWorker(options: WorkerOptions): Worker {
   async function round(): Promise<number> {
     const slots = reserveSlots();
     if (slots === null) return 0;
-    const { batch, leaseSeconds, afterEndpoint, claimId } = slots.request;
     let claimed: ClaimedDelivery[];
     try {
-      claimed = await claimDeliveries(db, batch, leaseSeconds, afterEndpoint, claimId);
+      claimed = await claimDeliveries(db, slots.request);
     } catch (error) {
       slots.settle(null);
       throw error;
     }
     slots.settle(claimed);
-    await dispatch(claimed, claimId);
+    await dispatch(claimed, slots.request.claimId);
     return claimed.length;
   }
 
