@@ -210,9 +210,15 @@ test("lease recovery finds each expired lease's attempt through its delivery", a
   const app = await seedApp(database.db, 'recovery');
   for (let i = 0; i < 5; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
   await backlog(app.id, 2);
-  const claimed = await client.query(`select 1 from herald_claim(5, interval '1 millisecond', '')`);
+  const claimed = await client.query<{ delivery_id: string }>(
+    `select delivery_id from herald_claim(5, interval '30 seconds', '')`,
+  );
   assert.equal(claimed.rowCount, 5);
-  await new Promise((resolve) => setTimeout(resolve, 20));
+  // Their worker died: the leases ran out.
+  await client.query(
+    `update delivery set lease_expires_at = now() - interval '1 second' where id = any($1::text[])`,
+    [claimed.rows.map((r) => r.delivery_id)],
+  );
   let recovered = 0;
   const plans = await explained(async () => {
     recovered = (await client.query('select * from herald_recover_expired_leases(8, 100)')).rowCount ?? 0;
