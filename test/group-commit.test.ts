@@ -37,7 +37,12 @@ const settle = () => new Promise((resolve) => setImmediate(resolve));
 describe('group commit', () => {
   test('callers that arrive during a write share the next one, and each gets its own result', async () => {
     const gated = gatedWrite((items: number[]) => items.map((n) => n * 10));
-    const submit = createGroupCommit(gated.write, { maxBatch: 100, parallel: 1, maxWaitMs: 1000 });
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 100,
+      parallel: 1,
+      splitAt: 100,
+      maxWaitMs: 1000,
+    });
     const first = submit(1);
     await settle();
     const rest = [2, 3, 4, 5].map((n) => submit(n));
@@ -51,17 +56,22 @@ describe('group commit', () => {
     assert.deepEqual(await Promise.all(rest), [20, 30, 40, 50]);
   });
 
-  test('a second writer starts only when a full batch waits: batches stay large below that', async () => {
+  test('a second writer starts only when splitAt callers wait: batches stay large below that', async () => {
     const gated = gatedWrite((items: number[]) => items);
-    const submit = createGroupCommit(gated.write, { maxBatch: 3, parallel: 2, maxWaitMs: 60_000 });
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 10,
+      parallel: 2,
+      splitAt: 3,
+      maxWaitMs: 60_000,
+    });
     const all = [submit(1)];
     await settle();
     all.push(submit(2), submit(3));
     await settle();
-    assert.deepEqual(gated.batches, [[1]], 'two waiting items are not a full batch: one writer');
+    assert.deepEqual(gated.batches, [[1]], 'two waiting callers are fewer than splitAt: one writer');
     all.push(submit(4));
     await settle();
-    assert.deepEqual(gated.batches, [[1], [2, 3, 4]], 'a full batch waits: a second writer takes it');
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4]], 'splitAt callers wait: a second writer takes them');
     all.push(submit(5));
     await settle();
     assert.equal(gated.batches.length, 2, 'no third writer');
@@ -74,7 +84,12 @@ describe('group commit', () => {
 
   test('callers that wait maxWaitMs behind a long write get a writer of their own', async () => {
     const gated = gatedWrite((items: number[]) => items);
-    const submit = createGroupCommit(gated.write, { maxBatch: 100, parallel: 2, maxWaitMs: 30 });
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 100,
+      parallel: 2,
+      splitAt: 100,
+      maxWaitMs: 30,
+    });
     const long = submit(1);
     await settle();
     const waiting = [submit(2), submit(3)];
@@ -93,7 +108,7 @@ describe('group commit', () => {
         sizes.push(items.length);
         return items;
       },
-      { maxBatch: 3, parallel: 1, maxWaitMs: 1000 },
+      { maxBatch: 3, parallel: 1, splitAt: 3, maxWaitMs: 1000 },
     );
     assert.deepEqual(await Promise.all([1, 2, 3, 4, 5, 6, 7].map(submit)), [1, 2, 3, 4, 5, 6, 7]);
     assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
@@ -108,7 +123,7 @@ describe('group commit', () => {
           throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
         return items.map((s) => s.toUpperCase());
       },
-      { maxBatch: 10, parallel: 1, maxWaitMs: 1000 },
+      { maxBatch: 10, parallel: 1, splitAt: 10, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
     assert.deepEqual(
@@ -129,7 +144,7 @@ describe('group commit', () => {
         await settle();
         throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
       },
-      { maxBatch: 10, parallel: 1, maxWaitMs: 1000 },
+      { maxBatch: 10, parallel: 1, splitAt: 10, maxWaitMs: 1000 },
     );
     const first = submit('a');
     const others = ['b', 'c'].map(submit);
@@ -217,11 +232,7 @@ describe('publishMessages: several messages in one call', () => {
     await seedEndpoint(db, app.id, 'http://127.0.0.1:1/a');
     const submit = createGroupCommit(
       (items: (NewMessage & { actor: string })[]) => publishMessages(db, items),
-      {
-        maxBatch: 50,
-        parallel: 1,
-        maxWaitMs: 1000,
-      },
+      { maxBatch: 50, parallel: 1, splitAt: 50, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled([
       submit(message(app.id)),

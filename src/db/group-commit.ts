@@ -13,12 +13,19 @@ export interface GroupCommitOptions {
   /** Items per statement at most. */
   maxBatch: number;
   /**
-   * Writes under way at once, at most. A further writer starts only when a full batch is waiting
-   * (one writer cannot keep up) or when callers have waited `maxWaitMs` behind the writes under
-   * way (a long one: a fan-out to many endpoints). Below that, callers gather behind the one write
-   * under way, and fewer, larger batches cost the database less per item than more, smaller ones.
+   * Writes under way at once, at most. A further writer starts only when `splitAt` callers are
+   * waiting or when callers have waited `maxWaitMs` behind the writes under way (a long one: a
+   * fan-out to many endpoints). Below that, callers gather behind the one write under way, and
+   * fewer, larger batches cost the database less per item than more, smaller ones.
    */
   parallel: number;
+  /**
+   * Callers waiting that are worth a further writer. One writer keeps one database connection
+   * busy, so the database works on one core for it: where the database's share of each item is
+   * large, a second writer at a modest queue buys more than the larger batches it gives up.
+   * `maxBatch` means "only when one writer cannot keep up".
+   */
+  splitAt: number;
   /** How long callers wait behind the writes under way before another writer takes them. */
   maxWaitMs: number;
 }
@@ -74,7 +81,7 @@ export function createGroupCommit<I, O>(
     new Promise<O>((resolve, reject) => {
       queue.push({ item, resolve, reject });
       // (A writer that takes the queue disarms the timer.)
-      if (writers === 0 || (writers < options.parallel && queue.length >= options.maxBatch)) void writer();
+      if (writers === 0 || (writers < options.parallel && queue.length >= options.splitAt)) void writer();
       else if (writers < options.parallel && waitTimer === null) {
         waitTimer = setTimeout(() => {
           waitTimer = null;

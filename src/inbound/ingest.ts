@@ -63,12 +63,15 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   });
   const cache = new Map<string, CachedSource>();
   // Receipts that arrive together are recorded by one call, in one transaction (group commit).
+  // Recording a receipt is database-heavy (claim, message, delivery, audit, observation): once 16
+  // wait, a second writer puts the database's second core to work (at 32 concurrent senders,
+  // 10–20 % more receipts per second than splitting only at a full batch).
   const submitIntake = createGroupCommit(
     async (receipts: IntakeReceipt[]) =>
       (await recordReceipts(deps.db, receipts, DEFAULT_RETENTION_DAYS)).map(
         ({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed }),
       ),
-    { maxBatch: 64, parallel: 2, maxWaitMs: 5 },
+    { maxBatch: 64, parallel: 2, splitAt: 16, maxWaitMs: 5 },
   );
 
   // Whatever a verifier is built from: a change to any of it (made anywhere; a change of secrets
