@@ -148,6 +148,53 @@ describe('application changes made anywhere', () => {
   });
 });
 
+describe('the publish response', () => {
+  // The API answers a publish with the payload as it sent it to the database (spliced in as JSON
+  // text, not parsed and serialised again): it must read exactly as the message reads afterwards.
+  test('is the message as GET returns it, with and without content, and again on a replay', async () => {
+    const app = await createApp(t, 'response');
+    const body = {
+      eventType: 'invoice.paid',
+      eventId: 'evt-response-1',
+      channels: ['eu', 'billing'],
+      tags: ['t1'],
+      payload: {
+        text: 'Grüße, 請求書 ✓ 🧾 "quoted" \\ back\nslash \u2028 sep',
+        nested: { list: [1, 2.5, -3e-7, null, true, { deep: [] }], empty: {} },
+        n: 12345678901234,
+      },
+    };
+    const published = await t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': 'resp-1' });
+    assert.equal(published.status, 202);
+    const read = await t.call('GET', `/api/v1/app/${app}/msg/${published.body.id}`);
+    assert.deepEqual(published.body, read.body);
+    assert.deepEqual(published.body.payload, body.payload);
+
+    const replayed = await t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': 'resp-1' });
+    assert.equal(replayed.status, 202);
+    assert.deepEqual(replayed.body, read.body);
+
+    const bare = await t.call('POST', `/api/v1/app/${app}/msg?with_content=false`, body);
+    assert.equal(bare.status, 202);
+    const bareRead = await t.call('GET', `/api/v1/app/${app}/msg/${bare.body.id}?with_content=false`);
+    assert.deepEqual(bare.body, bareRead.body);
+    assert.deepEqual(bare.body.payload, {});
+  });
+
+  test('the library returns the payload it stored', async () => {
+    const app = await createApp(t, 'response-lib');
+    const payload = { a: 'ä', list: [1, { b: null }] };
+    const { message, created } = await t.herald.publish(app, { eventType: 'e', payload });
+    assert.ok(created);
+    const stored = await t.database.db.query<{ payload: string }>(
+      'select payload from message where id = $1',
+      [message.id],
+    );
+    assert.equal(message.payload, stored.rows[0]!.payload);
+    assert.deepEqual(JSON.parse(message.payload!), payload);
+  });
+});
+
 describe('idempotent publish', () => {
   test('same key and content → the same message; different content → 409', async () => {
     const app = await createApp(t, 'idem');

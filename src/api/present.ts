@@ -63,6 +63,19 @@ export const presentMessage = (m: MessageRow, withContent = true) => ({
   timestamp: m.createdAt,
 });
 
+/**
+ * presentMessage as JSON text, for a message whose payload is JSON text herald serialised itself
+ * (a publish's): the payload is spliced in as it is, not parsed and serialised again — it is
+ * most of the response. (Inside the fields before it, quotes are escaped: the first unescaped
+ * `"payload":{}` is the field.)
+ */
+export function presentMessageJson(m: MessageRow, withContent = true): string {
+  const json = JSON.stringify(presentMessage(m, false));
+  return withContent && m.payload !== null
+    ? json.replace('"payload":{}', () => `"payload":${m.payload}`)
+    : json;
+}
+
 export const presentAttempt = (a: AttemptRow) => ({
   id: a.id,
   msgId: a.messageId,

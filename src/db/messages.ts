@@ -99,10 +99,14 @@ export async function publishMessages(
     only_endpoint_id: m.onlyEndpointId ?? null,
     actor: m.actor,
   }));
+  // A new message's payload is the one just sent, so it does not come back over the wire (most of
+  // a publish's result); an earlier message's (a replay or a conflict) does.
   const rows = await db.query<
     MessageRow & { ord: number; created: boolean; requestHash: Uint8Array | null; deliveries: number }
   >(
-    `select ord, created, ${COLUMNS}, request_hash as "requestHash", deliveries
+    `select ord, created, id, app_id as "appId", event_type as "eventType", event_id as "eventId",
+            case when created then null else payload end as payload, channels, tags,
+            created_at as "createdAt", request_hash as "requestHash", deliveries
        from herald_publish_messages($1::jsonb, $2::boolean)`,
     [JSON.stringify(items, wellFormed), wake],
     'publish_messages',
@@ -111,7 +115,10 @@ export async function publishMessages(
     ({ created, requestHash, deliveries, ...message }, ord) => {
       if (message.id === null)
         throw new Error('the message holding this idempotency key was deleted meanwhile');
-      if (created) return { kind: 'created', message, deliveries };
+      if (created) {
+        message.payload = messages[ord]!.payload;
+        return { kind: 'created', message, deliveries };
+      }
       // The key was used before (or earlier in this batch): the same content is a replay; other
       // content, a conflict.
       const sent = messages[ord]!.requestHash;

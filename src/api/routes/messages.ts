@@ -13,7 +13,7 @@ import { publish } from '../../engine/publish.ts';
 import { notFound } from '../../errors.ts';
 import { MessageIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
-import { presentDestination, presentMessage, presentPage } from '../present.ts';
+import { presentDestination, presentMessage, presentMessageJson, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
 
 type AppParams = { app_id: string };
@@ -43,7 +43,10 @@ export const messageRoutes =
         });
         // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
         if (created) core.metrics.published('api');
-        return reply.status(202).send(presentMessage(message, request.query.with_content !== 'false'));
+        return reply
+          .status(202)
+          .type('application/json; charset=utf-8')
+          .send(presentMessageJson(message, request.query.with_content !== 'false'));
       },
     );
 
