@@ -63,7 +63,7 @@ export function takesRetryAfter(statusCode: number): boolean {
 }
 
 /**
- * An error before any status arrived. `requestSent` (see request-tracker.ts) decides between
+ * An error before any status arrived. `requestSent` (see exchange.ts) decides between
  * a known failure and 'unknown': herald never calls an outcome it cannot know a failure.
  */
 export function classifyError(err: unknown, requestSent: boolean): Classification {

@@ -21,7 +21,7 @@ export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnec
     lookup: createPinnedLookup(opts.policy, opts.resolve),
     timeout: opts.timeoutMs,
     // HTTP/1.1 only: there undici writes a request right after onRequestStart, which is what
-    // request-tracker.ts relies on to tell "sent" from "not sent".
+    // exchange.ts relies on to tell "sent" from "not sent".
     allowH2: false,
     // Node's default trust (bundled roots, plus the system store when Node runs with
     // --use-system-ca) stays; the operator's CAs are added to it, not swapped in.

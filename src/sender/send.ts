@@ -2,7 +2,6 @@
 // transaction, never touching the database, never logging headers or bodies.
 
 import { Agent } from 'undici';
-import { decodeStoredBody, readBodyPrefix } from './body.ts';
 import {
   type AttemptOutcome,
   classifyError,
@@ -20,8 +19,8 @@ import {
   isIpLiteral,
 } from './destination.ts';
 import { DeadlineExceededError } from './errors.ts';
+import { decodeStoredBody, Exchange } from './exchange.ts';
 import { createOriginGate, type OriginGate } from './origin-gate.ts';
-import { type SendTracker, trackRequestStart } from './request-tracker.ts';
 import { type Resolver, systemResolver } from './resolve.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
@@ -207,31 +206,35 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   queuedMs = entry.waitedMs;
   if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs };
   startedAt = performance.now();
-  const deadline = new AbortController();
+  const exchange = new Exchange(settings.maxResponseBytes, settings.storedResponseBytes);
+  // The place is given back once undici is done with the request, which may be after the deadline
+  // ended the attempt (a connection still being made runs on until it is made, or fails).
+  void exchange.finished.then(entry.leave);
   const timer = setTimeout(
-    () => deadline.abort(new DeadlineExceededError('attempt deadline passed')),
+    () => exchange.abort(new DeadlineExceededError('attempt deadline passed')),
     settings.timeoutMs,
   );
-  const tracker: SendTracker = { requestSent: false };
   try {
-    const response = await settings.agent.compose(trackRequestStart(tracker)).request({
-      origin: url.origin,
-      path: url.pathname + url.search,
-      method: 'POST',
-      headers: hasHeader(req.headers, 'user-agent')
-        ? req.headers
-        : { 'user-agent': settings.userAgent, ...req.headers },
-      body: req.body,
-      signal: deadline.signal,
-    });
-    const body = await readBodyPrefix(response.body, settings.maxResponseBytes, settings.storedResponseBytes);
+    settings.agent.dispatch(
+      {
+        origin: url.origin,
+        path: url.pathname + url.search,
+        method: 'POST',
+        headers: hasHeader(req.headers, 'user-agent')
+          ? req.headers
+          : { 'user-agent': settings.userAgent, ...req.headers },
+        body: req.body,
+      },
+      exchange,
+    );
+    const response = await exchange.response;
     const { outcome, responseClass } = classifyStatus(response.statusCode);
     return {
       kind: 'attempted',
       outcome,
       statusCode: response.statusCode,
       responseClass,
-      responseBody: decodeStoredBody(body),
+      responseBody: decodeStoredBody(response.body),
       durationMs: elapsedMs(),
       retryAfterSeconds: takesRetryAfter(response.statusCode)
         ? parseRetryAfter(response.headers['retry-after'], Date.now())
@@ -241,16 +244,14 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
       queuedMs,
     };
   } catch (err) {
-    const { outcome, responseClass } = classifyError(err, tracker.requestSent);
+    const { outcome, responseClass } = classifyError(err, exchange.requestSent);
     return {
       ...unsentFailure(responseClass),
       outcome,
-      requestSent: tracker.requestSent,
+      requestSent: exchange.requestSent,
       errorCode: errorCodeOf(err),
     };
   } finally {
     clearTimeout(timer);
-    // Only now, with the response read (or the request failed), is its connection free again.
-    entry.leave();
   }
 }

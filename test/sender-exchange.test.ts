@@ -1,0 +1,71 @@
+// The sender's dispatch handler (src/sender/exchange.ts) on a real undici Agent against a real
+// local server: an attempt ended before undici started its request never writes a byte of it.
+
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import http from 'node:http';
+import net, { type AddressInfo } from 'node:net';
+import { after, before, describe, it } from 'node:test';
+import { Agent } from 'undici';
+import { DeadlineExceededError } from '../src/sender/errors.ts';
+import { Exchange } from '../src/sender/exchange.ts';
+
+describe('sender exchange', () => {
+  let requests = 0;
+  const server = http.createServer((req, res) => {
+    requests++;
+    req.resume();
+    req.on('end', () => res.writeHead(204).end());
+  });
+  let port = 0;
+  before(async () => {
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    port = (server.address() as AddressInfo).port;
+  });
+  after(async () => {
+    server.closeAllConnections();
+    server.close();
+    await once(server, 'close');
+  });
+
+  it('ends an attempt undici has not started at once, and aborts the request when it starts', async () => {
+    // Connections are made only when the test says so: the request waits for one meanwhile.
+    let connect!: () => void;
+    const mayConnect = new Promise<void>((resolve) => {
+      connect = resolve;
+    });
+    const agent = new Agent({
+      connect: (_options, callback) => {
+        void mayConnect.then(() => {
+          const socket = net.connect(port, '127.0.0.1');
+          socket.once('connect', () => callback(null, socket));
+          socket.once('error', (error) => callback(error, null));
+        });
+      },
+    });
+    const origin = `http://127.0.0.1:${port}`;
+    try {
+      const ended = new Exchange(1024, 64);
+      agent.dispatch({ origin, path: '/ended', method: 'POST', body: '{}' }, ended);
+      ended.abort(new DeadlineExceededError('attempt deadline passed'));
+      await assert.rejects(ended.response, DeadlineExceededError);
+      assert.equal(ended.requestSent, false);
+
+      connect();
+      // undici is done with it only once it started and was aborted (had it been written, only
+      // once its response ended): the server has seen nothing.
+      await ended.finished;
+      assert.equal(requests, 0, 'the ended request was never written');
+      assert.equal(ended.requestSent, false);
+
+      const next = new Exchange(1024, 64);
+      agent.dispatch({ origin, path: '/next', method: 'POST', body: '{}' }, next);
+      assert.equal((await next.response).statusCode, 204);
+      assert.equal(next.requestSent, true);
+      assert.equal(requests, 1);
+    } finally {
+      await agent.close();
+    }
+  });
+});
