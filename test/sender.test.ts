@@ -192,10 +192,13 @@ describe('sender: request and status', () => {
 
   it('refuses a bad URL and a caller Host header without sending anything', async () => {
     seen.length = 0;
-    const badUrl = await sender.send({ url: `ftp://receiver.test:${port}/`, headers: {}, body: '' });
-    assert.equal(badUrl.responseClass, 'invalid_url');
-    assert.equal(badUrl.outcome, 'failure');
-    assert.equal(badUrl.requestSent, false);
+    // Twice: the second attempt gets the verdict the sender remembers for the URL.
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const badUrl = await sender.send({ url: `ftp://receiver.test:${port}/`, headers: {}, body: '' });
+      assert.equal(badUrl.responseClass, 'invalid_url');
+      assert.equal(badUrl.outcome, 'failure');
+      assert.equal(badUrl.requestSent, false);
+    }
     const spoofedHost = await sender.send({
       url: `http://receiver.test:${port}/`,
       headers: { Host: 'internal.admin' },

@@ -112,6 +112,8 @@ interface Settings {
   agent: Agent;
   gate: OriginGate;
   policy: AddressPolicy;
+  /** Each URL's route (routeOf), oldest dropped first beyond MAX_ROUTES. */
+  routes: Map<string, Route>;
   timeoutMs: number;
   maxResponseBytes: number;
   storedResponseBytes: number;
@@ -150,6 +152,7 @@ export function createSender(opts: SenderOptions): Sender {
     // undici's pool queue, where its deadline would run although it cannot be sent.
     gate: createOriginGate(connectionsPerOrigin),
     policy,
+    routes: new Map(),
     timeoutMs,
     maxResponseBytes: positiveInteger('maxResponseBytes', opts.maxResponseBytes ?? 64 * 1024),
     storedResponseBytes: positiveInteger('storedResponseBytes', opts.storedResponseBytes ?? 4096),
@@ -168,6 +171,39 @@ export function createSender(opts: SenderOptions): Sender {
       await settings.agent.close();
     },
   };
+}
+
+/** Where a URL sends an attempt, or why nothing may be sent to it. */
+type Route =
+  | { ok: true; origin: string; path: string }
+  | { ok: false; responseClass: 'invalid_url' | 'destination_forbidden' };
+
+/** URLs whose route a sender remembers: the endpoints in use, not every URL ever seen. */
+const MAX_ROUTES = 10_000;
+
+/**
+ * The checks of a URL that need no network — its syntax, and an IP literal against the address
+ * policy (Node skips the socket lookup for a literal, so the pinned lookup never sees it) — worked
+ * out once per URL: their verdict depends on nothing else, so every attempt still gets it. The
+ * addresses a host name resolves to are judged at every new connection (connector.ts).
+ */
+function routeOf(settings: Settings, raw: string): Route {
+  const known = settings.routes.get(raw);
+  if (known !== undefined) return known;
+  const route = judgeUrl(raw, settings.policy);
+  if (settings.routes.size >= MAX_ROUTES) settings.routes.delete(settings.routes.keys().next().value!);
+  settings.routes.set(raw, route);
+  return route;
+}
+
+function judgeUrl(raw: string, policy: AddressPolicy): Route {
+  const verdict = checkDestinationUrl(raw);
+  if (!verdict.ok) return { ok: false, responseClass: 'invalid_url' };
+  const { url } = verdict;
+  const host = hostOf(url);
+  if (isIpLiteral(host) && policy.isForbidden(host))
+    return { ok: false, responseClass: 'destination_forbidden' };
+  return { ok: true, origin: url.origin, path: url.pathname + url.search };
 }
 
 function hasHeader(headers: Record<string, string>, name: string): boolean {
@@ -192,17 +228,13 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
     queuedMs,
   });
 
-  const verdict = checkDestinationUrl(req.url);
-  if (!verdict.ok) return unsentFailure('invalid_url');
-  const url = verdict.url;
-  const host = hostOf(url);
-  // Node skips the socket lookup for an IP literal, so the pinned lookup never sees it.
-  if (isIpLiteral(host) && settings.policy.isForbidden(host)) return unsentFailure('destination_forbidden');
+  const route = routeOf(settings, req.url);
+  if (!route.ok) return unsentFailure(route.responseClass);
   // The Host header must name the host we resolved and verified; undici would send a caller's.
   if (hasHeader(req.headers, 'host')) return unsentFailure('invalid_request');
 
   // Wait for a place at the origin; the deadline starts only once the request is let through.
-  const entry = await settings.gate.enter(url.origin, req.startBy);
+  const entry = await settings.gate.enter(route.origin, req.startBy);
   queuedMs = entry.waitedMs;
   if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs };
   startedAt = performance.now();
@@ -217,8 +249,8 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   try {
     settings.agent.dispatch(
       {
-        origin: url.origin,
-        path: url.pathname + url.search,
+        origin: route.origin,
+        path: route.path,
         method: 'POST',
         headers: hasHeader(req.headers, 'user-agent')
           ? req.headers
