@@ -101,6 +101,16 @@ describe('group commit', () => {
     assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
   });
 
+  test('refuses a splitAt outside 1..maxBatch', () => {
+    const write = async (items: number[]) => items;
+    for (const splitAt of [0, 11]) {
+      assert.throws(
+        () => createGroupCommit(write, { maxBatch: 10, parallel: 2, splitAt, maxWaitMs: 5 }),
+        RangeError,
+      );
+    }
+  });
+
   test('a batch holds at most maxBatch items', async () => {
     const sizes: number[] = [];
     const submit = createGroupCommit(

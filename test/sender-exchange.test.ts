@@ -29,7 +29,9 @@ describe('sender exchange', () => {
     await once(server, 'close');
   });
 
-  it('ends an attempt undici has not started at once, and aborts the request when it starts', async () => {
+  it('ends an attempt undici has not started at once, and aborts the request when it starts', {
+    timeout: 5000,
+  }, async () => {
     // Connections are made only when the test says so: the request waits for one meanwhile.
     let connect!: () => void;
     const mayConnect = new Promise<void>((resolve) => {

@@ -117,10 +117,57 @@ describe('sender: request and status', () => {
     assert.equal(a.headers['webhook-id'], 'msg_1');
     assert.equal(a.headers['user-agent'], 'herald-webhooks/0.1');
     assert.equal(a.body, '{"a":1}');
+    assert.equal(b.url, '/hooks/in?tenant=7');
     assert.equal(b.body, '{"a":2}');
     for (let i = 0; i < 4; i++) await sender.send({ url, headers: JSON_HEADERS, body: '{}' });
     // undici may open a second connection while the first one is still being released.
     assert.ok(connections - before <= 2, `6 sends took ${connections - before} connections`);
+  });
+
+  it('sends each URL to its own path, the ones it has seen before too, and refuses a forbidden one each time', async () => {
+    seen.length = 0;
+    const origin = `http://receiver.test:${port}`;
+    const forbidden = `http://10.0.0.1:${port}/`;
+    const results = [];
+    for (const url of [
+      `${origin}/a?x=1`,
+      `${origin}/b`,
+      forbidden,
+      `${origin}/a?x=1`,
+      forbidden,
+      `${origin}/b`,
+    ]) {
+      results.push(await sender.send({ url, headers: {}, body: '' }));
+    }
+    assert.deepEqual(
+      results.map((r) => r.responseClass),
+      ['http_2xx', 'http_2xx', 'destination_forbidden', 'http_2xx', 'destination_forbidden', 'http_2xx'],
+    );
+    assert.deepEqual(
+      seen.map((r) => r.url),
+      ['/a?x=1', '/b', '/a?x=1', '/b'],
+    );
+  });
+
+  it("gives its origin's place back after a request refused at dispatch and after a deadline before the start", {
+    timeout: 10_000,
+  }, async () => {
+    // One connection per origin: a place not given back would hold up every later request.
+    let lookups = 0;
+    const stallFirst: Resolver = (name) => (lookups++ === 0 ? new Promise(() => {}) : toLoopback(name));
+    const single = senderFor({ connectionsPerOrigin: 1, timeoutMs: 300, resolve: stallFirst });
+    const url = `http://receiver.test:${port}/`;
+    try {
+      const stalled = await single.send({ url, headers: {}, body: '' });
+      assert.equal(stalled.responseClass, 'timeout');
+      assert.equal(stalled.requestSent, false);
+      const refused = await single.send({ url, headers: { 'x-bad': 'a\r\nb: 1' }, body: '' });
+      assert.equal(refused.responseClass, 'invalid_request');
+      const next = await single.send({ url, headers: {}, body: '' });
+      assert.equal(next.outcome, 'success');
+    } finally {
+      await single.close();
+    }
   });
 
   it("keeps a caller's User-Agent, and honours userAgent", async () => {

@@ -65,7 +65,7 @@ export const presentMessage = (m: MessageRow, withContent = true) => ({
 
 /**
  * presentMessage as JSON text, for a message whose payload is JSON text herald serialised itself
- * (a publish's): the payload is spliced in as it is, not parsed and serialised again — it is
+ * (a new publish's): the payload is spliced in as it is, not parsed and serialised again — it is
  * most of the response. (Inside the fields before it, quotes are escaped: the first unescaped
  * `"payload":{}` is the field.)
  */

@@ -37,6 +37,9 @@ export function createGroupCommit<I, O>(
   write: Write<I, O>,
   options: GroupCommitOptions,
 ): (item: I) => Promise<O> {
+  if (!(options.splitAt >= 1 && options.splitAt <= options.maxBatch)) {
+    throw new RangeError(`group commit: splitAt must be 1..maxBatch, got ${options.splitAt}`);
+  }
   interface Waiting {
     item: I;
     resolve: (result: O) => void;

@@ -116,7 +116,8 @@ export async function publishMessages(
       if (message.id === null)
         throw new Error('the message holding this idempotency key was deleted meanwhile');
       if (created) {
-        message.payload = messages[ord]!.payload;
+        // As stored: strings go in well-formed (see wellFormed).
+        message.payload = messages[ord]!.payload.toWellFormed();
         return { kind: 'created', message, deliveries };
       }
       // The key was used before (or earlier in this batch): the same content is a replay; other

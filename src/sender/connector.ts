@@ -33,8 +33,9 @@ export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnec
     // An error between TCP connect and the end of the handshake is a TLS failure: untrusted,
     // expired or misnamed certificate, protocol mismatch. Deciding by stage rather than by
     // error code covers every OpenSSL verify code without listing them.
-    // undici's own connector returns its socket although its type says void; undici needs it
-    // back to cancel a connection no request waits for any more.
+    // undici's own connector returns its socket although its type says void; undici takes it
+    // back to cancel a connection it no longer wants (a servername change). A request whose
+    // attempt ended while its connection was being made does not cancel it: see exchange.ts.
     const socket = connect(options, (...args) => {
       const [err] = args;
       if (err !== null && tcpConnected && options.protocol === 'https:') {

@@ -64,7 +64,9 @@ export class Exchange implements Dispatcher.DispatchHandler {
 
   /**
    * Ends the attempt (its deadline passed): a request under way is aborted, and one undici has
-   * not started yet ends now and is aborted when it starts, before a byte is written.
+   * not started yet ends now and is aborted when it starts, before a byte is written. Its
+   * connection, if one is being made, runs on until it is made or the connector's own timeout
+   * (the same deadline, started at dispatch) ends it; `finished` waits for that.
    */
   abort(reason: Error): void {
     if (this.#controller !== null) {

@@ -43,10 +43,13 @@ export const messageRoutes =
         });
         // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
         if (created) core.metrics.published('api');
+        const withContent = request.query.with_content !== 'false';
+        // A new message's payload is JSON text herald just serialised: spliced in as it is. A
+        // replayed one is read back like any stored message.
         return reply
           .status(202)
           .type('application/json; charset=utf-8')
-          .send(presentMessageJson(message, request.query.with_content !== 'false'));
+          .send(created ? presentMessageJson(message, withContent) : presentMessage(message, withContent));
       },
     );
 
