@@ -15,7 +15,17 @@ describe('sender exchange', () => {
   const server = http.createServer((req, res) => {
     requests++;
     req.resume();
-    req.on('end', () => res.writeHead(204).end());
+    req.on('end', () => {
+      if (req.url === '/hints-then-reset') {
+        res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+        // Flushed before the connection breaks: the client has the 103 and nothing after it.
+        setImmediate(() => req.socket.destroy());
+      } else if (req.url === '/hints') {
+        // An informational response first: the status that counts is the one after it.
+        res.writeEarlyHints({ link: '</style.css>; rel=preload; as=style' });
+        res.writeHead(201).end('created');
+      } else res.writeHead(204).end();
+    });
   });
   let port = 0;
   before(async () => {
@@ -66,6 +76,43 @@ describe('sender exchange', () => {
       assert.equal((await next.response).statusCode, 204);
       assert.equal(next.requestSent, true);
       assert.equal(requests, 1);
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('has no status when the connection breaks after an informational (1xx) response', {
+    timeout: 5000,
+  }, async () => {
+    const agent = new Agent();
+    try {
+      const exchange = new Exchange(1024, 64);
+      agent.dispatch(
+        { origin: `http://127.0.0.1:${port}`, path: '/hints-then-reset', method: 'POST', body: '{}' },
+        exchange,
+      );
+      // No final status: an error after the request went out (unknown), not a 103 "response".
+      await assert.rejects(exchange.response);
+      assert.equal(exchange.requestSent, true);
+      await exchange.finished;
+    } finally {
+      await agent.close();
+    }
+  });
+
+  it('takes the final status and body after an informational (1xx) response', { timeout: 5000 }, async () => {
+    const agent = new Agent();
+    try {
+      const exchange = new Exchange(1024, 64);
+      agent.dispatch(
+        { origin: `http://127.0.0.1:${port}`, path: '/hints', method: 'POST', body: '{}' },
+        exchange,
+      );
+      const response = await exchange.response;
+      assert.equal(response.statusCode, 201);
+      assert.equal(response.body.toString('utf8'), 'created');
+      assert.equal(exchange.requestSent, true);
+      await exchange.finished;
     } finally {
       await agent.close();
     }
