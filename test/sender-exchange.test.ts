@@ -10,6 +10,13 @@ import { Agent } from 'undici';
 import { DeadlineExceededError } from '../src/sender/errors.ts';
 import { Exchange } from '../src/sender/exchange.ts';
 
+/** POSTs `{}` to `path` through `agent` with a fresh Exchange (1 KiB read, 64 bytes kept). */
+function post(agent: Agent, port: number, path: string): Exchange {
+  const exchange = new Exchange(1024, 64);
+  agent.dispatch({ origin: `http://127.0.0.1:${port}`, path, method: 'POST', body: '{}' }, exchange);
+  return exchange;
+}
+
 describe('sender exchange', () => {
   let requests = 0;
   const server = http.createServer((req, res) => {
@@ -56,10 +63,8 @@ describe('sender exchange', () => {
         });
       },
     });
-    const origin = `http://127.0.0.1:${port}`;
     try {
-      const ended = new Exchange(1024, 64);
-      agent.dispatch({ origin, path: '/ended', method: 'POST', body: '{}' }, ended);
+      const ended = post(agent, port, '/ended');
       ended.abort(new DeadlineExceededError('attempt deadline passed'));
       await assert.rejects(ended.response, DeadlineExceededError);
       assert.equal(ended.requestSent, false);
@@ -71,8 +76,7 @@ describe('sender exchange', () => {
       assert.equal(requests, 0, 'the ended request was never written');
       assert.equal(ended.requestSent, false);
 
-      const next = new Exchange(1024, 64);
-      agent.dispatch({ origin, path: '/next', method: 'POST', body: '{}' }, next);
+      const next = post(agent, port, '/next');
       assert.equal((await next.response).statusCode, 204);
       assert.equal(next.requestSent, true);
       assert.equal(requests, 1);
@@ -86,11 +90,7 @@ describe('sender exchange', () => {
   }, async () => {
     const agent = new Agent();
     try {
-      const exchange = new Exchange(1024, 64);
-      agent.dispatch(
-        { origin: `http://127.0.0.1:${port}`, path: '/hints-then-reset', method: 'POST', body: '{}' },
-        exchange,
-      );
+      const exchange = post(agent, port, '/hints-then-reset');
       // No final status: an error after the request went out (unknown), not a 103 "response".
       await assert.rejects(exchange.response);
       assert.equal(exchange.requestSent, true);
@@ -103,11 +103,7 @@ describe('sender exchange', () => {
   it('takes the final status and body after an informational (1xx) response', { timeout: 5000 }, async () => {
     const agent = new Agent();
     try {
-      const exchange = new Exchange(1024, 64);
-      agent.dispatch(
-        { origin: `http://127.0.0.1:${port}`, path: '/hints', method: 'POST', body: '{}' },
-        exchange,
-      );
+      const exchange = post(agent, port, '/hints');
       const response = await exchange.response;
       assert.equal(response.statusCode, 201);
       assert.equal(response.body.toString('utf8'), 'created');
