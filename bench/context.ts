@@ -32,6 +32,8 @@ export interface MemoryResult {
 export interface Results {
   httpLimit?: Throughput & { latencies: number[] };
   commitLimit?: Throughput;
+  /** The commit limit taken again right before publish and intake: their ratios' base. */
+  commitLimitBeforePublish?: Throughput;
   peer?: Throughput & { peakRssBytes: number };
   peerLatency?: number[];
   e2eOne?: Throughput & { recordedMs: number; peakRssBytes: number };

@@ -1,6 +1,7 @@
 // Raw results → the rows of the table and of latest.json, with their ratios:
 // - deliveries/s (e2e) to the peer's jobs/s (higher is better) and to the HTTP limit;
-// - publish and intake per second to the commit limit;
+// - publish and intake per second to the commit limit taken right before them (the one at the
+//   start when that was not taken);
 // - latency percentiles to the peer's same percentile (lower is better).
 
 import type { Results } from '../context.ts';
@@ -31,7 +32,7 @@ function row(name: string, value: number, unit: string, toPeer?: number, toLimit
 export function buildFigures(r: Results, concurrency: number): Figure[] {
   const out: Figure[] = [];
   const http = r.httpLimit?.perSecond;
-  const commit = r.commitLimit?.perSecond;
+  const commit = r.commitLimitBeforePublish?.perSecond ?? r.commitLimit?.perSecond;
   const peerRate = r.peer?.perSecond;
   const peerLat = r.peerLatency ? summarize(r.peerLatency) : undefined;
 
@@ -40,6 +41,14 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
   if (r.commitLimit)
     out.push(
       row(`commit limit: 1-row insert transactions, c=${concurrency}`, r.commitLimit.perSecond, 'commits/s'),
+    );
+  if (r.commitLimitBeforePublish)
+    out.push(
+      row(
+        'commit limit again, right before publish and intake',
+        r.commitLimitBeforePublish.perSecond,
+        'commits/s',
+      ),
     );
   if (r.peer) {
     out.push(

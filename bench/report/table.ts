@@ -30,6 +30,6 @@ export function renderTable(figures: readonly Figure[]): string {
 
 export const RATIO_LEGEND = [
   '× peer: herald ÷ graphile-worker in this run (throughput: higher is better; latency: lower is better).',
-  '× limit: e2e and peer ÷ the HTTP limit; publish and intake ÷ the commit limit (same concurrency).',
+  '× limit: e2e and peer ÷ the HTTP limit; publish and intake ÷ the commit limit taken right before them (same concurrency).',
   'E=1 is serial by design (one request in flight per endpoint); the peer runs its jobs in parallel.',
 ].join('\n');

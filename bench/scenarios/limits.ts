@@ -1,11 +1,11 @@
 // The machine's limits, measured with the same receiver, payload and concurrency as everything
 // else: (1) a bare keep-alive undici loop, (2) single-row insert transactions of a message-sized
-// row.
+// row, taken at the start and again right before publish and intake.
 
 import pg from 'pg';
 import { Pool } from 'undici';
 import { PAYLOAD_TEXT } from '../config.ts';
-import type { Context } from '../context.ts';
+import type { Context, Throughput } from '../context.ts';
 import { closedLoop } from '../load.ts';
 import { rate } from '../stats.ts';
 
@@ -38,9 +38,22 @@ export async function httpLimit(ctx: Context): Promise<void> {
 }
 
 export async function commitLimit(ctx: Context): Promise<void> {
+  ctx.results.commitLimit = await measureCommitLimit(ctx, 'commit-limit');
+}
+
+/**
+ * The commit limit again, right before publish and intake: the VM's speed drifts over the minutes
+ * between the start of a run and those scenarios, and their ratio should compare like with like.
+ */
+export async function commitLimitBeforePublish(ctx: Context): Promise<void> {
+  ctx.results.commitLimitBeforePublish = await measureCommitLimit(ctx, 'commit-limit (before publish)');
+}
+
+async function measureCommitLimit(ctx: Context, label: string): Promise<Throughput> {
   const { concurrency, counts } = ctx.options;
   const pool = new pg.Pool({ connectionString: ctx.db.url, max: concurrency });
   try {
+    await pool.query('drop table if exists bench_commit');
     await pool.query(`create table bench_commit (
       id bigint generated always as identity primary key, app_id text not null, event_type text not null,
       payload text not null, created_at timestamptz not null default now())`);
@@ -53,13 +66,9 @@ export async function commitLimit(ctx: Context): Promise<void> {
     };
     await closedLoop(Math.min(500, counts.commits), concurrency, 30_000, insert);
     const run = await closedLoop(counts.commits, concurrency, 120_000, insert);
-    if (run.truncated) ctx.notes.push(`commit-limit stopped at its deadline after ${run.done} commits`);
-    ctx.results.commitLimit = {
-      perSecond: rate(run.done, run.elapsedMs),
-      count: run.done,
-      elapsedMs: run.elapsedMs,
-    };
+    if (run.truncated) ctx.notes.push(`${label} stopped at its deadline after ${run.done} commits`);
     await pool.query('drop table bench_commit');
+    return { perSecond: rate(run.done, run.elapsedMs), count: run.done, elapsedMs: run.elapsedMs };
   } finally {
     await pool.end();
   }
