@@ -1,13 +1,7 @@
 // The registration-time check of an endpoint URL (invariant 10, first half; every attempt
 // repeats it in the socket lookup).
 
-import {
-  type AddressPolicy,
-  checkDestinationUrl,
-  hostOf,
-  isIpLiteral,
-  type UrlVerdict,
-} from './destination.ts';
+import { type AddressPolicy, checkUrlOffline, type UrlVerdict } from './destination.ts';
 import { DestinationForbiddenError } from './errors.ts';
 import { type Resolver, resolveAllowed, systemResolver } from './resolve.ts';
 
@@ -20,14 +14,11 @@ export async function checkDestination(
   resolve: Resolver = systemResolver,
   dnsTimeoutMs: number = DEFAULT_DNS_TIMEOUT_MS,
 ): Promise<UrlVerdict> {
-  const verdict = checkDestinationUrl(url);
-  if (!verdict.ok) return verdict;
-  const host = hostOf(verdict.url);
-  if (isIpLiteral(host)) {
-    return policy.isForbidden(host)
-      ? { ok: false, reason: `${host} is a private or reserved address` }
-      : verdict;
-  }
+  const offline = checkUrlOffline(url, policy);
+  if (!offline.ok) return { ok: false, reason: offline.reason };
+  const verdict: UrlVerdict = { ok: true, url: offline.url };
+  if (offline.literal) return verdict;
+  const { host } = offline;
   let timer: NodeJS.Timeout | undefined;
   const giveUp = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error('DNS lookup timed out')), dnsTimeoutMs);

@@ -40,6 +40,27 @@ export function checkDestinationUrl(raw: string): UrlVerdict {
   return { ok: true, url };
 }
 
+/** What can be judged of a URL without the network (checkUrlOffline). */
+export type OfflineVerdict =
+  | { ok: true; url: URL; host: string; literal: boolean }
+  | { ok: false; reason: string; forbidden: boolean };
+
+/**
+ * The checks of a URL that need no network: its syntax, then — for an IP literal, which Node
+ * connects to without the socket lookup where resolved addresses are judged — its address. A host
+ * name's addresses are the resolver's to judge. `forbidden`: refused for its address, not its form.
+ */
+export function checkUrlOffline(raw: string, policy: AddressPolicy): OfflineVerdict {
+  const verdict = checkDestinationUrl(raw);
+  if (!verdict.ok) return { ...verdict, forbidden: false };
+  const host = hostOf(verdict.url);
+  const literal = isIpLiteral(host);
+  if (literal && policy.isForbidden(host)) {
+    return { ok: false, reason: `${host} is a private or reserved address`, forbidden: true };
+  }
+  return { ok: true, url: verdict.url, host, literal };
+}
+
 /** The host to resolve or judge: an IPv6 literal loses the brackets it wears in a URL. */
 export function hostOf(url: URL): string {
   return url.hostname.startsWith('[') ? url.hostname.slice(1, -1) : url.hostname;

@@ -11,13 +11,7 @@ import {
   takesRetryAfter,
 } from './classify.ts';
 import { createPinnedConnector } from './connector.ts';
-import {
-  type AddressPolicy,
-  checkDestinationUrl,
-  createAddressPolicy,
-  hostOf,
-  isIpLiteral,
-} from './destination.ts';
+import { type AddressPolicy, checkUrlOffline, createAddressPolicy } from './destination.ts';
 import { DeadlineExceededError } from './errors.ts';
 import { decodeStoredBody, Exchange } from './exchange.ts';
 import { createOriginGate, type OriginGate } from './origin-gate.ts';
@@ -182,28 +176,20 @@ type Route =
 const MAX_ROUTES = 10_000;
 
 /**
- * The checks of a URL that need no network — its syntax, and an IP literal against the address
- * policy (Node skips the socket lookup for a literal, so the pinned lookup never sees it) — worked
- * out once per URL: their verdict depends on nothing else, so every attempt still gets it. The
- * addresses a host name resolves to are judged at every new connection (connector.ts).
+ * The checks of a URL that need no network (checkUrlOffline) worked out once per URL: their
+ * verdict depends on nothing else, so every attempt still gets it. The addresses a host name
+ * resolves to are judged at every new connection (connector.ts).
  */
 function routeOf(settings: Settings, raw: string): Route {
   const known = settings.routes.get(raw);
   if (known !== undefined) return known;
-  const route = judgeUrl(raw, settings.policy);
+  const verdict = checkUrlOffline(raw, settings.policy);
+  const route: Route = verdict.ok
+    ? { ok: true, origin: verdict.url.origin, path: verdict.url.pathname + verdict.url.search }
+    : { ok: false, responseClass: verdict.forbidden ? 'destination_forbidden' : 'invalid_url' };
   if (settings.routes.size >= MAX_ROUTES) settings.routes.delete(settings.routes.keys().next().value!);
   settings.routes.set(raw, route);
   return route;
-}
-
-function judgeUrl(raw: string, policy: AddressPolicy): Route {
-  const verdict = checkDestinationUrl(raw);
-  if (!verdict.ok) return { ok: false, responseClass: 'invalid_url' };
-  const { url } = verdict;
-  const host = hostOf(url);
-  if (isIpLiteral(host) && policy.isForbidden(host))
-    return { ok: false, responseClass: 'destination_forbidden' };
-  return { ok: true, origin: url.origin, path: url.pathname + url.search };
 }
 
 function hasHeader(headers: Record<string, string>, name: string): boolean {
