@@ -34,8 +34,10 @@ export interface NewMessage {
   onlyEndpointId?: string | null;
 }
 
-const COLUMNS = `id, app_id as "appId", event_type as "eventType", event_id as "eventId", payload, channels,
-  tags, created_at as "createdAt"`;
+/** A MessageRow's columns; `payload` is the expression its payload is read from. */
+const columns = (payload: string) => `id, app_id as "appId", event_type as "eventType", event_id as "eventId",
+  ${payload} as payload, channels, tags, created_at as "createdAt"`;
+const COLUMNS = columns('payload');
 
 export type PublishResult =
   | { kind: 'created'; message: MessageRow; deliveries: number }
@@ -104,9 +106,8 @@ export async function publishMessages(
   const rows = await db.query<
     MessageRow & { ord: number; created: boolean; requestHash: Uint8Array | null; deliveries: number }
   >(
-    `select ord, created, id, app_id as "appId", event_type as "eventType", event_id as "eventId",
-            case when created then null else payload end as payload, channels, tags,
-            created_at as "createdAt", request_hash as "requestHash", deliveries
+    `select ord, created, ${columns('case when created then null else payload end')},
+            request_hash as "requestHash", deliveries
        from herald_publish_messages($1::jsonb, $2::boolean)`,
     [JSON.stringify(items, wellFormed), wake],
     'publish_messages',
