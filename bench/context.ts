@@ -3,6 +3,7 @@
 // intake over HTTP), the apps the scenarios need, and the raw results they leave behind.
 
 import type { BenchOptions } from './config.ts';
+import type { CpuPerOperation } from './cpu.ts';
 import type { ScratchDatabase } from './db.ts';
 import type { InProcessHerald } from './herald-setup.ts';
 import type { HeraldApi } from './processes.ts';
@@ -13,6 +14,8 @@ export interface Throughput {
   perSecond: number;
   count: number;
   elapsedMs: number;
+  /** Where the CPU went, per operation (bench/cpu.ts), where the scenario measured it. */
+  cpu?: CpuPerOperation;
 }
 
 export type SizeStage = 'finished' | 'payloadRetention' | 'historyRetention';
@@ -59,6 +62,8 @@ export interface Context {
   api(): Promise<HeraldApi>;
   /** The 1,000-endpoint app (created on first use). */
   fanApp(): Promise<string>;
+  /** PostgreSQL runs on this machine: its CPU per operation can be measured. */
+  postgresOnThisMachine: boolean;
   results: Results;
   /** Things a reader of the figures must know (truncations, fallbacks). */
   notes: string[];

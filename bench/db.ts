@@ -5,6 +5,7 @@ import crypto from 'node:crypto';
 import pg from 'pg';
 import { migrate } from '../src/db/migrate.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
+import { isLocalPostgresBackend } from './cpu.ts';
 
 export interface ScratchDatabase {
   name: string;
@@ -66,14 +67,17 @@ export interface ServerInfo {
   maxConnections: number;
   connectionsInUse: number;
   synchronousCommit: string;
+  /** The server runs on this machine: its processes' CPU can be read (bench/cpu.ts). */
+  onThisMachine: boolean;
 }
 
 export async function serverInfo(serverUrl: string): Promise<ServerInfo> {
   return withClient(serverUrl, async (client) => {
     const row = (
-      await client.query<{ version: string; max: string; used: string; sync: string }>(
+      await client.query<{ version: string; max: string; used: string; sync: string; pid: number }>(
         `select current_setting('server_version') as version, current_setting('max_connections') as max,
-                (select count(*) from pg_stat_activity)::text as used, current_setting('synchronous_commit') as sync`,
+                (select count(*) from pg_stat_activity)::text as used, current_setting('synchronous_commit') as sync,
+                pg_backend_pid() as pid`,
       )
     ).rows[0]!;
     return {
@@ -81,6 +85,8 @@ export async function serverInfo(serverUrl: string): Promise<ServerInfo> {
       maxConnections: Number(row.max),
       connectionsInUse: Number(row.used),
       synchronousCommit: row.sync,
+      // While this connection is open its backend is alive to be looked for.
+      onThisMachine: isLocalPostgresBackend(row.pid),
     };
   });
 }

@@ -1,6 +1,7 @@
 // Load shapes. Both are bounded in count and in time: past `maxMs` no new work starts.
 
 import type { Context, Throughput } from './context.ts';
+import { meterCpu } from './cpu.ts';
 import { nowMs, rate } from './stats.ts';
 
 export interface LoadResult {
@@ -52,20 +53,25 @@ export async function closedLoop(
 /**
  * A throughput figure: `warm` operations first (not measured), then `count` timed ones, each loop
  * at the run's concurrency; `op` gets the operation's index across both. A timed loop cut short by
- * its deadline is noted under `label`.
+ * its deadline is noted under `label`. The timed loop's CPU per operation is metered for the named
+ * `processes`, PostgreSQL (when on this machine) and this process (named `self`).
  */
 export async function measureThroughput(
-  ctx: Pick<Context, 'options' | 'notes'>,
+  ctx: Pick<Context, 'options' | 'notes' | 'postgresOnThisMachine'>,
   label: string,
   warm: number,
   count: number,
   op: (i: number) => Promise<void>,
+  processes: Record<string, number> = {},
+  self = 'client',
 ): Promise<Throughput> {
   const { concurrency } = ctx.options;
   await closedLoop(warm, concurrency, 30_000, op);
+  const meter = meterCpu(processes, { postgres: ctx.postgresOnThisMachine, self });
   const timed = await closedLoop(count, concurrency, 120_000, (i) => op(warm + i));
+  const cpu = meter.stop(timed.done);
   if (timed.truncated) ctx.notes.push(`${label} stopped at its deadline after ${timed.done}`);
-  return { perSecond: rate(timed.done, timed.elapsedMs), count: timed.done, elapsedMs: timed.elapsedMs };
+  return { perSecond: rate(timed.done, timed.elapsedMs), count: timed.done, elapsedMs: timed.elapsedMs, cpu };
 }
 
 /**

@@ -78,6 +78,8 @@ async function main(): Promise<void> {
   }
   const results: Results = {};
   const notes: string[] = [];
+  if (!server.onThisMachine)
+    notes.push('PostgreSQL runs on another machine: its CPU per operation is not shown');
   const receiver = await startReceiver();
   let herald: InProcessHerald | null = null;
   let apiProcess: HeraldApi | null = null;
@@ -88,6 +90,7 @@ async function main(): Promise<void> {
       options,
       receiver,
       db,
+      postgresOnThisMachine: server.onThisMachine,
       results,
       notes,
       log,

@@ -2,9 +2,11 @@
 // - deliveries/s (e2e) to the peer's jobs/s (higher is better) and to the HTTP limit;
 // - publish and intake per second to the commit limit taken right before them (the one at the
 //   start when that was not taken);
-// - latency percentiles to the peer's same percentile (lower is better).
+// - latency percentiles to the peer's same percentile (lower is better);
+// - CPU per operation of each process to the peer's same process (lower is better).
 
 import type { Results } from '../context.ts';
+import type { CpuPerOperation } from '../cpu.ts';
 import { summarize } from '../stats.ts';
 
 export interface Figure {
@@ -29,6 +31,21 @@ function row(name: string, value: number, unit: string, toPeer?: number, toLimit
   return figure;
 }
 
+/**
+ * One row per process of a figure's CPU per operation (bench/cpu.ts); with the peer's CPU per job,
+ * each process's ratio to the peer's same process (lower is better).
+ */
+function cpuRows(
+  out: Figure[],
+  perWhat: string,
+  cpu: CpuPerOperation | undefined,
+  peerCpu?: CpuPerOperation,
+): void {
+  for (const [process, micros] of Object.entries(cpu ?? {})) {
+    out.push(row(`  CPU per ${perWhat}: ${process}`, micros, 'µs', ratio(micros, peerCpu?.[process])));
+  }
+}
+
 export function buildFigures(r: Results, concurrency: number): Figure[] {
   const out: Figure[] = [];
   const http = r.httpLimit?.perSecond;
@@ -42,6 +59,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
     out.push(
       row(`commit limit: 1-row insert transactions, c=${concurrency}`, r.commitLimit.perSecond, 'commits/s'),
     );
+  cpuRows(out, 'commit', r.commitLimit?.cpu);
   if (r.commitLimitBeforePublish)
     out.push(
       row(
@@ -50,6 +68,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         'commits/s',
       ),
     );
+  cpuRows(out, 'commit', r.commitLimitBeforePublish?.cpu);
   if (r.peer) {
     out.push(
       row(
@@ -60,6 +79,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(r.peer.perSecond, http),
       ),
     );
+    cpuRows(out, 'job', r.peer.cpu);
   }
   if (peerLat) {
     for (const p of ['p50', 'p95', 'p99'] as const) {
@@ -78,6 +98,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(r.e2eOne.perSecond, http),
       ),
     );
+    cpuRows(out, 'delivery', r.e2eOne.cpu, r.peer?.cpu);
   }
   if (r.e2eFan) {
     out.push(
@@ -89,8 +110,9 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(r.e2eFan.perSecond, http),
       ),
     );
+    cpuRows(out, 'delivery', r.e2eFan.cpu, r.peer?.cpu);
   }
-  if (r.publishHttp)
+  if (r.publishHttp) {
     out.push(
       row(
         `herald publish over HTTP, c=${concurrency}`,
@@ -100,6 +122,8 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(r.publishHttp.perSecond, commit),
       ),
     );
+    cpuRows(out, 'publish', r.publishHttp.cpu);
+  }
   for (const [result, how] of [
     [r.publishLibrary, 'NOTIFY in the txn'],
     [r.publishLibraryWakeAfter, 'wake after COMMIT'],
@@ -114,6 +138,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(result.perSecond, commit),
       ),
     );
+    cpuRows(out, 'publish', result.cpu);
   }
   if (r.latency) {
     const s = summarize(r.latency);
@@ -128,7 +153,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
       );
     }
   }
-  if (r.intake)
+  if (r.intake) {
     out.push(
       row(
         `herald intake: signed /ingest, c=${concurrency}`,
@@ -138,6 +163,8 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
         ratio(r.intake.perSecond, commit),
       ),
     );
+    cpuRows(out, 'request', r.intake.cpu);
+  }
   if (r.fanout) {
     const s = summarize(r.fanout.commitMs);
     out.push(row(`fan-out: publish to ${n(r.fanout.endpoints)} endpoints, time to commit p50`, s.p50, 'ms'));

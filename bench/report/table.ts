@@ -31,5 +31,6 @@ export function renderTable(figures: readonly Figure[]): string {
 export const RATIO_LEGEND = [
   '× peer: herald ÷ graphile-worker in this run (throughput: higher is better; latency: lower is better).',
   '× limit: e2e and peer ÷ the HTTP limit; publish and intake ÷ the commit limit taken right before them (same concurrency).',
+  "CPU per operation: user + system CPU of each process over the timed window ÷ operations (e2e and peer: from the worker's start to the last arrival); × peer: herald ÷ the peer's same process (lower is better). PostgreSQL: all of its processes.",
   'E=1 is serial by design (one request in flight per endpoint); the peer runs its jobs in parallel.',
 ].join('\n');

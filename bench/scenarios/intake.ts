@@ -32,7 +32,7 @@ export async function intake(ctx: Context): Promise<void> {
       'webhook-signature': `v1,${signature}`,
     };
   });
-  const { client } = await ctx.api();
+  const { client, pid } = await ctx.api();
   const send = async (i: number) => {
     const response = await client.request({
       method: 'POST',
@@ -43,5 +43,5 @@ export async function intake(ctx: Context): Promise<void> {
     const text = await response.body.text();
     if (response.statusCode !== 204) throw new Error(`ingest answered ${response.statusCode}: ${text}`);
   };
-  ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send);
+  ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send, { API: pid });
 }

@@ -6,6 +6,7 @@ import pg from 'pg';
 import { Pool } from 'undici';
 import { PAYLOAD_TEXT } from '../config.ts';
 import type { Context, Throughput } from '../context.ts';
+import { meterCpu } from '../cpu.ts';
 import { closedLoop } from '../load.ts';
 import { rate } from '../stats.ts';
 
@@ -65,10 +66,12 @@ async function measureCommitLimit(ctx: Context, label: string): Promise<Throughp
       ]);
     };
     await closedLoop(Math.min(500, counts.commits), concurrency, 30_000, insert);
+    const meter = meterCpu({}, { postgres: ctx.postgresOnThisMachine, self: 'client' });
     const run = await closedLoop(counts.commits, concurrency, 120_000, insert);
+    const cpu = meter.stop(run.done);
     if (run.truncated) ctx.notes.push(`${label} stopped at its deadline after ${run.done} commits`);
     await pool.query('drop table bench_commit');
-    return { perSecond: rate(run.done, run.elapsedMs), count: run.done, elapsedMs: run.elapsedMs };
+    return { perSecond: rate(run.done, run.elapsedMs), count: run.done, elapsedMs: run.elapsedMs, cpu };
   } finally {
     await pool.end();
   }

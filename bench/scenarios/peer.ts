@@ -5,6 +5,7 @@
 
 import { Logger, makeWorkerUtils, runMigrations } from 'graphile-worker';
 import type { Context } from '../context.ts';
+import { meterCpu } from '../cpu.ts';
 import { openLoop, sleep } from '../load.ts';
 import { sampleMemory, startPeerWorker } from '../processes.ts';
 import { joinLatencies, nowMs, rate } from '../stats.ts';
@@ -35,8 +36,13 @@ export async function peer(ctx: Context): Promise<void> {
     await ctx.receiver.reset();
     const worker = await startPeerWorker(connectionString, ctx.receiver.url, concurrency);
     const memory = sampleMemory(worker.pid);
+    const meter = meterCpu(
+      { worker: worker.pid, receiver: ctx.receiver.pid },
+      { postgres: ctx.postgresOnThisMachine },
+    );
     try {
       const stats = await ctx.receiver.waitForCount(counts.peerJobs, counts.waitMaxSeconds * 1000);
+      const cpu = meter.stop(stats.count);
       if (!stats.complete) {
         ctx.notes.push(
           `peer: ${stats.count} of ${counts.peerJobs} jobs arrived within ${counts.waitMaxSeconds} s`,
@@ -48,6 +54,7 @@ export async function peer(ctx: Context): Promise<void> {
         count: stats.count,
         elapsedMs: windowMs,
         peakRssBytes: memory.stop(),
+        cpu,
       };
       ctx.log(`peer: ${stats.count} jobs delivered in ${(windowMs / 1000).toFixed(2)} s`);
 

@@ -10,6 +10,9 @@ import type { Context } from '../context.ts';
 import { createAppWithEndpoints, createPublishKey } from '../herald-setup.ts';
 import { measureThroughput } from '../load.ts';
 
+/** The library runs in the caller's process: its CPU is herald's and the caller's pg driver's. */
+const CALLER = 'caller (herald library + pg)';
+
 export async function publish(ctx: Context): Promise<void> {
   const { counts, concurrency } = ctx.options;
   const h = await ctx.herald();
@@ -44,6 +47,8 @@ export async function publish(ctx: Context): Promise<void> {
       warm,
       counts.publishes,
       inCallerTransaction(true),
+      {},
+      CALLER,
     );
     ctx.results.publishLibraryWakeAfter = await measureThroughput(
       ctx,
@@ -51,13 +56,15 @@ export async function publish(ctx: Context): Promise<void> {
       warm,
       counts.publishes,
       inCallerTransaction(false),
+      {},
+      CALLER,
     );
   } finally {
     await callerPool.end();
   }
 
   const key = await createPublishKey(h, app);
-  const { client } = await ctx.api();
+  const { client, pid } = await ctx.api();
   const overHttp = async () => {
     const response = await client.request({
       method: 'POST',
@@ -68,5 +75,7 @@ export async function publish(ctx: Context): Promise<void> {
     const text = await response.body.text();
     if (response.statusCode !== 202) throw new Error(`publish answered ${response.statusCode}: ${text}`);
   };
-  ctx.results.publishHttp = await measureThroughput(ctx, 'publish (HTTP)', warm, counts.publishes, overHttp);
+  ctx.results.publishHttp = await measureThroughput(ctx, 'publish (HTTP)', warm, counts.publishes, overHttp, {
+    API: pid,
+  });
 }
