@@ -18,7 +18,7 @@ const CLOCK_TICKS_PER_SECOND = (() => {
 })();
 
 /** User + system CPU of a process so far, in µs; null once it is gone (or off Linux). */
-function processCpuMicros(pid: number): number | null {
+export function processCpuMicros(pid: number): number | null {
   let stat: string;
   try {
     stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
