@@ -1,0 +1,12 @@
+-- Room on every attempt's page for its outcome.
+--
+-- An outcome write updates a batch of attempts that one claim inserted together, side by side on
+-- the same pages. The update is HOT (no index written, nothing left behind in the attempt's four
+-- indexes) only when the row's page has room for the new version, and a batch needs room for all
+-- of its rows' new versions at once: the old ones are freed only after the batch commits. At the
+-- fill factor of 0004 (60) six outcomes in ten were HOT; at 50, more than nine in ten, and the
+-- table ends smaller, as fewer non-HOT updates leave fewer dead versions and index entries behind.
+-- End to end (1,000 endpoints, 50,000 deliveries, interleaved with 60): PostgreSQL CPU per
+-- delivery relative to the receiver's 3.82–4.01 → 3.49–3.71; the attempt table 33.1 → 30.1 MiB,
+-- its indexes 24.4 → 21.8 MiB. Free space only applies to pages filled from now on.
+alter table attempt set (fillfactor = 50);
