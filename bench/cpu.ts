@@ -9,6 +9,9 @@ import fs from 'node:fs';
 /** CPU µs per operation, by process, in the order they were named. */
 export type CpuPerOperation = Record<string, number>;
 
+/** Other processes' CPU is read from /proc (Linux); elsewhere only this process's is known. */
+const PROC_READABLE = fs.existsSync('/proc/self/stat');
+
 const CLOCK_TICKS_PER_SECOND = (() => {
   try {
     return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
@@ -62,17 +65,20 @@ export interface CpuMeter {
 
 /**
  * Starts metering the named processes, the server's processes as "PostgreSQL" when `postgres`,
- * and this process as `self` when given. A backend that starts in the window counts whole; one
- * that ends in it is lost (the pools of the bench and of herald keep theirs open).
+ * and this process as `self` when given (without /proc, only `self`). A backend that starts in
+ * the window counts whole; one that ends in it is lost (the pools of the bench and of herald keep
+ * theirs open).
  */
 export function meterCpu(
-  processes: Record<string, number>,
+  named: Record<string, number>,
   options: { postgres: boolean; self?: string },
 ): CpuMeter {
+  const processes = PROC_READABLE ? named : {};
+  const postgres = PROC_READABLE && options.postgres;
   const before = new Map<number, number>();
   const read = (pid: number) => processCpuMicros(pid) ?? 0;
   for (const pid of Object.values(processes)) before.set(pid, read(pid));
-  const serverBefore = new Map(options.postgres ? postgresPids().map((pid) => [pid, read(pid)]) : []);
+  const serverBefore = new Map(postgres ? postgresPids().map((pid) => [pid, read(pid)]) : []);
   const selfBefore = process.cpuUsage();
   return {
     stop(operations) {
@@ -81,7 +87,7 @@ export function meterCpu(
       for (const [name, pid] of Object.entries(processes)) {
         out[name] = perOperation(read(pid) - before.get(pid)!);
       }
-      if (options.postgres) {
+      if (postgres) {
         let server = 0;
         for (const pid of postgresPids()) server += read(pid) - (serverBefore.get(pid) ?? 0);
         out.PostgreSQL = perOperation(server);

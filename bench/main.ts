@@ -79,7 +79,7 @@ async function main(): Promise<void> {
   const results: Results = {};
   const notes: string[] = [];
   if (!server.onThisMachine)
-    notes.push('PostgreSQL runs on another machine: its CPU per operation is not shown');
+    notes.push("PostgreSQL's processes are not visible from here: its CPU per operation is not shown");
   const receiver = await startReceiver();
   let herald: InProcessHerald | null = null;
   let apiProcess: HeraldApi | null = null;
