@@ -62,8 +62,8 @@ export interface Context {
   api(): Promise<HeraldApi>;
   /** The 1,000-endpoint app (created on first use). */
   fanApp(): Promise<string>;
-  /** PostgreSQL runs on this machine: its CPU per operation can be measured. */
-  postgresOnThisMachine: boolean;
+  /** The server's postmaster when it runs on this machine (bench/cpu.ts), else null. */
+  postmasterPid: number | null;
   results: Results;
   /** Things a reader of the figures must know (truncations, fallbacks). */
   notes: string[];

@@ -1,7 +1,7 @@
 // Where a figure's cost goes: CPU time per operation of each process that took part (the worker,
 // PostgreSQL, the receiver, the client), read from /proc. A throughput ratio says how herald
-// compares; this says which process to look at. PostgreSQL's share is the sum over all of the
-// server's processes, counted only when the server runs on this machine.
+// compares; this says which process to look at. PostgreSQL's share is its postmaster's and all of
+// the postmaster's children's, counted only when the server runs on this machine.
 
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -20,18 +20,38 @@ const CLOCK_TICKS_PER_SECOND = (() => {
   }
 })();
 
-/** User + system CPU of a process so far, in µs; null once it is gone (or off Linux). */
-export function processCpuMicros(pid: number): number | null {
+interface ProcStat {
+  parent: number;
+  /** User + system CPU so far, in µs. */
+  cpuMicros: number;
+  /** User + system CPU of the children it has reaped, in µs. */
+  reapedChildrenMicros: number;
+  /** When it started (in clock ticks since boot): a pid used again is another process. */
+  startedAt: string;
+}
+
+function procStat(pid: number): ProcStat | null {
   let stat: string;
   try {
     stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
   } catch {
     return null;
   }
-  // The command name (field 2) may hold spaces: count fields after its closing parenthesis.
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  const ticks = Number(fields[11]) + Number(fields[12]);
-  return (ticks * 1_000_000) / CLOCK_TICKS_PER_SECOND;
+  // The command name (field 2) may hold spaces: count the fields after its closing parenthesis,
+  // from field 3 (state) on: parent 4, utime 14, stime 15, cutime 16, cstime 17, starttime 22.
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const micros = (ticks: number) => (ticks * 1_000_000) / CLOCK_TICKS_PER_SECOND;
+  return {
+    parent: Number(f[1]),
+    cpuMicros: micros(Number(f[11]) + Number(f[12])),
+    reapedChildrenMicros: micros(Number(f[13]) + Number(f[14])),
+    startedAt: f[19]!,
+  };
+}
+
+/** User + system CPU of a process so far, in µs; null once it is gone (or off Linux). */
+export function processCpuMicros(pid: number): number | null {
+  return procStat(pid)?.cpuMicros ?? null;
 }
 
 function commandOf(pid: number): string | null {
@@ -42,56 +62,92 @@ function commandOf(pid: number): string | null {
   }
 }
 
-/** The pids of every process named `postgres` on this machine. */
-function postgresPids(): number[] {
-  let entries: string[];
-  try {
-    entries = fs.readdirSync('/proc');
-  } catch {
-    return [];
+/**
+ * The postmaster of a server backend (by its pg_backend_pid()) when both are `postgres` processes
+ * of this machine; null when the server runs elsewhere (or its pids are not this machine's).
+ */
+export function localPostmasterOf(backendPid: number): number | null {
+  const backend = commandOf(backendPid) === 'postgres' ? procStat(backendPid) : null;
+  return backend && commandOf(backend.parent) === 'postgres' ? backend.parent : null;
+}
+
+/** The processes whose parent is `parent`, each with its reading. */
+function childrenOf(parent: number): Map<number, ProcStat> {
+  const children = new Map<number, ProcStat>();
+  for (const entry of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const stat = procStat(Number(entry));
+    if (stat?.parent === parent) children.set(Number(entry), stat);
   }
-  return entries.filter((e) => /^\d+$/.test(e) && commandOf(Number(e)) === 'postgres').map(Number);
+  return children;
 }
 
-/** True when a backend of the server (by its pg_backend_pid()) is a process of this machine. */
-export function isLocalPostgresBackend(pid: number): boolean {
-  return commandOf(pid) === 'postgres';
-}
-
-export interface CpuMeter {
-  /** CPU per operation of each process since the meter started. */
-  stop(operations: number): CpuPerOperation;
+/** A server's CPU so far: its postmaster's and every child's, alive or reaped. */
+function serverReading(postmaster: number): { own: ProcStat; children: Map<number, ProcStat> } | null {
+  const own = procStat(postmaster);
+  return own && { own, children: childrenOf(postmaster) };
 }
 
 /**
- * Starts metering the named processes, the server's processes as "PostgreSQL" when `postgres`,
- * and this process as `self` when given (without /proc, only `self`). A backend that starts in
- * the window counts whole; one that ends in it is lost (the pools of the bench and of herald keep
- * theirs open).
+ * The server's CPU between two readings. A child that ends in between is counted whole when the
+ * postmaster reaps it (its CPU moves to the postmaster's reaped-children figure), so its share
+ * before the window is taken off again; a child that starts in between counts whole.
  */
-export function meterCpu(
-  named: Record<string, number>,
-  options: { postgres: boolean; self?: string },
-): CpuMeter {
+function serverCpuBetween(
+  before: NonNullable<ReturnType<typeof serverReading>>,
+  after: NonNullable<ReturnType<typeof serverReading>>,
+): number {
+  let micros =
+    after.own.cpuMicros -
+    before.own.cpuMicros +
+    (after.own.reapedChildrenMicros - before.own.reapedChildrenMicros);
+  for (const [pid, now] of after.children) {
+    const then = before.children.get(pid);
+    micros += now.cpuMicros - (then?.startedAt === now.startedAt ? then.cpuMicros : 0);
+  }
+  for (const [pid, then] of before.children) {
+    if (after.children.get(pid)?.startedAt !== then.startedAt) micros -= then.cpuMicros;
+  }
+  return micros;
+}
+
+export interface CpuMeter {
+  /**
+   * CPU per operation of each process since the meter started; NaN for a named process that is
+   * gone (or replaced) by then, or for no operations at all.
+   */
+  stop(operations: number): CpuPerOperation;
+}
+
+export interface MeterOptions {
+  /** The local server's postmaster (localPostmasterOf): its CPU is reported as "PostgreSQL". */
+  postmaster: number | null;
+  /** This process's CPU, under this name. */
+  self?: string;
+}
+
+/** Starts metering the named processes, the server and this process (without /proc, only this). */
+export function meterCpu(named: Record<string, number>, options: MeterOptions): CpuMeter {
   const processes = PROC_READABLE ? named : {};
-  const postgres = PROC_READABLE && options.postgres;
-  const before = new Map<number, number>();
-  const read = (pid: number) => processCpuMicros(pid) ?? 0;
-  for (const pid of Object.values(processes)) before.set(pid, read(pid));
-  const serverBefore = new Map(postgres ? postgresPids().map((pid) => [pid, read(pid)]) : []);
+  const before = new Map(Object.values(processes).map((pid) => [pid, procStat(pid)]));
+  const serverBefore =
+    PROC_READABLE && options.postmaster !== null ? serverReading(options.postmaster) : null;
   const selfBefore = process.cpuUsage();
   return {
     stop(operations) {
-      const perOperation = (micros: number) => micros / Math.max(1, operations);
+      const perOperation = (micros: number) => (operations > 0 ? micros / operations : Number.NaN);
       const out: CpuPerOperation = {};
       for (const [name, pid] of Object.entries(processes)) {
-        out[name] = perOperation(read(pid) - before.get(pid)!);
+        const then = before.get(pid);
+        const now = procStat(pid);
+        out[name] =
+          then && now?.startedAt === then.startedAt
+            ? perOperation(now.cpuMicros - then.cpuMicros)
+            : Number.NaN;
       }
-      if (postgres) {
-        let server = 0;
-        for (const pid of postgresPids()) server += read(pid) - (serverBefore.get(pid) ?? 0);
-        out.PostgreSQL = perOperation(server);
-      }
+      const serverAfter = serverBefore && serverReading(options.postmaster!);
+      if (serverBefore && serverAfter)
+        out.PostgreSQL = perOperation(serverCpuBetween(serverBefore, serverAfter));
       if (options.self) {
         const self = process.cpuUsage(selfBefore);
         out[options.self] = perOperation(self.user + self.system);

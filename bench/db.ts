@@ -5,7 +5,7 @@ import crypto from 'node:crypto';
 import pg from 'pg';
 import { migrate } from '../src/db/migrate.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
-import { isLocalPostgresBackend } from './cpu.ts';
+import { localPostmasterOf } from './cpu.ts';
 
 export interface ScratchDatabase {
   name: string;
@@ -67,8 +67,8 @@ export interface ServerInfo {
   maxConnections: number;
   connectionsInUse: number;
   synchronousCommit: string;
-  /** The server runs on this machine: its processes' CPU can be read (bench/cpu.ts). */
-  onThisMachine: boolean;
+  /** The server's postmaster when it runs on this machine (its CPU can be read), else null. */
+  postmasterPid: number | null;
 }
 
 export async function serverInfo(serverUrl: string): Promise<ServerInfo> {
@@ -86,7 +86,7 @@ export async function serverInfo(serverUrl: string): Promise<ServerInfo> {
       connectionsInUse: Number(row.used),
       synchronousCommit: row.sync,
       // While this connection is open its backend is alive to be looked for.
-      onThisMachine: isLocalPostgresBackend(row.pid),
+      postmasterPid: localPostmasterOf(row.pid),
     };
   });
 }

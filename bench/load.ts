@@ -1,7 +1,7 @@
 // Load shapes. Both are bounded in count and in time: past `maxMs` no new work starts.
 
 import type { Context, Throughput } from './context.ts';
-import { meterCpu } from './cpu.ts';
+import { type CpuMeter, meterCpu } from './cpu.ts';
 import { nowMs, rate } from './stats.ts';
 
 export interface LoadResult {
@@ -54,24 +54,29 @@ export async function closedLoop(
  * A throughput figure: `warm` operations first (not measured), then `count` timed ones, each loop
  * at the run's concurrency; `op` gets the operation's index across both. A timed loop cut short by
  * its deadline is noted under `label`. The timed loop's CPU per operation is metered for the named
- * `processes`, PostgreSQL (when on this machine) and this process (named `self`).
+ * `processes`, PostgreSQL (when on this machine) and this process (as `self`, "client" unless
+ * named).
  */
 export async function measureThroughput(
-  ctx: Pick<Context, 'options' | 'notes' | 'postgresOnThisMachine'>,
+  ctx: Pick<Context, 'options' | 'notes' | 'postmasterPid'>,
   label: string,
   warm: number,
   count: number,
   op: (i: number) => Promise<void>,
-  processes: Record<string, number> = {},
-  self = 'client',
+  cpu: { processes?: Record<string, number>; self?: string } = {},
 ): Promise<Throughput> {
   const { concurrency } = ctx.options;
   await closedLoop(warm, concurrency, 30_000, op);
-  const meter = meterCpu(processes, { postgres: ctx.postgresOnThisMachine, self });
+  const meter = meterCpu(cpu.processes ?? {}, { postmaster: ctx.postmasterPid, self: cpu.self ?? 'client' });
   const timed = await closedLoop(count, concurrency, 120_000, (i) => op(warm + i));
-  const cpu = meter.stop(timed.done);
+  const perOperation = meter.stop(timed.done);
   if (timed.truncated) ctx.notes.push(`${label} stopped at its deadline after ${timed.done}`);
-  return { perSecond: rate(timed.done, timed.elapsedMs), count: timed.done, elapsedMs: timed.elapsedMs, cpu };
+  return {
+    perSecond: rate(timed.done, timed.elapsedMs),
+    count: timed.done,
+    elapsedMs: timed.elapsedMs,
+    cpu: perOperation,
+  };
 }
 
 /**
@@ -112,6 +117,22 @@ export async function openLoop(
   await Promise.all(running);
   if (failures.length > 0) throw failures[0];
   return { done: durations.length, elapsedMs: nowMs() - start, durations, truncated };
+}
+
+/**
+ * Meters a worker delivering to the receiver: the worker's, the receiver's and the server's CPU per
+ * request the receiver counts from now on, to `stop(count)` at the receiver's count then.
+ */
+export async function meterDeliveries(
+  ctx: Pick<Context, 'receiver' | 'postmasterPid'>,
+  workerPid: number,
+): Promise<CpuMeter> {
+  const { count: before } = await ctx.receiver.stats();
+  const meter = meterCpu(
+    { worker: workerPid, receiver: ctx.receiver.pid },
+    { postmaster: ctx.postmasterPid },
+  );
+  return { stop: (count) => meter.stop(count - before) };
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));

@@ -78,7 +78,7 @@ async function main(): Promise<void> {
   }
   const results: Results = {};
   const notes: string[] = [];
-  if (!server.onThisMachine)
+  if (server.postmasterPid === null)
     notes.push("PostgreSQL's processes are not visible from here: its CPU per operation is not shown");
   const receiver = await startReceiver();
   let herald: InProcessHerald | null = null;
@@ -90,7 +90,7 @@ async function main(): Promise<void> {
       options,
       receiver,
       db,
-      postgresOnThisMachine: server.onThisMachine,
+      postmasterPid: server.postmasterPid,
       results,
       notes,
       log,

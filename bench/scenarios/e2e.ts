@@ -1,14 +1,14 @@
 // (4) herald end to end: N messages published (library face) to one app with E endpoints while no
 // worker runs, then ONE `herald worker` process starts and the receiver counts the deliveries in;
 // the rate is taken between the first and the last arrival, and the CPU per delivery of the worker,
-// PostgreSQL and the receiver from the worker's start to the last arrival (as the peer's). Afterwards the run waits until every
+// PostgreSQL and the receiver from the worker's start-up message until the receiver has them all
+// (as the peer's). Afterwards the run waits until every
 // delivery is recorded as succeeded (every attempt recorded), and reports how long that took.
 
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
-import { meterCpu } from '../cpu.ts';
 import { createAppWithEndpoints, heraldEnv } from '../herald-setup.ts';
-import { closedLoop, sleep } from '../load.ts';
+import { closedLoop, meterDeliveries, sleep } from '../load.ts';
 import { sampleMemory, startHeraldProcess } from '../processes.ts';
 import { nowMs, rate } from '../stats.ts';
 
@@ -34,10 +34,7 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
   await ctx.receiver.reset();
   const worker = await startHeraldProcess('worker', heraldEnv(ctx.db.url, concurrency));
   const memory = sampleMemory(worker.pid);
-  const meter = meterCpu(
-    { worker: worker.pid, receiver: ctx.receiver.pid },
-    { postgres: ctx.postgresOnThisMachine },
-  );
+  const meter = await meterDeliveries(ctx, worker.pid);
   try {
     const { waitMaxSeconds } = ctx.options.counts;
     const stats = await ctx.receiver.waitForCount(expected, waitMaxSeconds * 1000);

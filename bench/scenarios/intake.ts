@@ -43,5 +43,7 @@ export async function intake(ctx: Context): Promise<void> {
     const text = await response.body.text();
     if (response.statusCode !== 204) throw new Error(`ingest answered ${response.statusCode}: ${text}`);
   };
-  ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send, { API: pid });
+  ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send, {
+    processes: { API: pid },
+  });
 }

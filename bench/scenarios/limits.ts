@@ -6,8 +6,7 @@ import pg from 'pg';
 import { Pool } from 'undici';
 import { PAYLOAD_TEXT } from '../config.ts';
 import type { Context, Throughput } from '../context.ts';
-import { meterCpu } from '../cpu.ts';
-import { closedLoop } from '../load.ts';
+import { closedLoop, measureThroughput } from '../load.ts';
 import { rate } from '../stats.ts';
 
 export async function httpLimit(ctx: Context): Promise<void> {
@@ -65,13 +64,9 @@ async function measureCommitLimit(ctx: Context, label: string): Promise<Throughp
         PAYLOAD_TEXT,
       ]);
     };
-    await closedLoop(Math.min(500, counts.commits), concurrency, 30_000, insert);
-    const meter = meterCpu({}, { postgres: ctx.postgresOnThisMachine, self: 'client' });
-    const run = await closedLoop(counts.commits, concurrency, 120_000, insert);
-    const cpu = meter.stop(run.done);
-    if (run.truncated) ctx.notes.push(`${label} stopped at its deadline after ${run.done} commits`);
+    const limit = await measureThroughput(ctx, label, Math.min(500, counts.commits), counts.commits, insert);
     await pool.query('drop table bench_commit');
-    return { perSecond: rate(run.done, run.elapsedMs), count: run.done, elapsedMs: run.elapsedMs, cpu };
+    return limit;
   } finally {
     await pool.end();
   }

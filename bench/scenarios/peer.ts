@@ -5,8 +5,7 @@
 
 import { Logger, makeWorkerUtils, runMigrations } from 'graphile-worker';
 import type { Context } from '../context.ts';
-import { meterCpu } from '../cpu.ts';
-import { openLoop, sleep } from '../load.ts';
+import { meterDeliveries, openLoop, sleep } from '../load.ts';
 import { sampleMemory, startPeerWorker } from '../processes.ts';
 import { joinLatencies, nowMs, rate } from '../stats.ts';
 
@@ -36,10 +35,7 @@ export async function peer(ctx: Context): Promise<void> {
     await ctx.receiver.reset();
     const worker = await startPeerWorker(connectionString, ctx.receiver.url, concurrency);
     const memory = sampleMemory(worker.pid);
-    const meter = meterCpu(
-      { worker: worker.pid, receiver: ctx.receiver.pid },
-      { postgres: ctx.postgresOnThisMachine },
-    );
+    const meter = await meterDeliveries(ctx, worker.pid);
     try {
       const stats = await ctx.receiver.waitForCount(counts.peerJobs, counts.waitMaxSeconds * 1000);
       const cpu = meter.stop(stats.count);

@@ -47,8 +47,7 @@ export async function publish(ctx: Context): Promise<void> {
       warm,
       counts.publishes,
       inCallerTransaction(true),
-      {},
-      CALLER,
+      { self: CALLER },
     );
     ctx.results.publishLibraryWakeAfter = await measureThroughput(
       ctx,
@@ -56,8 +55,7 @@ export async function publish(ctx: Context): Promise<void> {
       warm,
       counts.publishes,
       inCallerTransaction(false),
-      {},
-      CALLER,
+      { self: CALLER },
     );
   } finally {
     await callerPool.end();
@@ -76,6 +74,6 @@ export async function publish(ctx: Context): Promise<void> {
     if (response.statusCode !== 202) throw new Error(`publish answered ${response.statusCode}: ${text}`);
   };
   ctx.results.publishHttp = await measureThroughput(ctx, 'publish (HTTP)', warm, counts.publishes, overHttp, {
-    API: pid,
+    processes: { API: pid },
   });
 }
