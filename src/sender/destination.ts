@@ -67,7 +67,7 @@ export function hostOf(url: URL): string {
 }
 
 /** True when the URL's host is an IP literal, which no resolver (and no socket lookup) sees. */
-export function isIpLiteral(host: string): boolean {
+function isIpLiteral(host: string): boolean {
   return isIP(host) !== 0;
 }
 

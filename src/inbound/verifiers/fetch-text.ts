@@ -5,7 +5,7 @@
 
 import { Agent } from 'undici';
 import { createPinnedConnector } from '../../sender/connector.ts';
-import { checkDestinationUrl, createAddressPolicy, hostOf, isIpLiteral } from '../../sender/destination.ts';
+import { checkUrlOffline, createAddressPolicy } from '../../sender/destination.ts';
 import { DeadlineExceededError } from '../../sender/errors.ts';
 import { type Resolver, systemResolver } from '../../sender/resolve.ts';
 import type { FetchText } from './types.ts';
@@ -50,16 +50,13 @@ export function createSafeFetchText(options: SafeFetchTextOptions): SafeFetchTex
   });
 
   async function fetchText(raw: string): Promise<string> {
-    const verdict = checkDestinationUrl(raw);
+    // Syntax, and an IP literal's address (Node skips the socket lookup, where the pinned lookup
+    // judges a host name's addresses, for a literal).
+    const verdict = checkUrlOffline(raw, policy);
     if (!verdict.ok) throw new FetchTextError(verdict.reason);
-    const url = verdict.url;
+    const { url, host } = verdict;
     // Keys and certificates fetched in clear text could be swapped on the way.
     if (url.protocol !== 'https:') throw new FetchTextError('only https URLs are fetched');
-    const host = hostOf(url);
-    // Node skips the socket lookup for an IP literal, so the pinned lookup would never judge it.
-    if (isIpLiteral(host) && policy.isForbidden(host)) {
-      throw new FetchTextError(`${host} is a private or reserved address`);
-    }
 
     const deadline = AbortSignal.timeout(timeoutMs);
     const response = await agent.request({
