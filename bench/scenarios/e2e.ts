@@ -2,8 +2,8 @@
 // worker runs, then ONE `herald worker` process starts and the receiver counts the deliveries in;
 // the rate is taken between the first and the last arrival, and the CPU per delivery of the worker,
 // PostgreSQL and the receiver from the worker's start-up message until the receiver has them all
-// (as the peer's). Afterwards the run waits until every
-// delivery is recorded as succeeded (every attempt recorded), and reports how long that took.
+// (as the peer's). Afterwards the run waits until every delivery is recorded as succeeded (every
+// attempt recorded), and reports how long that took.
 
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
@@ -34,8 +34,8 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
   await ctx.receiver.reset();
   const worker = await startHeraldProcess('worker', heraldEnv(ctx.db.url, concurrency));
   const memory = sampleMemory(worker.pid);
-  const meter = await meterDeliveries(ctx, worker.pid);
   try {
+    const meter = await meterDeliveries(ctx, worker.pid);
     const { waitMaxSeconds } = ctx.options.counts;
     const stats = await ctx.receiver.waitForCount(expected, waitMaxSeconds * 1000);
     const cpu = meter.stop(stats.count);

@@ -35,8 +35,8 @@ export async function peer(ctx: Context): Promise<void> {
     await ctx.receiver.reset();
     const worker = await startPeerWorker(connectionString, ctx.receiver.url, concurrency);
     const memory = sampleMemory(worker.pid);
-    const meter = await meterDeliveries(ctx, worker.pid);
     try {
+      const meter = await meterDeliveries(ctx, worker.pid);
       const stats = await ctx.receiver.waitForCount(counts.peerJobs, counts.waitMaxSeconds * 1000);
       const cpu = meter.stop(stats.count);
       if (!stats.complete) {
