@@ -30,6 +30,9 @@ after(async () => {
   await database.drop();
 });
 
+/** The tables every claim and outcome reads; the queue tables (0015) follow each delivery. */
+const HOT_TABLES = 'delivery|delivery_due|delivery_lease|delivery_failed|attempt|message|endpoint';
+
 interface Claimed {
   delivery_id: string;
   lease_token: string;
@@ -75,8 +78,10 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   const app = await seedApp(database.db, 'plans');
   for (let i = 0; i < 20; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
 
-  // Nearly empty tables: the plans this connection caches now are the ones it keeps.
+  // Nearly empty tables: the plans this connection caches now are the ones it keeps. Statistics
+  // taken then (an autovacuum ANALYZE while nothing is in flight) say the lease table is empty.
   await backlog(app.id, 1);
+  await client.query('analyze');
   let cursor = '';
   for (let i = 0; i < 10; i++) cursor = await claimAndRecord(2, cursor);
 
@@ -96,30 +101,32 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   // Besides the two calls: the statements inside the functions (claim 2, outcome write 3 or more).
   const inside = plans.filter((p) => !/Query Text: select .* from herald_/.test(p));
   assert.ok(inside.length >= 4, `the functions' own statements were explained (${plans.length} plans)`);
-  assertNoScans(plans, /Seq Scan on (delivery|attempt|message|endpoint)\b/g);
-  assertNoWholeIndexScans(plans, /^(delivery|attempt|message|endpoint)$/);
+  assertNoScans(plans, new RegExp(`Seq Scan on (${HOT_TABLES})\\b`, 'g'));
+  assertNoWholeIndexScans(plans, new RegExp(`^(${HOT_TABLES})$`));
   // Matching each row of the batch against every other (a join of two batch-sized sets under the
   // pinned nested loops), or against every lease in flight, costs the square of the batch.
   assertNoJoinFilterBeyond(plans, 20);
 
   // Planned again on the grown tables' statistics (as after an autovacuum ANALYZE), the same holds,
   // and "has due work" stops at the first index entry: a bitmap scan reads all of them, then the heap.
-  await client.query('analyze delivery, attempt, message, endpoint');
+  await client.query(
+    'analyze delivery, delivery_due, delivery_lease, delivery_failed, attempt, message, endpoint',
+  );
   await client.query('discard plans');
   const replanned = await explained(() => claimAndRecord(20, cursor));
   assert.ok(
     replanned.length >= 6,
     `the functions' own statements were explained (${replanned.length} plans)`,
   );
-  assertNoScans(replanned, /(Seq|Bitmap Heap) Scan on (delivery|attempt|message|endpoint)\b/g);
-  assertNoWholeIndexScans(replanned, /^(delivery|attempt|message|endpoint)$/);
+  assertNoScans(replanned, new RegExp(`(Seq|Bitmap Heap) Scan on (${HOT_TABLES})\\b`, 'g'));
+  assertNoWholeIndexScans(replanned, new RegExp(`^(${HOT_TABLES})$`));
   assertNoJoinFilterBeyond(replanned, 20);
   // The outcome write finds each delivery by its id: walking the in-flight index instead costs
   // every lease in flight, of every worker, for each item.
   const outcomeWrite = plans.filter((p) => p.includes('update delivery u') && p.includes('x.lease_token'));
   assert.equal(outcomeWrite.length, 1, 'the outcome write was explained');
-  assert.match(outcomeWrite[0]!, /Index Scan using delivery_pkey on delivery u/);
-  assert.doesNotMatch(outcomeWrite[0]!, /delivery_one_in_flight/);
+  const deliveryReads = outcomeWrite[0]!.match(/Scan using \S+ on delivery u\b/g);
+  assert.deepEqual(deliveryReads, ['Scan using delivery_pkey on delivery u']);
 });
 
 test('publish and receipt plans cached on nearly empty tables never scan a grown table', async () => {

@@ -19,6 +19,7 @@ import {
 import { findEndpoint, updateEndpoint } from '../src/db/endpoints.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { MISQUEUED_SQL } from './support/queue.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
 const SEED = Number(process.env['PROPERTY_SEED'] ?? 0x57a7e);
@@ -192,6 +193,8 @@ interface Snapshot {
   leaseless: number;
   /** Open attempts whose lease has ended. */
   orphans: number;
+  /** Rows of the queue tables (due, in flight, failed) that differ from the deliveries' states. */
+  misqueued: number;
 }
 
 // One round trip: the whole state of the app, and the invariants that span rows.
@@ -218,7 +221,8 @@ const SNAPSHOT = `
                          where a.lease_token = d.lease_token and a.delivery_id = d.id and a.outcome is null)) as leaseless,
     (select count(*)::int from attempt a
       where a.outcome is null
-        and not exists (select 1 from delivery d where d.lease_token = a.lease_token and d.state = 'sending')) as orphans`;
+        and not exists (select 1 from delivery d where d.lease_token = a.lease_token and d.state = 'sending')) as orphans,
+    ${MISQUEUED_SQL} as misqueued`;
 
 /** Row by row, so that a difference names the row and shows it whole. */
 function sameRows<T>(
@@ -241,6 +245,7 @@ async function compare(model: Model, db: Db, step: string): Promise<void> {
   assert.equal(snapshot.doubled, 0, `${where}: two deliveries in flight for one endpoint`);
   assert.equal(snapshot.leaseless, 0, `${where}: a sending delivery without an open attempt under its lease`);
   assert.equal(snapshot.orphans, 0, `${where}: an open attempt whose lease has ended`);
+  assert.equal(snapshot.misqueued, 0, `${where}: the queue tables differ from the deliveries' states`);
   sameRows(
     where,
     'delivery',

@@ -23,6 +23,7 @@ const RELEASED: Record<number, string> = {
   12: '33b797872324b495b9c072a75a526e2fe0520de39ed0cafec3933219bb411d39',
   13: '1f8e41ffd604d09929ef9c601abcd1f3d26abe637c8b05232253c30e70b015ee',
   14: 'cc32032e17015a357880d07bdb739ab056e29e8ce6457336dc23c423ab1720d9',
+  15: '269ee659ff72bb630e308f66ddc77dcd1615e565e16cda9a02678634ab4c95bd',
 };
 
 test('released migrations are never edited', () => {

@@ -22,8 +22,8 @@ const MEASURED: Record<string, string> = {
   'table delivery': 'delivery',
   'table attempt': 'attempt',
   'table message': 'message',
-  'index of pending deliveries (the claim walks it)': 'delivery_endpoint_pending_idx',
-  'index of deliveries in flight': 'delivery_one_in_flight',
+  'table of due deliveries (the claim walks it)': 'delivery_due',
+  'table of deliveries in flight': 'delivery_lease',
 };
 
 async function measuredSizes(url: string): Promise<Record<string, number>> {

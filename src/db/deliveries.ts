@@ -248,8 +248,8 @@ export async function recoverFailedDeliveries(
 ): Promise<number> {
   const result = await db.query(
     `update delivery set ${RESTART}
-      where endpoint_id = $1 and state = 'failed' and created_at >= $2
-        and ($3::timestamptz is null or created_at < $3)`,
+      where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1)
+        and state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)`,
     [endpointId, since, until],
   );
   if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);

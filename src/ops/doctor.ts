@@ -90,9 +90,9 @@ const CHECKS: Check[] = [
     // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
     name: 'deliveries_overdue',
     sql: (t) => ({
-      text: `select d.id, d.next_attempt_at as t from delivery d join endpoint e on e.id = d.endpoint_id
-              where d.state = 'pending' and not e.disabled
-                and d.next_attempt_at < now() - make_interval(secs => $1)`,
+      text: `select q.delivery_id as id, q.next_attempt_at as t
+               from delivery_due q join endpoint e on e.id = q.endpoint_id
+              where not e.disabled and q.next_attempt_at < now() - make_interval(secs => $1)`,
       params: [t.dueSeconds],
     }),
     detail:
@@ -102,8 +102,8 @@ const CHECKS: Check[] = [
   {
     name: 'leases_expired',
     sql: (t) => ({
-      text: `select d.id, d.lease_expires_at as t from delivery d
-              where d.state = 'sending' and d.lease_expires_at < now() - make_interval(secs => $1)`,
+      text: `select l.delivery_id as id, l.lease_expires_at as t from delivery_lease l
+              where l.lease_expires_at < now() - make_interval(secs => $1)`,
       params: [t.leaseGraceSeconds],
     }),
     detail:
@@ -113,8 +113,8 @@ const CHECKS: Check[] = [
   {
     name: 'unknown_outcomes_unreviewed',
     sql: (t) => ({
-      text: `select a.id, a.finished_at as t from attempt a join delivery d on d.id = a.delivery_id
-              where d.state = 'failed' and a.outcome = 'unknown'
+      text: `select a.id, a.finished_at as t from delivery_failed f join attempt a on a.delivery_id = f.delivery_id
+              where a.outcome = 'unknown'
                 and a.finished_at < now() - make_interval(secs => $1)`,
       params: [t.unknownReviewSeconds],
     }),
@@ -129,7 +129,7 @@ const CHECKS: Check[] = [
       text: `select e.id, e.updated_at as t from endpoint e
               where e.disabled
                 and (e.disabled_reason <> 'operator'
-                     or exists (select 1 from delivery d where d.endpoint_id = e.id and d.state = 'pending'))`,
+                     or exists (select 1 from delivery_due q where q.endpoint_id = e.id))`,
       params: [],
     }),
     detail:

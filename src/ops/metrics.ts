@@ -59,21 +59,25 @@ interface DatabaseSnapshot {
 }
 
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
-// partial index on state (pending, sending, failed — migration 0004), never the whole history;
-// they are read only when Prometheus asks.
+// queue table (due, in flight, failed — migration 0015), never the whole history; they are read
+// only when Prometheus asks.
 // The oldest due delivery ignores disabled endpoints: their deliveries wait on purpose (they are
 // counted in herald_endpoints_disabled), and would otherwise hide a worker that falls behind.
 const SNAPSHOT_SQL = `
   select
-    (select count(*) from delivery where state = 'pending')::float8 as pending,
-    (select count(*) from delivery where state = 'sending')::float8 as sending,
-    (select count(*) from delivery where state = 'failed')::float8 as failed,
+    (select count(*) from delivery_due)::float8 as pending,
+    (select count(*) from delivery_lease)::float8 as sending,
+    (select count(*) from delivery_failed)::float8 as failed,
     coalesce(extract(epoch from now() - (
-      select min(d.next_attempt_at) from delivery d join endpoint e on e.id = d.endpoint_id
-       where d.state = 'pending' and d.next_attempt_at <= now() and not e.disabled
+      select min(q.next_attempt_at) from endpoint e
+       cross join lateral (
+         select q.next_attempt_at from delivery_due q where q.endpoint_id = e.id
+          order by q.next_attempt_at limit 1
+       ) q
+       where not e.disabled and q.next_attempt_at <= now()
     )), 0)::float8 as "oldestDueSeconds",
-    (select count(*) from attempt a join delivery d on d.id = a.delivery_id
-      where d.state = 'failed' and a.outcome = 'unknown')::float8 as "unknownParked",
+    (select count(*) from delivery_failed f join attempt a on a.delivery_id = f.delivery_id
+      where a.outcome = 'unknown')::float8 as "unknownParked",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled"`;
 
 const DURATION_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60];

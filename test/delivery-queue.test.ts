@@ -1,0 +1,190 @@
+// The queue tables (migration 0015) follow the deliveries through every writer: fan-out, claim,
+// each kind of outcome, a lease given back, recovery of an expired lease, resend, endpoint
+// recovery, replay, and the deletes that cascade from an endpoint or a pruned message. The claim
+// reads only the queue tables to find work, so a writer that left them behind would lose a
+// delivery (never claimed again) or block an endpoint for good (a lease that never ends).
+
+import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
+import { after, before, test } from 'node:test';
+import {
+  claimDeliveries,
+  recordOutcomes,
+  recoverExpiredLeases,
+  recoverFailedDeliveries,
+  releaseClaim,
+  releaseUnsent,
+  resendDelivery,
+  restartDeliveries,
+} from '../src/db/deliveries.ts';
+import { deleteEndpoint } from '../src/db/endpoints.ts';
+import { pruneFinishedHistory } from '../src/db/retention.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { MISQUEUED_SQL } from './support/queue.ts';
+import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
+
+let database: TestDatabase;
+
+before(async () => {
+  database = await freshDatabase('delivery_queue');
+});
+after(() => database.drop());
+
+interface Counts {
+  misqueued: number;
+  due: number;
+  leased: number;
+  failed: number;
+}
+
+async function queue(appId: string): Promise<Counts> {
+  const result = await database.db.query<Counts>(
+    `with mine as (select id from endpoint where app_id = $1)
+     select ${MISQUEUED_SQL} as misqueued,
+            (select count(*)::int from delivery_due where endpoint_id in (table mine)) as due,
+            (select count(*)::int from delivery_lease where endpoint_id in (table mine)) as leased,
+            (select count(*)::int from delivery_failed where endpoint_id in (table mine)) as failed`,
+    [appId],
+  );
+  return result.rows[0]!;
+}
+
+async function assertFollows(appId: string, step: string, expected: Omit<Counts, 'misqueued'>) {
+  const counts = await queue(appId);
+  assert.deepEqual(counts, { misqueued: 0, ...expected }, `after ${step}`);
+}
+
+const outcome = (
+  d: { deliveryId: string; leaseToken: string },
+  kind: 'success' | 'failure',
+  retryAt: Date | null,
+) => ({
+  deliveryId: d.deliveryId,
+  leaseToken: d.leaseToken,
+  outcome: kind,
+  statusCode: kind === 'success' ? 204 : 500,
+  responseClass: kind === 'success' ? 'http_2xx' : 'http_5xx',
+  responseBody: '',
+  durationMs: 1,
+  nextAttemptAt: retryAt,
+  disableEndpoint: null,
+  credentialsRejected: false,
+});
+
+test('every writer keeps the queue tables equal to the deliveries’ states', async () => {
+  const db = database.db;
+  const app = await seedApp(db, 'queue');
+  const endpoints = [];
+  for (let i = 0; i < 4; i++) endpoints.push(await seedEndpoint(db, app.id, 'http://127.0.0.1:1/q'));
+  const messages = [];
+  for (let i = 0; i < 3; i++) messages.push(await seedMessage(db, app.id));
+  await assertFollows(app.id, 'fan-out', { due: 12, leased: 0, failed: 0 });
+
+  const first = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' });
+  assert.equal(first.length, 4);
+  await assertFollows(app.id, 'a claim', { due: 8, leased: 4, failed: 0 });
+
+  // Success, a retry later, a final failure; the fourth lease is given back unsent.
+  const later = new Date(Date.now() + 3_600_000);
+  await recordOutcomes(
+    db,
+    [
+      outcome(first[0]!, 'success', null),
+      outcome(first[1]!, 'failure', later),
+      outcome(first[2]!, 'failure', null),
+    ],
+    5,
+  );
+  assert.equal(await releaseUnsent(db, first[3]!), true);
+  await assertFollows(app.id, 'outcomes and a lease given back', { due: 10, leased: 0, failed: 1 });
+
+  // A claim whose worker never got it is given back whole.
+  const claimId = crypto.randomUUID();
+  const lost = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '', claimId });
+  assert.ok(lost.length > 0);
+  assert.equal(await releaseClaim(db, claimId), lost.length);
+  await assertFollows(app.id, 'a claim given back', { due: 10, leased: 0, failed: 1 });
+
+  // Leases that expire are recovered: due again.
+  const expiring = await claimDeliveries(db, { batch: 4, leaseSeconds: 0, afterEndpoint: '' });
+  assert.ok(expiring.length > 0);
+  await assertFollows(app.id, 'a claim with expired leases', {
+    due: 10 - expiring.length,
+    leased: expiring.length,
+    failed: 1,
+  });
+  const recovered = await recoverExpiredLeases(db, 5);
+  assert.equal(recovered.length, expiring.length);
+  await assertFollows(app.id, 'recovery', { due: 10, leased: 0, failed: 1 });
+
+  // Resend, endpoint recovery and replay move failed and finished deliveries back to due.
+  const failed = first[2]!;
+  await resendDelivery(db, app.id, failed.messageId, failed.endpointId);
+  await assertFollows(app.id, 'a resend', { due: 11, leased: 0, failed: 0 });
+  const again = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' });
+  await recordOutcomes(
+    db,
+    again.map((d) => outcome(d, 'failure', null)),
+    100,
+  );
+  await assertFollows(app.id, 'final failures', { due: 11 - again.length, leased: 0, failed: again.length });
+  const endpointOfFailure = again[0]!.endpointId;
+  const onThatEndpoint = again.filter((d) => d.endpointId === endpointOfFailure).length;
+  assert.equal(await recoverFailedDeliveries(db, endpointOfFailure, new Date(0), null), onThatEndpoint);
+  await assertFollows(app.id, 'an endpoint recovery', {
+    due: 11 - again.length + onThatEndpoint,
+    leased: 0,
+    failed: again.length - onThatEndpoint,
+  });
+  await restartDeliveries(db, [first[0]!.deliveryId]);
+  await assertFollows(app.id, 'a replay of a success', {
+    due: 12 - again.length + onThatEndpoint,
+    leased: 0,
+    failed: again.length - onThatEndpoint,
+  });
+
+  // Deleting an endpoint takes its deliveries' queue rows with them, whatever their state.
+  const inFlight = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' });
+  assert.ok(inFlight.length > 0);
+  await deleteEndpoint(db, inFlight[0]!.endpointId);
+  const left = await db.query<{ state: string; n: number }>(
+    `select state, count(*)::int as n from delivery where app_id = $1 group by state`,
+    [app.id],
+  );
+  const count = (state: string) => left.rows.find((r) => r.state === state)?.n ?? 0;
+  await assertFollows(app.id, 'an endpoint deleted', {
+    due: count('pending'),
+    leased: count('sending'),
+    failed: count('failed'),
+  });
+  assert.ok(count('sending') > 0, 'leases of the other endpoints are still in flight');
+
+  // Pruning finished history deletes messages whose deliveries are all finished.
+  await recordOutcomes(
+    db,
+    inFlight.slice(1).map((d) => outcome(d, 'failure', null)),
+    100,
+  );
+  await db.query(`update delivery set state = 'failed', next_attempt_at = null where state = 'pending'`);
+  await db.query(`update message set created_at = now() - interval '2 days'`);
+  assert.equal(await pruneFinishedHistory(db, 1), messages.length);
+  await assertFollows(app.id, 'finished history pruned', { due: 0, leased: 0, failed: 0 });
+});
+
+test('two deliveries of one endpoint in flight break delivery_one_in_flight, whoever writes them', async () => {
+  const db = database.db;
+  const app = await seedApp(db, 'one-in-flight');
+  await seedEndpoint(db, app.id, 'http://127.0.0.1:1/q');
+  await seedMessage(db, app.id);
+  await seedMessage(db, app.id);
+  await assert.rejects(
+    db.query(
+      `update delivery set state = 'sending', next_attempt_at = null, lease_token = gen_random_uuid(),
+              lease_expires_at = now() + interval '1 minute'
+        where app_id = $1`,
+      [app.id],
+    ),
+    /delivery_one_in_flight/,
+  );
+  await assertFollows(app.id, 'the rejected update', { due: 2, leased: 0, failed: 0 });
+});
