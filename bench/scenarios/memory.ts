@@ -2,10 +2,10 @@
 // of pending deliveries (1,000,000; 100,000 with --quick), inserted by one INSERT … SELECT over
 // generate_series into a scratch database of its own (one app, 1,000 endpoints at the receiver).
 // The worker runs until the receiver has them all or the scenario's time cap; then the sizes of
-// the hot tables and of the partial indexes the claim walks (pending deliveries, deliveries in
-// flight): after the finished work, after payload retention (payloads expired, VACUUM — the
-// default: history is kept), and after the opt-in history retention (finished messages deleted
-// with their deliveries and attempts, VACUUM).
+// the hot tables and of the queue tables the claim walks (due deliveries, deliveries in flight),
+// with their indexes: after the finished work, after payload retention (payloads expired, VACUUM
+// — the default: history is kept), and after the opt-in history retention (finished messages
+// deleted with their deliveries and attempts, VACUUM).
 
 import { createPgDb } from '../../src/db/pg-pool.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../../src/db/retention.ts';
@@ -105,7 +105,7 @@ export async function memory(ctx: Context): Promise<void> {
     // do): payloads (every one expired now), then the opt-in history (everything finished).
     const db = createPgDb({ connectionString: scratch.url, max: 1 });
     const vacuumed = async () => {
-      await db.query('vacuum (analyze) delivery, attempt, message', []);
+      await db.query(`vacuum (analyze) ${Object.values(MEASURED).join(', ')}`, []);
       return measuredSizes(scratch.url);
     };
     try {
