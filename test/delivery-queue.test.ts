@@ -42,7 +42,7 @@ async function queue(appId: string): Promise<Counts> {
     `with mine as (select id from endpoint where app_id = $1)
      select ${MISQUEUED_SQL} as misqueued,
             (select count(*)::int from delivery_due where endpoint_id in (table mine)) as due,
-            (select count(*)::int from delivery_lease where endpoint_id in (table mine)) as leased,
+            (select count(*)::int from delivery_lease where endpoint_id in (table mine) and delivery_id is not null) as leased,
             (select count(*)::int from delivery_failed where endpoint_id in (table mine)) as failed`,
     [appId],
   );
@@ -187,4 +187,42 @@ test('two deliveries of one endpoint in flight break delivery_one_in_flight, who
     /delivery_one_in_flight/,
   );
   await assertFollows(app.id, 'the rejected update', { due: 2, leased: 0, failed: 0 });
+});
+
+test('a lease fills its endpoint’s slot and empties it in place: the slot table does not grow', async () => {
+  const db = database.db;
+  const app = await seedApp(db, 'slots');
+  const endpoints = new Set<string>();
+  for (let i = 0; i < 4; i++) endpoints.add((await seedEndpoint(db, app.id, 'http://127.0.0.1:1/q')).id);
+  for (let i = 0; i < 250; i++) await seedMessage(db, app.id);
+  const before = await db.query<{ bytes: number }>(`select pg_relation_size('delivery_lease')::int as bytes`);
+  let delivered = 0;
+  for (;;) {
+    const claimed = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' });
+    if (claimed.length === 0) break;
+    await recordOutcomes(
+      db,
+      claimed.map((d) => outcome(d, 'success', null)),
+      5,
+    );
+    delivered += claimed.filter((d) => endpoints.has(d.endpointId)).length;
+  }
+  assert.equal(delivered, 1000);
+  const slots = await db.query<{ endpoint_id: string; delivery_id: string | null }>(
+    `select endpoint_id, delivery_id from delivery_lease
+      where endpoint_id in (select id from endpoint where app_id = $1)`,
+    [app.id],
+  );
+  assert.deepEqual(new Set(slots.rows.map((r) => r.endpoint_id)), endpoints, 'one slot per endpoint');
+  assert.ok(
+    slots.rows.every((r) => r.delivery_id === null),
+    'every slot is empty again',
+  );
+  // 1,000 leases as rows of their own would take some 13 pages until a VACUUM; the slots' old
+  // versions are pruned from their page as it fills.
+  const after = await db.query<{ bytes: number }>(`select pg_relation_size('delivery_lease')::int as bytes`);
+  assert.ok(
+    after.rows[0]!.bytes - before.rows[0]!.bytes <= 2 * 8192,
+    `the slot table grew by ${after.rows[0]!.bytes - before.rows[0]!.bytes} bytes`,
+  );
 });

@@ -24,6 +24,7 @@ const RELEASED: Record<number, string> = {
   13: '1f8e41ffd604d09929ef9c601abcd1f3d26abe637c8b05232253c30e70b015ee',
   14: 'cc32032e17015a357880d07bdb739ab056e29e8ce6457336dc23c423ab1720d9',
   15: '269ee659ff72bb630e308f66ddc77dcd1615e565e16cda9a02678634ab4c95bd',
+  16: '3c2821dda4e4f5c6fce4b37f88c1c832a1ce9556b86946389d1f17f9403d72f9',
 };
 
 test('released migrations are never edited', () => {

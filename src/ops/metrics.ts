@@ -66,7 +66,7 @@ interface DatabaseSnapshot {
 const SNAPSHOT_SQL = `
   select
     (select count(*) from delivery_due)::float8 as pending,
-    (select count(*) from delivery_lease)::float8 as sending,
+    (select count(*) from delivery_lease where delivery_id is not null)::float8 as sending,
     (select count(*) from delivery_failed)::float8 as failed,
     coalesce(extract(epoch from now() - (
       select min(q.next_attempt_at) from endpoint e

@@ -1,6 +1,6 @@
 // The queue tables (migration 0015) are a projection of the deliveries' states: one delivery_due
 // row per pending delivery (at its next_attempt_at), one delivery_lease row per delivery in flight
-// (until its lease_expires_at), one delivery_failed row per failed delivery. This scalar subquery
+// (its endpoint's slot holds it until its lease_expires_at), one delivery_failed row per failed delivery. This scalar subquery
 // counts the rows on either side that the other lacks, for the endpoints of app $1.
 
 export const MISQUEUED_SQL = `(
@@ -13,7 +13,7 @@ export const MISQUEUED_SQL = `(
      where q.endpoint_id in (select id from endpoint where app_id = $1)
     union all
     select 'sending', l.endpoint_id, l.delivery_id, l.lease_expires_at from delivery_lease l
-     where l.endpoint_id in (select id from endpoint where app_id = $1)
+     where l.endpoint_id in (select id from endpoint where app_id = $1) and l.delivery_id is not null
     union all
     select 'failed', f.endpoint_id, f.delivery_id, null from delivery_failed f
      where f.endpoint_id in (select id from endpoint where app_id = $1)
