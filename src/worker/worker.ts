@@ -19,6 +19,7 @@ import {
 } from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
+import { vacuumDueDeliveries } from '../db/queue-vacuum.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
@@ -285,9 +286,9 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   /**
-   * Lease recovery and payload retention, on a clock of their own: a wake-up's claim never waits
-   * behind them (they ran at the head of a claim round once, which showed as the p99 of the
-   * publish-to-receiver latency).
+   * Lease recovery, the due table's vacuum and payload retention, on a clock of their own: a
+   * wake-up's claim never waits behind them (they ran at the head of a claim round once, which
+   * showed as the p99 of the publish-to-receiver latency).
    */
   async function maintain(): Promise<void> {
     const { afterRecover } = options;
@@ -302,6 +303,7 @@ export function createWorker(options: WorkerOptions): Worker {
       metrics?.leasesRecovered(recovered.length);
       log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
     }
+    if (await vacuumDueDeliveries(db)) log.debug('vacuumed the due deliveries');
     if (Date.now() - lastRetention >= RETENTION_EVERY_MS) {
       lastRetention = Date.now();
       const expired = await expireOldPayloads(db);
