@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries, recordOutcomes } from '../src/db/deliveries.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { attemptResult } from './support/outcomes.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
 const ENDPOINTS = 120;
@@ -43,18 +44,7 @@ test("a claim's outcomes, written as one batch, leave (nearly) every attempt on 
   // …and one outcome write records them all, as the worker's finalizer does.
   const recorded = await recordOutcomes(
     db,
-    claimed.map((c) => ({
-      deliveryId: c.deliveryId,
-      leaseToken: c.leaseToken,
-      outcome: 'success' as const,
-      statusCode: 204,
-      responseClass: 'http_2xx',
-      responseBody: '',
-      durationMs: 3,
-      nextAttemptAt: null,
-      disableEndpoint: null,
-      credentialsRejected: false,
-    })),
+    claimed.map((c) => attemptResult(c)),
     5,
   );
   assert.ok(recorded.every((r) => r.recorded));

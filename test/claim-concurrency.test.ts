@@ -21,6 +21,7 @@ import {
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { attemptResult } from './support/outcomes.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
@@ -42,19 +43,8 @@ async function seed(appUid: string, endpoints: number, messages: number): Promis
   for (let m = 0; m < messages; m++) await seedMessage(database.db, app.id);
 }
 
-/** The result a worker would record for a 200 answer to this claim. */
-const succeeded = (c: ClaimedDelivery): AttemptResult => ({
-  deliveryId: c.deliveryId,
-  leaseToken: c.leaseToken,
-  outcome: 'success',
-  statusCode: 200,
-  responseClass: 'http_2xx',
-  responseBody: '',
-  durationMs: 1,
-  nextAttemptAt: null,
-  disableEndpoint: null,
-  credentialsRejected: false,
-});
+/** The result a worker would record for a 2xx answer to this claim. */
+const succeeded = (c: ClaimedDelivery): AttemptResult => attemptResult(c);
 
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 

@@ -20,6 +20,7 @@ import {
 import { deleteEndpoint } from '../src/db/endpoints.ts';
 import { pruneFinishedHistory } from '../src/db/retention.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { attemptResult } from './support/outcomes.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
@@ -54,23 +55,6 @@ async function assertFollows(appId: string, step: string, expected: Omit<Counts,
   assert.deepEqual(counts, { misqueued: 0, ...expected }, `after ${step}`);
 }
 
-const outcome = (
-  d: { deliveryId: string; leaseToken: string },
-  kind: 'success' | 'failure',
-  retryAt: Date | null,
-) => ({
-  deliveryId: d.deliveryId,
-  leaseToken: d.leaseToken,
-  outcome: kind,
-  statusCode: kind === 'success' ? 204 : 500,
-  responseClass: kind === 'success' ? 'http_2xx' : 'http_5xx',
-  responseBody: '',
-  durationMs: 1,
-  nextAttemptAt: retryAt,
-  disableEndpoint: null,
-  credentialsRejected: false,
-});
-
 test('every writer keeps the queue tables equal to the deliveries’ states', async () => {
   const db = database.db;
   const app = await seedApp(db, 'queue');
@@ -89,9 +73,9 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
   await recordOutcomes(
     db,
     [
-      outcome(first[0]!, 'success', null),
-      outcome(first[1]!, 'failure', later),
-      outcome(first[2]!, 'failure', null),
+      attemptResult(first[0]!, 'success', null),
+      attemptResult(first[1]!, 'failure', later),
+      attemptResult(first[2]!, 'failure', null),
     ],
     5,
   );
@@ -124,7 +108,7 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
   const again = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' });
   await recordOutcomes(
     db,
-    again.map((d) => outcome(d, 'failure', null)),
+    again.map((d) => attemptResult(d, 'failure', null)),
     100,
   );
   await assertFollows(app.id, 'final failures', { due: 11 - again.length, leased: 0, failed: again.length });
@@ -162,7 +146,7 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
   // Pruning finished history deletes messages whose deliveries are all finished.
   await recordOutcomes(
     db,
-    inFlight.slice(1).map((d) => outcome(d, 'failure', null)),
+    inFlight.slice(1).map((d) => attemptResult(d, 'failure', null)),
     100,
   );
   await db.query(`update delivery set state = 'failed', next_attempt_at = null where state = 'pending'`);
@@ -202,7 +186,7 @@ test('a lease fills its endpoint’s slot and empties it in place: the slot tabl
     if (claimed.length === 0) break;
     await recordOutcomes(
       db,
-      claimed.map((d) => outcome(d, 'success', null)),
+      claimed.map((d) => attemptResult(d, 'success', null)),
       5,
     );
     delivered += claimed.filter((d) => endpoints.has(d.endpointId)).length;

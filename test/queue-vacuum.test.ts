@@ -8,6 +8,7 @@ import { claimDeliveries, recordOutcomes } from '../src/db/deliveries.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { vacuumDueDeliveries } from '../src/db/queue-vacuum.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { attemptResult } from './support/outcomes.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -50,18 +51,7 @@ test('a burst of claimed deliveries is vacuumed out of the claim’s walk once e
     cursor = claimed.at(-1)!.endpointId;
     await recordOutcomes(
       db,
-      others.map((d) => ({
-        deliveryId: d.deliveryId,
-        leaseToken: d.leaseToken,
-        outcome: 'success' as const,
-        statusCode: 204,
-        responseClass: 'http_2xx',
-        responseBody: '',
-        durationMs: 1,
-        nextAttemptAt: null,
-        disableEndpoint: null,
-        credentialsRejected: false,
-      })),
+      others.map((d) => attemptResult(d)),
       5,
     );
   }
