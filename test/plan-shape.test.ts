@@ -106,6 +106,7 @@ test('claim and outcome plans cached on nearly empty tables never scan a grown h
   // Matching each row of the batch against every other (a join of two batch-sized sets under the
   // pinned nested loops), or against every lease in flight, costs the square of the batch.
   assertNoJoinFilterBeyond(plans, 20);
+  assertNoArrayFilters(plans);
 
   // Planned again on the grown tables' statistics (as after an autovacuum ANALYZE), the same holds,
   // and "has due work" stops at the first index entry: a bitmap scan reads all of them, then the heap.
@@ -283,6 +284,15 @@ function assertNoWholeIndexScans(plans: string[], hot: RegExp): void {
     });
   }
   assert.deepEqual(whole, [], `an index of a hot table was read whole:\n${plans.join('\n---\n')}`);
+}
+
+/**
+ * `x = any(array(select …))` as a filter compares each row with the whole array, element by element
+ * (only a constant array is hashed): the square of the batch when both come from it.
+ */
+function assertNoArrayFilters(plans: string[]): void {
+  const filters = plans.flatMap((p) => p.match(/Filter: .*= ANY \(\$\d+\).*/g) ?? []);
+  assert.deepEqual(filters, [], `a filter compared rows with a whole array:\n${plans.join('\n---\n')}`);
 }
 
 /**
