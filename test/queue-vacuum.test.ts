@@ -72,8 +72,44 @@ test('a burst of claimed deliveries is vacuumed out of the claim’s walk once e
   const before = await pagesToFirstDue();
   assert.ok(before >= 20, `the walk stepped over the dead entries (${before} pages)`);
 
-  assert.equal(await vacuumDueDeliveries(db, 100_000), false, 'not worth a VACUUM below the threshold');
-  assert.equal(await vacuumDueDeliveries(db, 2000), true);
+  assert.equal(await vacuumDueDeliveries(db, 100_000), null, 'not worth a VACUUM below the threshold');
+  const left = await vacuumDueDeliveries(db, 2000);
+  assert.ok(left !== null && left < 100, `a VACUUM ran and removed the dead rows (${left} left)`);
   const afterVacuum = await pagesToFirstDue();
   assert.ok(afterVacuum <= 3, `the walk reads ${afterVacuum} pages after the VACUUM (${before} before)`);
+});
+
+test('rows a VACUUM cannot remove yet are counted after it, for the next threshold', async () => {
+  const db = asQueryable(client);
+  const app = await seedApp(db, 'vacuum-held');
+  for (let i = 0; i < 20; i++) await seedEndpoint(db, app.id, 'http://127.0.0.1:1/h');
+  // A transaction that still sees every row deleted after it began: VACUUM must keep them.
+  const holder = new pg.Client({ connectionString: database.url });
+  await holder.connect();
+  try {
+    await holder.query('begin isolation level repeatable read');
+    await holder.query('select 1');
+    for (let i = 0; i < 30; i++) await seedMessage(db, app.id);
+    for (;;) {
+      const claimed = await claimDeliveries(db, { batch: 20, leaseSeconds: 600, afterEndpoint: '' });
+      if (claimed.length === 0) break;
+      await recordOutcomes(
+        db,
+        claimed.map((d) => attemptResult(d)),
+        5,
+      );
+    }
+    await client.query('select pg_stat_force_next_flush()');
+    await waitFor('the dead due rows to be counted', async () => {
+      const stats = await client.query<{ dead: number }>(
+        `select n_dead_tup::int as dead from pg_stat_user_tables where relname = 'delivery_due'`,
+      );
+      return stats.rows[0]!.dead >= 600;
+    });
+    const left = await vacuumDueDeliveries(db, 500);
+    assert.ok(left !== null && left >= 600, `the held rows are still counted (${left})`);
+  } finally {
+    await holder.query('rollback');
+    await holder.end();
+  }
 });

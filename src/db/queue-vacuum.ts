@@ -10,20 +10,24 @@ import type { Queryable } from './port.ts';
 /** Dead rows that make a VACUUM worth it: some 200 index pages for the walk to step over. */
 export const DUE_DEAD_ROWS_TO_VACUUM = 10_000;
 
-/**
- * Vacuums delivery_due when PostgreSQL's statistics count at least `minDeadRows` dead rows in it;
- * returns whether it did. SKIP_LOCKED: when another worker (or autovacuum) is vacuuming it
- * already, this one does not wait. VACUUM cannot run inside a transaction: `db` must be the pool.
- */
-export async function vacuumDueDeliveries(
-  db: Queryable,
-  minDeadRows = DUE_DEAD_ROWS_TO_VACUUM,
-): Promise<boolean> {
+async function deadDueRows(db: Queryable): Promise<number> {
   const stats = await db.query<{ dead: number }>(
     `select n_dead_tup::float8 as dead from pg_stat_user_tables where relid = 'delivery_due'::regclass`,
   );
-  const dead = stats.rows[0]?.dead ?? 0;
-  if (dead < minDeadRows) return false;
+  return stats.rows[0]?.dead ?? 0;
+}
+
+/**
+ * Vacuums delivery_due when PostgreSQL's statistics count at least `minDeadRows` dead rows in it;
+ * returns the dead rows counted after the VACUUM, or null when it did not run one. Rows that a
+ * VACUUM cannot remove (a long transaction still sees them, or the role does not own the table
+ * and VACUUM only warns) are still counted after it: the caller adds them to its next threshold,
+ * so that they do not bring a VACUUM on every call. SKIP_LOCKED: when another worker (or
+ * autovacuum) is vacuuming it already, this one does not wait. VACUUM cannot run inside a
+ * transaction: `db` must be the pool.
+ */
+export async function vacuumDueDeliveries(db: Queryable, minDeadRows: number): Promise<number | null> {
+  if ((await deadDueRows(db)) < minDeadRows) return null;
   await db.query('vacuum (skip_locked) delivery_due');
-  return true;
+  return deadDueRows(db);
 }

@@ -19,7 +19,7 @@ import {
 } from '../db/deliveries.ts';
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
-import { vacuumDueDeliveries } from '../db/queue-vacuum.ts';
+import { DUE_DEAD_ROWS_TO_VACUUM, vacuumDueDeliveries } from '../db/queue-vacuum.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
@@ -126,6 +126,8 @@ export function createWorker(options: WorkerOptions): Worker {
     mayHaveMore = true;
   };
   let lastRetention = 0;
+  /** Dead due rows that the last VACUUM left (see vacuumDueDeliveries). */
+  let dueDeadLeft = 0;
 
   // A wake-up that arrives while a round is running (a NOTIFY, a finished attempt) must not be
   // lost: it is remembered, and the next idle() returns at once instead of sleeping.
@@ -303,7 +305,11 @@ export function createWorker(options: WorkerOptions): Worker {
       metrics?.leasesRecovered(recovered.length);
       log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
     }
-    if (await vacuumDueDeliveries(db)) log.debug('vacuumed the due deliveries');
+    const left = await vacuumDueDeliveries(db, dueDeadLeft + DUE_DEAD_ROWS_TO_VACUUM);
+    if (left !== null) {
+      dueDeadLeft = left;
+      log.debug({ deadLeft: left }, 'vacuumed the due deliveries');
+    }
     if (Date.now() - lastRetention >= RETENTION_EVERY_MS) {
       lastRetention = Date.now();
       const expired = await expireOldPayloads(db);
