@@ -26,6 +26,7 @@ const RELEASED: Record<number, string> = {
   15: '269ee659ff72bb630e308f66ddc77dcd1615e565e16cda9a02678634ab4c95bd',
   16: '3c2821dda4e4f5c6fce4b37f88c1c832a1ce9556b86946389d1f17f9403d72f9',
   17: '29c5f4e499018e40062b3a98ae0e40fbe4470c32720824f24c3fcbbb51b53a1e',
+  18: '649e1fe55d5b6c2ea10241eb2b09a574165cd53d8300bd08eb83e12c1eb155c7',
 };
 
 test('released migrations are never edited', () => {
