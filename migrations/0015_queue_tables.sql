@@ -7,17 +7,23 @@
 -- live as tables of their own:
 --
 --   delivery_due     (endpoint_id, next_attempt_at, delivery_id)  one row per pending delivery
---   delivery_lease   (endpoint_id, delivery_id, lease_expires_at)  one row per delivery in flight;
---                    its primary key on endpoint_id is delivery_one_in_flight (invariant 4)
+--   delivery_lease   (endpoint_id, delivery_id, lease_expires_at)  one slot per endpoint, holding
+--                    its delivery in flight, if any: one in flight per endpoint by construction
+--                    (invariant 4); its primary key is named delivery_one_in_flight
 --   delivery_failed  (endpoint_id, delivery_id)                   one row per failed delivery
 --
 -- The delivery row keeps its state, schedule and lease for every reader; its indexes no longer
 -- name any of them, so a claim and an outcome are HOT updates when the page has room (fill factor
--- 70). The claim and the outcome write keep the queue tables in the statement that changes the
--- deliveries; every other writer (recovery, give-back, resend, replay, deletes, an operator's SQL)
--- is followed by a statement-level trigger, which the two hot functions switch off for their own
--- statements (herald.queue_kept): a trigger's statements cost ~15 µs per firing, most of a
--- one-delivery claim's gain.
+-- 70). Publishing, the claim and the outcome write keep the queue tables in the statements that
+-- change the deliveries; every other writer (recovery, give-back, resend, replay, deletes, an
+-- operator's SQL) is followed by a statement-level trigger, which those three functions switch
+-- off for their own statements (herald.queue_kept): a trigger's statements cost ~15 µs per firing,
+-- most of a one-delivery claim's gain, and 13–15 µs of a one-delivery publish.
+--
+-- A lease fills its endpoint's slot and its end empties it, in place (HOT, pruned from the page
+-- without VACUUM). A row per lease, inserted at the claim and deleted with the outcome, made the
+-- table grow by ~100 bytes per delivery until a VACUUM: 104 MiB after 1,000,000 deliveries, as
+-- autovacuum did not reach it during the run; the slots took 0.5 MiB.
 --
 -- Measured (2 cores): claim and outcome write back to back from one connection, 1,000 endpoints,
 -- PostgreSQL backend CPU per delivery 70–77 → 61 µs at 128 per claim, 103 → 92 µs at 16, the same
@@ -30,21 +36,26 @@ drop index delivery_one_in_flight;
 drop index delivery_endpoint_pending_idx;
 drop index delivery_failed_idx;
 
--- Ids compare bytewise, as everywhere (0008).
+-- Ids compare bytewise, as everywhere (0008). VACUUM does not truncate the due table's empty tail:
+-- that takes an exclusive lock (a stall for claims and publishes, cancelled queries on replicas),
+-- and a queue's empty pages are soon filled again.
 create table delivery_due (
   endpoint_id     text collate "C" not null,
   next_attempt_at timestamptz not null,
   delivery_id     text collate "C" not null,
   primary key (endpoint_id, next_attempt_at, delivery_id)
-);
+) with (vacuum_truncate = false);
 
+-- Room on each slot's page for the versions its leases write.
 create table delivery_lease (
-  endpoint_id      text collate "C" not null,
-  delivery_id      text collate "C" not null,
-  lease_expires_at timestamptz not null,
+  endpoint_id      text collate "C" not null
+                   constraint delivery_lease_endpoint_fkey references endpoint (id) on delete cascade,
+  delivery_id      text collate "C",
+  lease_expires_at timestamptz,
   -- Invariant 4: at most one request in flight per endpoint, enforced by the database.
-  constraint delivery_one_in_flight primary key (endpoint_id)
-);
+  constraint delivery_one_in_flight primary key (endpoint_id),
+  constraint delivery_lease_filled_whole check ((delivery_id is null) = (lease_expires_at is null))
+) with (fillfactor = 50);
 
 create table delivery_failed (
   endpoint_id text collate "C" not null,
@@ -56,17 +67,35 @@ insert into delivery_due select endpoint_id, next_attempt_at, id from delivery w
 insert into delivery_lease select endpoint_id, id, lease_expires_at from delivery where state = 'sending';
 insert into delivery_failed select endpoint_id, id from delivery where state = 'failed';
 
+-- Raises, naming delivery_one_in_flight, unless every lease asked for found its slot empty. The
+-- claim fills slots only under the endpoint's lock and after seeing them empty, so only a write
+-- that bypasses it can meet a taken slot; two such writers at once are serialised by the slot's
+-- row lock, and the second finds it taken.
+create function herald_one_in_flight(filled bigint, wanted bigint)
+returns boolean
+language plpgsql volatile
+as $$
+begin
+  if filled <> wanted then
+    raise exception 'a lease found its endpoint''s slot taken (delivery_one_in_flight: one delivery in flight per endpoint)'
+      using errcode = 'unique_violation', constraint = 'delivery_one_in_flight';
+  end if;
+  return true;
+end
+$$;
+
 -- The rows a statement changed, as it found them and as it left them: each old row leaves its
 -- queue table and each new row enters its own. A row whose state did not change leaves and enters
 -- the same table (only a resend of a pending delivery does it), so the old rows leave in one
 -- statement and the new ones enter in the next: one statement for both could insert a queue row
--- before deleting the same one. Each is one statement, as a trigger's statements cost the most
--- when a claim or an outcome is of one delivery.
+-- before deleting the same one.
 --
--- Each queue row to delete is found by a LATERAL lookup with LIMIT from the statement's rows, then
--- deleted by its tuple id: a plain join of the two would be planned once per connection, from
--- whatever the statistics of a queue table said then, and a plan that walks the queue table for
--- each of the statement's rows is quadratic in the batch.
+-- Each queue row to delete or slot to empty is found by a LATERAL lookup with LIMIT from the
+-- statement's rows, then changed by its tuple id: a plain join of the two would be planned once
+-- per connection, from whatever the statistics of a queue table said then, and a plan that walks
+-- the queue table for each of the statement's rows is quadratic in the batch (so is
+-- `= any(array(…))`, which compares each row with the whole array). Only the holder of a
+-- delivery's row lock changes the slot that holds it, so the slot's tuple id is stable meanwhile.
 create function herald_follow_deliveries()
 returns trigger
 language plpgsql
@@ -74,6 +103,8 @@ set enable_seqscan = off
 set enable_hashjoin = off
 set enable_mergejoin = off
 as $$
+declare
+  filled boolean;
 begin
   -- The claim and the outcome write keep the queue tables themselves, in their own statements.
   if current_setting('herald.queue_kept', true) = 'on' then
@@ -90,12 +121,13 @@ begin
          ) k
          where o.state = 'pending'))
     ), left_lease as (
-      delete from delivery_lease l where l.ctid = any(array(
-        select k.ctid from old_rows o
-         cross join lateral (
-           select l.ctid from delivery_lease l where l.endpoint_id = o.endpoint_id and l.delivery_id = o.id limit 1
-         ) k
-         where o.state = 'sending'))
+      update delivery_lease l set delivery_id = null, lease_expires_at = null
+       where l.ctid = any(array(
+         select k.ctid from old_rows o
+          cross join lateral (
+            select l.ctid from delivery_lease l where l.endpoint_id = o.endpoint_id and l.delivery_id = o.id limit 1
+          ) k
+          where o.state = 'sending'))
     )
     delete from delivery_failed f where f.ctid = any(array(
       select k.ctid from old_rows o
@@ -105,15 +137,26 @@ begin
        where o.state = 'failed'));
   end if;
   if tg_op in ('INSERT', 'UPDATE') then
+    if exists (select 1 from new_rows n where n.state = 'sending' group by n.endpoint_id having count(*) > 1) then
+      perform herald_one_in_flight(0, 1);
+    end if;
     with entered_due as (
       insert into delivery_due (endpoint_id, next_attempt_at, delivery_id)
       select n.endpoint_id, n.next_attempt_at, n.id from new_rows n where n.state = 'pending'
+    ), entered_failed as (
+      insert into delivery_failed (endpoint_id, delivery_id)
+      select n.endpoint_id, n.id from new_rows n where n.state = 'failed'
     ), entered_lease as (
       insert into delivery_lease (endpoint_id, delivery_id, lease_expires_at)
       select n.endpoint_id, n.id, n.lease_expires_at from new_rows n where n.state = 'sending'
+      on conflict on constraint delivery_one_in_flight do update
+        set delivery_id = excluded.delivery_id, lease_expires_at = excluded.lease_expires_at
+        where delivery_lease.delivery_id is null
+      returning 1
     )
-    insert into delivery_failed (endpoint_id, delivery_id)
-    select n.endpoint_id, n.id from new_rows n where n.state = 'failed';
+    select herald_one_in_flight((select count(*) from entered_lease),
+                                (select count(*) from new_rows n where n.state = 'sending'))
+      into filled;
   end if;
   return null;
 end
@@ -129,14 +172,32 @@ create trigger delivery_follow_delete after delete on delivery
   referencing old table as old_rows
   for each statement execute function herald_follow_deliveries();
 
+-- TRUNCATE of delivery empties the queue tables too.
+create function herald_truncate_queue()
+returns trigger
+language plpgsql
+as $$
+begin
+  truncate delivery_due, delivery_failed;
+  update delivery_lease set delivery_id = null, lease_expires_at = null where delivery_id is not null;
+  return null;
+end
+$$;
+
+create trigger delivery_follow_truncate after truncate on delivery
+  for each statement execute function herald_truncate_queue();
+
 -- Room on every delivery's page for the versions its claim and outcome write. Free space only
 -- applies to pages filled from now on.
 alter table delivery set (fillfactor = 70);
 
 -- As in 0011, walking the endpoints that have due work and picking each one's earliest due
--- delivery from delivery_due, and testing "nothing in flight" on delivery_lease. The delivery row
--- is what is locked (SKIP LOCKED), never its queue row: a resend that holds the delivery is
--- skipped, where one waiting on a queue row the claim held would deadlock against it.
+-- delivery from delivery_due, and testing "nothing in flight" on its slot. The delivery row is
+-- what is locked (SKIP LOCKED), never its queue row: a resend that holds the delivery is skipped,
+-- where one waiting on a queue row the claim held would deadlock against it. The picked due rows
+-- are deleted first, and exactly the deliveries whose row this statement deleted are leased: a
+-- write that moved a picked delivery after this statement's snapshot took its due row already
+-- (and may have put another in its place, which stays for the next claim).
 create or replace function herald_claim(batch int, lease interval, after_endpoint text, claim uuid default null)
 returns table (
   delivery_id text, attempt_id text, lease_token uuid, lease_expires_at timestamptz,
@@ -191,7 +252,7 @@ begin
          where e.id = busy.id and not e.disabled
            and exists (select 1 from delivery_due q where q.endpoint_id = e.id and q.next_attempt_at <= now())
            -- A pre-filter on this statement's snapshot; the decision is statement 2's.
-           and not exists (select 1 from delivery_lease s where s.endpoint_id = e.id)
+           and not exists (select 1 from delivery_lease s where s.endpoint_id = e.id and s.delivery_id is not null)
            for no key update skip locked
       ) e
      limit batch
@@ -205,20 +266,27 @@ begin
   -- Each lookup by key is a LATERAL subquery with LIMIT, which the planner never flattens into a
   -- join: one index lookup per lease, whatever the sizes the cached plan was made for.
   with picked as (
-    select p.id, p.due, p.due_at, e.url, e.headers, e.secret_version, e.idempotent, e.client_error_policy
+    select p.id, p.due, e.url, e.headers, e.secret_version, e.idempotent, e.client_error_policy
       from unnest(locked) as l(id)
       cross join lateral (
         select e.url, e.headers, e.secret_version, e.idempotent, e.client_error_policy
           from endpoint e where e.id = l.id limit 1
       ) e
       cross join lateral (
-        select p.id, q.ctid as due, q.next_attempt_at as due_at
+        select p.id, q.ctid as due
           from delivery_due q join delivery p on p.id = q.delivery_id
          where q.endpoint_id = l.id and q.next_attempt_at <= now()
-           and not exists (select 1 from delivery_lease s where s.endpoint_id = l.id)
+           and not exists (select 1 from delivery_lease s where s.endpoint_id = l.id and s.delivery_id is not null)
          order by q.next_attempt_at limit 1
          for update of p skip locked
       ) p
+  ), unqueued as (
+    -- The picked due rows still there: a write that moved or deleted a picked delivery after this
+    -- statement's snapshot took its due row already, and that delivery is not leased here.
+    delete from delivery_due q where q.ctid = any(array(select p.due from picked p))
+    returning q.delivery_id
+  ), dequeued as (
+    select coalesce(jsonb_object_agg(g.delivery_id, true), '{}') as ids from unqueued g
   ), leased as (
     update delivery u
        set state = 'sending', lease_token = gen_random_uuid(), lease_expires_at = now() + lease,
@@ -226,9 +294,8 @@ begin
            attempts_in_cycle = u.attempts_in_cycle + 1, attempts_total = u.attempts_total + 1,
            updated_at = now()
       from picked
-     -- Still pending at the time its due row says: a resend that committed after this statement's
-     -- snapshot moved it to another due row, which stays for the next claim.
-     where u.id = picked.id and u.state = 'pending' and u.next_attempt_at = picked.due_at
+     -- Its due row was this statement's to delete (a jsonb object: one lookup, not a scan of the batch).
+     where u.id = picked.id and u.state = 'pending' and (select d.ids from dequeued d) ? picked.id
     -- The attempt's id is chosen here, so that the result needs no join back from the attempts
     -- to their leases (which the pinned nested loops made quadratic in the batch).
     returning u.id, u.app_id, u.message_id, u.endpoint_id, u.cycle, u.attempts_in_cycle, u.trigger,
@@ -239,13 +306,13 @@ begin
                          claim_id)
     select d.attempt_id, d.app_id, d.id, d.message_id, d.endpoint_id, d.cycle, d.lease_token, d.trigger, d.url, claim
       from leased d
-  ), unqueued as (
-    -- Every picked due row goes, leased or not: a delivery the update skipped was moved or deleted
-    -- by a write that committed first, and that write took the row already.
-    delete from delivery_due q where q.ctid = any(array(select p.due from picked p))
   ), in_flight as (
     insert into delivery_lease (endpoint_id, delivery_id, lease_expires_at)
     select d.endpoint_id, d.id, d.lease_expires_at from leased d
+    on conflict on constraint delivery_one_in_flight do update
+      set delivery_id = excluded.delivery_id, lease_expires_at = excluded.lease_expires_at
+      where delivery_lease.delivery_id is null
+    returning 1
   )
   select d.id, d.attempt_id, d.lease_token, d.lease_expires_at, d.app_id, d.message_id, d.endpoint_id, d.cycle,
          d.attempts_in_cycle, d.trigger, d.url, d.headers, d.secret_version, d.idempotent,
@@ -254,13 +321,14 @@ begin
     cross join lateral (
       select m.event_type, m.payload, m.created_at, m.business_key from message m where m.id = d.message_id limit 1
     ) m
+   where herald_one_in_flight((select count(*) from in_flight), (select count(*) from leased))
    -- Round-robin order: the caller continues after the last endpoint returned.
    order by d.endpoint_id <= after_endpoint, d.endpoint_id;
 end
 $$;
 
--- As in 0012, ending each lease in delivery_lease and queueing a retry in delivery_due or a final
--- failure in delivery_failed, in the statement that records the outcomes.
+-- As in 0012, ending each lease by emptying its slot and queueing a retry in delivery_due or a
+-- final failure in delivery_failed, in the statement that records the outcomes.
 create or replace function herald_record_outcomes(items jsonb, disable_after int)
 returns table (delivery_id text, recorded boolean, endpoint_disabled boolean)
 language plpgsql volatile
@@ -307,12 +375,14 @@ begin
       from closed c
      where a.delivery_id = c.id and a.lease_token = c.lease_token
   ), unleased as (
-    -- Found by a LATERAL lookup with LIMIT, deleted by tuple id (see herald_follow_deliveries).
-    delete from delivery_lease l where l.ctid = any(array(
-      select k.ctid from closed c
-       cross join lateral (
-         select l.ctid from delivery_lease l where l.endpoint_id = c.endpoint_id and l.delivery_id = c.id limit 1
-       ) k))
+    -- Each slot found by a LATERAL lookup with LIMIT, updated by tuple id (as the trigger does).
+    -- Only the holder of its delivery's row lock, this statement, changes a filled slot.
+    update delivery_lease l set delivery_id = null, lease_expires_at = null
+     where l.ctid = any(array(
+       select k.ctid from closed c
+        cross join lateral (
+          select l.ctid from delivery_lease l where l.endpoint_id = c.endpoint_id and l.delivery_id = c.id limit 1
+        ) k))
   ), requeued as (
     insert into delivery_due (endpoint_id, next_attempt_at, delivery_id)
     select c.endpoint_id, c.next_attempt_at, c.id from closed c where c.state = 'pending'
@@ -382,13 +452,17 @@ begin
 end
 $$;
 
--- As in 0012, the expired leases found in delivery_lease (at most one per endpoint).
+-- As in 0012, the expired leases found through the slots. The expiry is tested on the delivery
+-- too: the lock re-reads the delivery, never the slot, and a lease that ended and was claimed
+-- again since this statement's snapshot is live.
 create or replace function herald_recover_expired_leases(max_attempts int, batch int)
 returns table (delivery_id text, endpoint_id text, lease_token uuid)
 language sql volatile as $$
   with expired as (
     select d.id, d.lease_token from delivery_lease l join delivery d on d.id = l.delivery_id
-     where l.lease_expires_at < now() and d.state = 'sending'
+     -- The expiry is tested on the delivery too: the lock re-reads the delivery, never the slot,
+     -- and a lease that ended and was taken again since this statement's snapshot is live.
+     where l.lease_expires_at < now() and d.state = 'sending' and d.lease_expires_at < now()
      order by l.lease_expires_at
      limit batch
      for update of d skip locked
@@ -413,8 +487,8 @@ language sql volatile as $$
   select released.id, released.endpoint_id, released.lease_token from released
 $$;
 
--- As in 0012, walking the leases in flight (delivery_lease, in key order: a walk of its primary
--- key, delivery_one_in_flight), each delivery found by its id and its attempt through the delivery.
+-- As in 0012, walking the slots (in key order: a walk of delivery_one_in_flight), each delivery
+-- found by its id and its attempt through the delivery.
 create or replace function herald_release_claim(claim uuid)
 returns int
 language plpgsql volatile
@@ -445,5 +519,88 @@ begin
     end if;
   end loop;
   return released;
+end
+$$;
+
+-- As in 0011, with the due rows of the deliveries it creates.
+create or replace function herald_publish_messages(items jsonb, wake boolean)
+returns table (
+  ord int, created boolean, id text, app_id text, event_type text, event_id text, payload text,
+  channels text[], tags text[], created_at timestamptz, request_hash bytea, deliveries int
+)
+language plpgsql volatile
+set plan_cache_mode = force_generic_plan
+set enable_seqscan = off
+set enable_mergejoin = off
+set herald.queue_kept = on
+as $$
+#variable_conflict use_column
+declare
+  inserted jsonb;
+  any_delivery boolean;
+begin
+  with input as materialized (
+    select x.*, coalesce(x.id, herald_id('msg')) as new_id
+      from jsonb_to_recordset(items) as x(
+        ord int, id text, app_id text, event_type text, event_id text, payload text, channels text[],
+        tags text[], idempotency_key text, request_hash text, retention_days int, business_key text,
+        only_endpoint_id text, actor text)
+  ), msg as (
+    insert into message (id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
+                         request_hash, payload_expires_at, business_key)
+    select new_id, app_id, event_type, event_id, payload, channels, tags, idempotency_key,
+           decode(request_hash, 'hex'), now() + make_interval(days => retention_days), business_key
+      -- Key order: concurrent batches take the keys' index entries in one order, never crosswise
+      -- (a deadlock). Among items of one key, the first by ord is inserted; the others replay it.
+      from input order by app_id, idempotency_key, ord
+    on conflict (app_id, idempotency_key) do nothing
+    returning message.id
+  ), fanout as (
+    insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
+    select i.app_id, i.new_id, e.id, now()
+      from msg join input i on i.new_id = msg.id
+      -- OFFSET 0 keeps this a subquery of its own, run once per message with the app's id as its
+      -- key: a plan that joined the tables could read every endpoint of every app for each one.
+      cross join lateral (
+        select e.id from endpoint e
+         where e.app_id = i.app_id
+           and case when i.only_endpoint_id is not null then e.id = i.only_endpoint_id
+                    else (e.filter_types is null or i.event_type = any(e.filter_types))
+                         and (e.channels is null or e.channels && coalesce(i.channels, '{}')) end
+        offset 0
+      ) e
+    returning delivery.id, delivery.endpoint_id, delivery.next_attempt_at, delivery.message_id
+  ), queued as (
+    insert into delivery_due (endpoint_id, next_attempt_at, delivery_id)
+    select f.endpoint_id, f.next_attempt_at, f.id from fanout f
+  ), audit as (
+    insert into audit_entry (actor, action, app_id, target_type, target_id)
+    select i.actor, 'message.created', i.app_id, 'message', i.new_id from msg join input i on i.new_id = msg.id
+  ), counted as (
+    select f.message_id, count(*)::int as n from fanout f group by f.message_id
+  )
+  select coalesce(jsonb_agg(jsonb_build_object('ord', i.ord, 'id', i.new_id, 'deliveries', coalesce(c.n, 0))), '[]'),
+         coalesce(bool_or(c.n > 0), false)
+    into inserted, any_delivery
+    from msg join input i on i.new_id = msg.id left join counted c on c.message_id = msg.id;
+
+  if wake and any_delivery then
+    perform pg_notify('herald_work', '');
+  end if;
+
+  return query
+  select x.ord, d.id is not null, m.id, m.app_id, m.event_type, m.event_id, m.payload, m.channels,
+         m.tags, m.created_at, m.request_hash, coalesce(d.deliveries, 0)
+    from jsonb_to_recordset(items) as x(ord int, app_id text, idempotency_key text)
+    left join jsonb_to_recordset(inserted) as d(ord int, id text, deliveries int) on d.ord = x.ord
+    -- Every item gets its row, even one whose earlier message vanished meanwhile (id null then).
+    left join lateral (
+      select m.* from message m where m.id = d.id
+      union all
+      select m.* from message m
+       where d.id is null and m.app_id = x.app_id and m.idempotency_key = x.idempotency_key
+      limit 1
+    ) m on true
+   order by x.ord;
 end
 $$;
