@@ -230,3 +230,24 @@ test('a lease fills its endpoint’s slot and empties it in place, never a row o
     await client.end();
   }
 });
+
+test('lease recovery takes back only leases whose delivery says they expired, whatever the slot says', async () => {
+  const db = database.db;
+  const app = await seedApp(db, 'recovery-guard');
+  await seedEndpoint(db, app.id, 'http://127.0.0.1:1/r');
+  await seedMessage(db, app.id);
+  const [live] = await claimDeliveries(db, { batch: 1, leaseSeconds: 600, afterEndpoint: '' });
+  assert.ok(live);
+  // What recovery's snapshot shows when the lease it read ended and the delivery was claimed again
+  // before its lock: the slot's old, expired time beside the delivery's new, live lease.
+  await db.query(
+    `update delivery_lease set lease_expires_at = now() - interval '1 minute' where delivery_id = $1`,
+    [live.deliveryId],
+  );
+  assert.deepEqual(await recoverExpiredLeases(db, 5), [], 'a live lease is never recovered');
+  const state = await db.query<{ state: string }>('select state from delivery where id = $1', [
+    live.deliveryId,
+  ]);
+  assert.equal(state.rows[0]!.state, 'sending');
+  await recordOutcomes(db, [attemptResult(live)], 5);
+});
