@@ -131,9 +131,16 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   // waited 5 ms behind a long write such as a large fan-out (see group-commit.ts). The database's
   // share of a publish is small next to the API's: a second writer at a smaller queue measured no
   // faster at 32 concurrent publishers, and made smaller batches.
+  const metrics = createMetrics(db, log);
   const submitPublish = createGroupCommit(
     (batch: GroupedPublish[]) => publishGroup(db, batch, apps.getMany),
-    { maxBatch: 256, parallel: 2, splitAt: 256, maxWaitMs: 5 },
+    {
+      maxBatch: 256,
+      parallel: 2,
+      splitAt: 256,
+      maxWaitMs: 5,
+      written: (items, seconds) => metrics.batchWritten('publish', items, seconds),
+    },
   );
   const core: Core = {
     db,
@@ -142,7 +149,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     policy: { schedule: config.retrySchedule, jitter: 0.2 },
     addressPolicy,
     log,
-    metrics: createMetrics(db, log),
+    metrics,
     publishGrouped: async (publish) => {
       const outcome = await submitPublish(publish);
       if (outcome instanceof Error) throw outcome;

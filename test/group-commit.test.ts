@@ -146,6 +146,42 @@ describe('group commit', () => {
     );
   });
 
+  test('every committed write is reported with its items and its time; a rejected one is not', async () => {
+    const reported: { items: number; seconds: number }[] = [];
+    const gated = gatedWrite((items: string[]) => {
+      if (items.includes('bad'))
+        throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
+      return items;
+    });
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 10,
+      parallel: 1,
+      splitAt: 10,
+      maxWaitMs: 1000,
+      written: (items, seconds) => reported.push({ items, seconds }),
+    });
+    const first = submit('a');
+    await settle();
+    const rest = ['b', 'bad', 'c'].map(submit);
+    // The first write is held open for 20 ms: its reported time covers the wait for its commit.
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    gated.releaseAll();
+    await first;
+    // [b, bad, c] is rejected; then b, bad and c go alone, and only b and c commit.
+    await waitFor('the batch and its items alone to be written', () => {
+      gated.releaseAll();
+      return gated.batches.length === 5;
+    });
+    gated.releaseAll();
+    await Promise.allSettled(rest);
+    assert.deepEqual(
+      reported.map((r) => r.items),
+      [1, 1, 1],
+      'a; then b and c alone — never the rejected batch of three, nor bad',
+    );
+    assert.ok(reported[0]!.seconds >= 0.015, `the first write took ${reported[0]!.seconds} s`);
+  });
+
   test('an error that may follow the commit fails every caller and is not retried', async () => {
     let writes = 0;
     const submit = createGroupCommit(

@@ -162,6 +162,16 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   assert.ok(delta('herald_publish_to_first_attempt_seconds_sum') >= 0);
   assert.equal(delta('herald_lease_recoveries_total'), 0);
   assert.equal(delta('herald_finalization_retries_total'), 0);
+  // Every item of a batched write once: the API's six publishes (the replay included) and the
+  // library's one, the two receipts that were stored, the ten outcomes; each write timed once.
+  const batched = { publish: 7, intake: 2, outcome: 10 };
+  for (const [write, items] of Object.entries(batched)) {
+    assert.equal(delta('herald_batched_write_items_sum', { write }), items, `${write} items`);
+    const writes = delta('herald_batched_write_items_count', { write });
+    assert.ok(writes >= 1 && writes <= items, `${writes} ${write} writes for ${items} items`);
+    assert.equal(delta('herald_batched_write_seconds_count', { write }), writes, `${write} writes timed`);
+    assert.ok(delta('herald_batched_write_seconds_sum', { write }) > 0, `${write} write time`);
+  }
 
   assert.equal(delta('herald_deliveries', { state: 'pending' }), 1);
   assert.equal(delta('herald_deliveries', { state: 'sending' }), 0);

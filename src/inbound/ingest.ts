@@ -71,7 +71,13 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       (await recordReceipts(deps.db, receipts, DEFAULT_RETENTION_DAYS)).map(
         ({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed }),
       ),
-    { maxBatch: 64, parallel: 2, splitAt: 16, maxWaitMs: 5 },
+    {
+      maxBatch: 64,
+      parallel: 2,
+      splitAt: 16,
+      maxWaitMs: 5,
+      written: (items, seconds) => deps.metrics?.batchWritten('intake', items, seconds),
+    },
   );
 
   // Whatever a verifier is built from: a change to any of it (made anywhere; a change of secrets

@@ -20,6 +20,10 @@ export interface AttemptSample {
   durationMs: number;
 }
 
+/** The writes that batch many callers' items into one statement and one commit. */
+export type BatchedWrite = 'publish' | 'intake' | 'outcome';
+const BATCHED_WRITES: readonly BatchedWrite[] = ['publish', 'intake', 'outcome'];
+
 export type NotSentReason =
   | 'lease_short'
   | 'origin_congested'
@@ -44,6 +48,8 @@ export interface Metrics {
    */
   attemptNotSent(reason: NotSentReason, count?: number): void;
   finalizationRetried(): void;
+  /** A batched write committed `items` items in `seconds` (see group-commit.ts). */
+  batchWritten(write: BatchedWrite, items: number, seconds: number): void;
   /** The Prometheus text exposition, with the database gauges read now. */
   scrape(): Promise<string>;
   readonly contentType: string;
@@ -83,6 +89,11 @@ const SNAPSHOT_SQL = `
 const DURATION_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60];
 // From sub-second (a worker waiting on NOTIFY) to hours (an endpoint that was disabled at publish).
 const LATENCY_BUCKETS = [0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600, 21600];
+// A batch is one item at low load, and up to the group commit's maxBatch (256 publishes, 64
+// receipts) or a worker's concurrency (outcomes) under load.
+const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
+// One write with its commit: sub-millisecond on a local database, seconds when it struggles.
+const WRITE_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
 export function createMetrics(db: Queryable, log?: Logger): Metrics {
   const registry = new Registry();
@@ -137,6 +148,25 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     help: 'Failed writes of attempt outcomes that were retried (the database was unreachable or erred).',
     registers,
   });
+
+  const batchItems = new Histogram({
+    name: 'herald_batched_write_items',
+    help: 'Items per batched write (publish, intake, outcome): how many callers shared one statement and one commit.',
+    labelNames: ['write'] as const,
+    buckets: BATCH_BUCKETS,
+    registers,
+  });
+  const batchSeconds = new Histogram({
+    name: 'herald_batched_write_seconds',
+    help: 'Time of one batched write, from the call to its commit: what a caller waits for, after the write ahead of it.',
+    labelNames: ['write'] as const,
+    buckets: WRITE_BUCKETS,
+    registers,
+  });
+  for (const write of BATCHED_WRITES) {
+    batchItems.zero({ write });
+    batchSeconds.zero({ write });
+  }
 
   // The database gauges share one query per scrape: prom-client calls every collect callback
   // before awaiting any of them, so the first one starts the query and the others join it.
@@ -213,6 +243,10 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     leasesRecovered: (count) => recoveries.inc(count),
     attemptNotSent: (reason, count = 1) => notSent.inc({ reason }, count),
     finalizationRetried: () => finalizationRetries.inc(),
+    batchWritten(write, items, seconds) {
+      batchItems.observe({ write }, items);
+      batchSeconds.observe({ write }, seconds);
+    },
     scrape: () => registry.metrics(),
   };
 }

@@ -29,6 +29,8 @@ export interface FinalizerOptions {
   log: Logger;
   maxBatch?: number;
   onRetry?: () => void;
+  /** Told of every write that committed: its outcomes and how long it took (with its claim). */
+  written?: (items: number, seconds: number) => void;
   /**
    * Runs in the transaction that records the outcomes (operational webhooks): what it writes
    * commits with them or not at all. Without it the write stays one autocommit statement.
@@ -83,6 +85,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
     let live = batch;
     for (let firstTry = true; ; firstTry = false) {
       try {
+        const startedAt = performance.now();
         const results = live.map((p) => p.result);
         const { afterRecord } = options;
         const { recorded, claimedAlong } = afterRecord
@@ -92,6 +95,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
               return { recorded: rows, claimedAlong: false };
             })
           : await recordAndClaim(results, firstTry);
+        options.written?.(live.length, (performance.now() - startedAt) / 1000);
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {
           const outcome = byDelivery.get(p.result.deliveryId) ?? null;

@@ -69,6 +69,7 @@ export function createWorker(options: WorkerOptions): Worker {
     disableAfter: options.disableAfterFailures,
     log,
     onRetry: () => metrics?.finalizationRetried(),
+    written: (items, seconds) => metrics?.batchWritten('outcome', items, seconds),
     afterRecord: options.afterRecord,
     // An outcome write frees endpoints: it claims for the free slots in the same call and commit.
     claimAlong: {
