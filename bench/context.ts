@@ -2,6 +2,7 @@
 // first use (in process for set-up and the library face; a `herald api` process for publish and
 // intake over HTTP), the apps the scenarios need, and the raw results they leave behind.
 
+import type { BatchFigures } from './batches.ts';
 import type { BenchOptions } from './config.ts';
 import type { CpuPerOperation } from './cpu.ts';
 import type { ScratchDatabase } from './db.ts';
@@ -16,6 +17,8 @@ export interface Throughput {
   elapsedMs: number;
   /** Where the CPU went, per operation (bench/cpu.ts), where the scenario measured it. */
   cpu?: CpuPerOperation;
+  /** How the herald process under test batched its writes (bench/batches.ts), where measured. */
+  batches?: BatchFigures;
 }
 
 export type SizeStage = 'finished' | 'payloadRetention' | 'historyRetention';

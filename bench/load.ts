@@ -1,5 +1,6 @@
 // Load shapes. Both are bounded in count and in time: past `maxMs` no new work starts.
 
+import type { BatchFigures } from './batches.ts';
 import type { Context, Throughput } from './context.ts';
 import { type CpuMeter, meterCpu } from './cpu.ts';
 import { nowMs, rate } from './stats.ts';
@@ -55,7 +56,7 @@ export async function closedLoop(
  * at the run's concurrency; `op` gets the operation's index across both. A timed loop cut short by
  * its deadline is noted under `label`. The timed loop's CPU per operation is metered for the named
  * `processes`, PostgreSQL (when on this machine) and this process (as `self`, "client" unless
- * named).
+ * named); with `batches`, so is how the herald process under test batched its writes.
  */
 export async function measureThroughput(
   ctx: Pick<Context, 'options' | 'notes' | 'postmasterPid'>,
@@ -63,19 +64,29 @@ export async function measureThroughput(
   warm: number,
   count: number,
   op: (i: number) => Promise<void>,
-  cpu: { processes?: Record<string, number>; self?: string } = {},
+  meters: {
+    processes?: Record<string, number>;
+    self?: string;
+    batches?: () => Promise<{ stop(): Promise<BatchFigures> }>;
+  } = {},
 ): Promise<Throughput> {
   const { concurrency } = ctx.options;
   await closedLoop(warm, concurrency, 30_000, op);
-  const meter = meterCpu(cpu.processes ?? {}, { postmaster: ctx.postmasterPid, self: cpu.self ?? 'client' });
+  const batchMeter = await meters.batches?.();
+  const meter = meterCpu(meters.processes ?? {}, {
+    postmaster: ctx.postmasterPid,
+    self: meters.self ?? 'client',
+  });
   const timed = await closedLoop(count, concurrency, 120_000, (i) => op(warm + i));
   const perOperation = meter.stop(timed.done);
+  const batches = await batchMeter?.stop();
   if (timed.truncated) ctx.notes.push(`${label} stopped at its deadline after ${timed.done}`);
   return {
     perSecond: rate(timed.done, timed.elapsedMs),
     count: timed.done,
     elapsedMs: timed.elapsedMs,
     cpu: perOperation,
+    ...(batches ? { batches } : {}),
   };
 }
 

@@ -5,6 +5,7 @@
 // - latency percentiles to the peer's same percentile (lower is better);
 // - CPU per operation of each process to the peer's same process (lower is better).
 
+import type { BatchFigures } from '../batches.ts';
 import type { Results } from '../context.ts';
 import type { CpuPerOperation } from '../cpu.ts';
 import { summarize } from '../stats.ts';
@@ -44,6 +45,13 @@ function cpuRows(
   for (const [process, micros] of Object.entries(cpu ?? {})) {
     out.push(row(`  CPU per ${perWhat}: ${process}`, micros, 'µs', ratio(micros, peerCpu?.[process])));
   }
+}
+
+/** How the API process batched the figure's writes: items that shared a commit, and its time. */
+function batchRows(out: Figure[], batches: BatchFigures | undefined): void {
+  if (!batches) return;
+  out.push(row('  batched writes: items per write', batches.itemsPerWrite, 'items'));
+  out.push(row('  batched writes: time per write, to its commit', batches.msPerWrite, 'ms'));
 }
 
 export function buildFigures(r: Results, concurrency: number): Figure[] {
@@ -123,6 +131,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
       ),
     );
     cpuRows(out, 'publish', r.publishHttp.cpu);
+    batchRows(out, r.publishHttp.batches);
   }
   for (const [result, how] of [
     [r.publishLibrary, 'NOTIFY in the txn'],
@@ -164,6 +173,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
       ),
     );
     cpuRows(out, 'request', r.intake.cpu);
+    batchRows(out, r.intake.batches);
   }
   if (r.fanout) {
     const s = summarize(r.fanout.commitMs);

@@ -4,6 +4,7 @@
 // request has its own webhook-id; the signatures are computed before the clock starts.
 
 import crypto from 'node:crypto';
+import { meterBatches } from '../batches.ts';
 import { PAYLOAD_TEXT } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, createSource } from '../herald-setup.ts';
@@ -32,7 +33,7 @@ export async function intake(ctx: Context): Promise<void> {
       'webhook-signature': `v1,${signature}`,
     };
   });
-  const { client, pid } = await ctx.api();
+  const { client, pid, url } = await ctx.api();
   const send = async (i: number) => {
     const response = await client.request({
       method: 'POST',
@@ -45,5 +46,6 @@ export async function intake(ctx: Context): Promise<void> {
   };
   ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send, {
     processes: { API: pid },
+    batches: () => meterBatches(url, 'intake'),
   });
 }

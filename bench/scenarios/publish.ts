@@ -5,6 +5,7 @@
 // an API key of the `publish` scope restricted to the app, as a product would hold.
 
 import pg from 'pg';
+import { meterBatches } from '../batches.ts';
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, createPublishKey } from '../herald-setup.ts';
@@ -62,7 +63,7 @@ export async function publish(ctx: Context): Promise<void> {
   }
 
   const key = await createPublishKey(h, app);
-  const { client, pid } = await ctx.api();
+  const { client, pid, url } = await ctx.api();
   const overHttp = async () => {
     const response = await client.request({
       method: 'POST',
@@ -75,5 +76,6 @@ export async function publish(ctx: Context): Promise<void> {
   };
   ctx.results.publishHttp = await measureThroughput(ctx, 'publish (HTTP)', warm, counts.publishes, overHttp, {
     processes: { API: pid },
+    batches: () => meterBatches(url, 'publish'),
   });
 }
