@@ -1,9 +1,10 @@
-// How a `herald api` process batched its writes over a window, from its own /metrics
+// How a herald process batched its writes over a window, from its own /metrics
 // (herald_batched_write_*): writes, items per write and time per write. Under load, a publish or a
 // receipt waits for its batch's write and for part of the one ahead of it: these figures say how
-// much of its latency that is.
+// much of its latency that is. A worker's outcome writes carry its next claim: their size is how
+// much work one round trip does.
 
-export type BatchedWrite = 'publish' | 'intake';
+export type BatchedWrite = 'publish' | 'intake' | 'outcome';
 
 export interface BatchFigures {
   writes: number;
@@ -17,13 +18,13 @@ interface Totals {
   seconds: number;
 }
 
-async function totals(apiUrl: string, write: BatchedWrite): Promise<Totals> {
-  const response = await fetch(`${apiUrl}/metrics`);
-  if (response.status !== 200) throw new Error(`${apiUrl}/metrics answered ${response.status}`);
+async function totals(metricsUrl: string, write: BatchedWrite): Promise<Totals> {
+  const response = await fetch(metricsUrl);
+  if (response.status !== 200) throw new Error(`${metricsUrl} answered ${response.status}`);
   const text = await response.text();
   const sample = (name: string): number => {
     const match = new RegExp(`^${name}\\{write="${write}"\\} (\\S+)$`, 'm').exec(text);
-    if (!match) throw new Error(`${apiUrl}/metrics has no ${name}{write="${write}"}`);
+    if (!match) throw new Error(`${metricsUrl} has no ${name}{write="${write}"}`);
     return Number(match[1]);
   };
   return {
@@ -33,15 +34,15 @@ async function totals(apiUrl: string, write: BatchedWrite): Promise<Totals> {
   };
 }
 
-/** Starts metering the `write` batches of the herald process at `apiUrl`. */
+/** Starts metering the `write` batches of the herald process that serves `metricsUrl`. */
 export async function meterBatches(
-  apiUrl: string,
+  metricsUrl: string,
   write: BatchedWrite,
 ): Promise<{ stop(): Promise<BatchFigures> }> {
-  const before = await totals(apiUrl, write);
+  const before = await totals(metricsUrl, write);
   return {
     async stop() {
-      const after = await totals(apiUrl, write);
+      const after = await totals(metricsUrl, write);
       const writes = after.writes - before.writes;
       return {
         writes,

@@ -77,6 +77,8 @@ function childEnv(env: Record<string, string>): NodeJS.ProcessEnv {
 export interface HeraldProcess extends WorkerProcess {
   /** Where an `api` process listens (PORT 0: an ephemeral port); null for a worker. */
   readonly url: string | null;
+  /** Its /metrics: an `api` process's, or a worker's given HERALD_METRICS_PORT; else null. */
+  readonly metricsUrl: string | null;
 }
 
 /**
@@ -93,6 +95,7 @@ export async function startHeraldProcess(
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let url: string | null = null;
+  let metricsUrl: string | null = null;
   const output = await watchStart(child, `herald ${role}`, timeoutMs, (ready) => {
     let recent = '';
     child.stdout!.on('data', (chunk: string) => {
@@ -102,7 +105,10 @@ export async function startHeraldProcess(
       recent = lines.pop()!;
       for (const line of lines) {
         if (!line.startsWith('{') || !line.includes('"msg":"herald started"')) continue;
-        url = (JSON.parse(line) as { api: string | null }).api;
+        ({ api: url, metrics: metricsUrl } = JSON.parse(line) as {
+          api: string | null;
+          metrics: string | null;
+        });
         ready();
       }
     });
@@ -110,6 +116,7 @@ export async function startHeraldProcess(
   return {
     pid: child.pid!,
     url,
+    metricsUrl,
     tail: output,
     stop: () => stopChild(child, 'SIGTERM', 15_000),
   };

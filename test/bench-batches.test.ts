@@ -19,7 +19,7 @@ after(async () => {
 test('counts the writes inside its window and their items, and times them', async () => {
   const app = await createApp(t, 'batches-shop');
   await publishVia(t, app, { eventType: 'before.window', payload: {} });
-  const meter = await meterBatches(t.url, 'publish');
+  const meter = await meterBatches(`${t.url}/metrics`, 'publish');
   // Eight at once share writes; two after them go one by one.
   await Promise.all(
     Array.from({ length: 8 }, (_, i) => publishVia(t, app, { eventType: 'in.window', payload: { i } })),

@@ -47,7 +47,7 @@ function cpuRows(
   }
 }
 
-/** How the API process batched the figure's writes: items that shared a commit, and its time. */
+/** How herald batched the figure's writes: items that shared a commit, and the write's time. */
 function batchRows(out: Figure[], batches: BatchFigures | undefined): void {
   if (!batches) return;
   out.push(row('  batched writes: items per write', batches.itemsPerWrite, 'items'));
@@ -107,6 +107,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
       ),
     );
     cpuRows(out, 'delivery', r.e2eOne.cpu, r.peer?.cpu);
+    batchRows(out, r.e2eOne.batches);
   }
   if (r.e2eFan) {
     out.push(
@@ -119,6 +120,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
       ),
     );
     cpuRows(out, 'delivery', r.e2eFan.cpu, r.peer?.cpu);
+    batchRows(out, r.e2eFan.batches);
   }
   if (r.publishHttp) {
     out.push(

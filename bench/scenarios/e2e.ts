@@ -5,6 +5,7 @@
 // (as the peer's). Afterwards the run waits until every delivery is recorded as succeeded (every
 // attempt recorded), and reports how long that took.
 
+import { meterBatches } from '../batches.ts';
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, heraldEnv } from '../herald-setup.ts';
@@ -32,13 +33,19 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
   if (published.truncated)
     throw new Error(`published only ${published.done} of ${messages} messages to ${app}`);
   await ctx.receiver.reset();
-  const worker = await startHeraldProcess('worker', heraldEnv(ctx.db.url, concurrency));
+  // Its /metrics on an ephemeral port: how it batched its outcome writes (with their claims).
+  const worker = await startHeraldProcess('worker', {
+    ...heraldEnv(ctx.db.url, concurrency),
+    HERALD_METRICS_PORT: '0',
+  });
   const memory = sampleMemory(worker.pid);
   try {
     const meter = await meterDeliveries(ctx, worker.pid);
+    const outcomeWrites = worker.metricsUrl ? await meterBatches(worker.metricsUrl, 'outcome') : null;
     const { waitMaxSeconds } = ctx.options.counts;
     const stats = await ctx.receiver.waitForCount(expected, waitMaxSeconds * 1000);
     const cpu = meter.stop(stats.count);
+    const batches = await outcomeWrites?.stop();
     if (!stats.complete) {
       ctx.notes.push(
         `e2e ${app}: ${stats.count} of ${expected} deliveries arrived within ${waitMaxSeconds} s; rate taken over those`,
@@ -69,6 +76,7 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
       recordedMs: nowMs() - stats.firstAt,
       peakRssBytes: memory.stop(),
       cpu,
+      ...(batches ? { batches } : {}),
     };
   } finally {
     memory.stop();

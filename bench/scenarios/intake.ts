@@ -46,6 +46,6 @@ export async function intake(ctx: Context): Promise<void> {
   };
   ctx.results.intake = await measureThroughput(ctx, 'intake', warm, counts.intakes, send, {
     processes: { API: pid },
-    batches: () => meterBatches(url, 'intake'),
+    batches: () => meterBatches(`${url}/metrics`, 'intake'),
   });
 }

@@ -76,6 +76,6 @@ export async function publish(ctx: Context): Promise<void> {
   };
   ctx.results.publishHttp = await measureThroughput(ctx, 'publish (HTTP)', warm, counts.publishes, overHttp, {
     processes: { API: pid },
-    batches: () => meterBatches(url, 'publish'),
+    batches: () => meterBatches(`${url}/metrics`, 'publish'),
   });
 }
