@@ -34,21 +34,25 @@ async function totals(metricsUrl: string, write: BatchedWrite): Promise<Totals> 
   };
 }
 
+function between(before: Totals, after: Totals): BatchFigures {
+  const writes = after.writes - before.writes;
+  return {
+    writes,
+    itemsPerWrite: writes > 0 ? (after.items - before.items) / writes : Number.NaN,
+    msPerWrite: writes > 0 ? ((after.seconds - before.seconds) * 1000) / writes : Number.NaN,
+  };
+}
+
 /** Starts metering the `write` batches of the herald process that serves `metricsUrl`. */
 export async function meterBatches(
   metricsUrl: string,
   write: BatchedWrite,
 ): Promise<{ stop(): Promise<BatchFigures> }> {
   const before = await totals(metricsUrl, write);
-  return {
-    async stop() {
-      const after = await totals(metricsUrl, write);
-      const writes = after.writes - before.writes;
-      return {
-        writes,
-        itemsPerWrite: writes > 0 ? (after.items - before.items) / writes : Number.NaN,
-        msPerWrite: writes > 0 ? ((after.seconds - before.seconds) * 1000) / writes : Number.NaN,
-      };
-    },
-  };
+  return { stop: async () => between(before, await totals(metricsUrl, write)) };
+}
+
+/** Every `write` batch of the process since it started (for a process started for the purpose). */
+export async function batchesSoFar(metricsUrl: string, write: BatchedWrite): Promise<BatchFigures> {
+  return between({ writes: 0, items: 0, seconds: 0 }, await totals(metricsUrl, write));
 }

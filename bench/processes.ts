@@ -105,10 +105,9 @@ export async function startHeraldProcess(
       recent = lines.pop()!;
       for (const line of lines) {
         if (!line.startsWith('{') || !line.includes('"msg":"herald started"')) continue;
-        ({ api: url, metrics: metricsUrl } = JSON.parse(line) as {
-          api: string | null;
-          metrics: string | null;
-        });
+        const started = JSON.parse(line) as { api?: string | null; metrics?: string | null };
+        url = started.api ?? null;
+        metricsUrl = started.metrics ?? null;
         ready();
       }
     });

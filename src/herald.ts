@@ -127,11 +127,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     idOf: (app) => app.id,
     log,
   });
+  const metrics = createMetrics(db, log);
   // A second writer only when a full batch waits (one writer cannot keep up), or publishes have
   // waited 5 ms behind a long write such as a large fan-out (see group-commit.ts). The database's
   // share of a publish is small next to the API's: a second writer at a smaller queue measured no
   // faster at 32 concurrent publishers, and made smaller batches.
-  const metrics = createMetrics(db, log);
   const submitPublish = createGroupCommit(
     (batch: GroupedPublish[]) => publishGroup(db, batch, apps.getMany),
     {
@@ -139,7 +139,12 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       parallel: 2,
       splitAt: 256,
       maxWaitMs: 5,
-      written: (items, seconds) => metrics.batchWritten('publish', items, seconds),
+      // Publishes refused before the database (an app missing or out of reach) are not items of
+      // the write; a batch of only those wrote nothing.
+      written: (results, seconds) => {
+        const items = results.filter((r) => !(r instanceof Error)).length;
+        if (items > 0) metrics.batchWritten('publish', items, seconds);
+      },
     },
   );
   const core: Core = {

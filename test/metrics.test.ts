@@ -101,6 +101,12 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   await publishVia(t, app, { eventType: 'order.hup', payload: {} });
   // Library: one more to the healthy receiver.
   await t.herald.publish(app, { eventType: 'order.ok', payload: { via: 'library' } });
+  // One to an app that does not exist: refused before the database, so not an item of any write.
+  const missing = await t.call('POST', '/api/v1/app/metrics-no-such-app/msg', {
+    eventType: 'order.ok',
+    payload: {},
+  });
+  assert.equal(missing.status, 404, JSON.stringify(missing.body));
 
   // Ingest: one claim, one duplicate of it, one refused signature. Its event type has no endpoint.
   const source = await t.call('POST', '/api/v1/source', {
@@ -162,8 +168,9 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   assert.ok(delta('herald_publish_to_first_attempt_seconds_sum') >= 0);
   assert.equal(delta('herald_lease_recoveries_total'), 0);
   assert.equal(delta('herald_finalization_retries_total'), 0);
-  // Every item of a batched write once: the API's six publishes (the replay included) and the
-  // library's one, the two receipts that were stored, the ten outcomes; each write timed once.
+  // Every item of a batched write once: the API's six publishes (the replay included; not the one
+  // to a missing app) and the library's one, the two receipts recorded (the claim and its duplicate's observation; the
+  // refused one never reached the database), the ten outcomes; each write timed once.
   const batched = { publish: 7, intake: 2, outcome: 10 };
   for (const [write, items] of Object.entries(batched)) {
     assert.equal(delta('herald_batched_write_items_sum', { write }), items, `${write} items`);

@@ -5,7 +5,7 @@
 // (as the peer's). Afterwards the run waits until every delivery is recorded as succeeded (every
 // attempt recorded), and reports how long that took.
 
-import { meterBatches } from '../batches.ts';
+import { batchesSoFar } from '../batches.ts';
 import { EVENT_TYPE, PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
 import { createAppWithEndpoints, heraldEnv } from '../herald-setup.ts';
@@ -38,14 +38,15 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
     ...heraldEnv(ctx.db.url, concurrency),
     HERALD_METRICS_PORT: '0',
   });
+  const { metricsUrl } = worker;
+  if (metricsUrl === null)
+    throw new Error(`herald worker did not say where its /metrics is:\n${worker.tail()}`);
   const memory = sampleMemory(worker.pid);
   try {
     const meter = await meterDeliveries(ctx, worker.pid);
-    const outcomeWrites = worker.metricsUrl ? await meterBatches(worker.metricsUrl, 'outcome') : null;
     const { waitMaxSeconds } = ctx.options.counts;
     const stats = await ctx.receiver.waitForCount(expected, waitMaxSeconds * 1000);
     const cpu = meter.stop(stats.count);
-    const batches = await outcomeWrites?.stop();
     if (!stats.complete) {
       ctx.notes.push(
         `e2e ${app}: ${stats.count} of ${expected} deliveries arrived within ${waitMaxSeconds} s; rate taken over those`,
@@ -65,6 +66,9 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
         `e2e ${app}: only ${recorded} of ${expected} deliveries recorded as succeeded after 120 s`,
       );
     }
+    // All of this worker's outcome writes, the first ones (before it said it started) and the
+    // last ones (after the receiver had every request) included.
+    const batches = await batchesSoFar(metricsUrl, 'outcome');
     ctx.log(
       `e2e ${app}: ${stats.count} requests for ${expected} deliveries in ${(windowMs / 1000).toFixed(2)} s` +
         ` (${stats.count - expected} repeats); all recorded ${((nowMs() - doneAt) / 1000).toFixed(2)} s later`,
@@ -76,7 +80,7 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
       recordedMs: nowMs() - stats.firstAt,
       peakRssBytes: memory.stop(),
       cpu,
-      ...(batches ? { batches } : {}),
+      batches,
     };
   } finally {
     memory.stop();

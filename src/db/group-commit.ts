@@ -9,7 +9,7 @@
 // retrying could write twice, so every caller of the batch gets that error, as a caller of a
 // single write would.
 
-export interface GroupCommitOptions {
+export interface GroupCommitOptions<O = unknown> {
   /** Items per statement at most. */
   maxBatch: number;
   /**
@@ -29,11 +29,13 @@ export interface GroupCommitOptions {
   /** How long callers wait behind the writes under way before another writer takes them. */
   maxWaitMs: number;
   /**
-   * Told of every write that committed: its items and how long it took, from the call to the
-   * commit's answer. A caller's wait is its batch's write and part of the one before it, so these
-   * two figures are what a publish's latency is made of (metrics: herald_batched_write_*).
+   * Told of every write that committed: its results and how long it took, from the call to the
+   * commit's answer (a batch the database rejected is not told; its items written alone are). A
+   * caller's wait is its batch's write and part of the one before it, so these figures are what a
+   * publish's latency is made of (metrics: herald_batched_write_*). It must not throw: an error
+   * here is logged nowhere and ignored, as a metric must never fail a write that committed.
    */
-  written?: (items: number, seconds: number) => void;
+  written?: (results: readonly O[], seconds: number) => void;
 }
 
 export type Write<I, O> = (items: I[]) => Promise<O[]>;
@@ -41,7 +43,7 @@ export type Write<I, O> = (items: I[]) => Promise<O[]>;
 /** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
 export function createGroupCommit<I, O>(
   untimedWrite: Write<I, O>,
-  options: GroupCommitOptions,
+  options: GroupCommitOptions<O>,
 ): (item: I) => Promise<O> {
   if (!(options.splitAt >= 1 && options.splitAt <= options.maxBatch)) {
     throw new RangeError(`group commit: splitAt must be 1..maxBatch, got ${options.splitAt}`);
@@ -51,7 +53,11 @@ export function createGroupCommit<I, O>(
     ? async (items) => {
         const startedAt = performance.now();
         const results = await untimedWrite(items);
-        written(items.length, (performance.now() - startedAt) / 1000);
+        try {
+          written(results, (performance.now() - startedAt) / 1000);
+        } catch {
+          // The write committed; its callers get their results whatever became of the metric.
+        }
         return results;
       }
     : untimedWrite;

@@ -76,7 +76,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       parallel: 2,
       splitAt: 16,
       maxWaitMs: 5,
-      written: (items, seconds) => deps.metrics?.batchWritten('intake', items, seconds),
+      written: (results, seconds) => deps.metrics?.batchWritten('intake', results.length, seconds),
     },
   );
 

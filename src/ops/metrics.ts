@@ -151,14 +151,14 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
 
   const batchItems = new Histogram({
     name: 'herald_batched_write_items',
-    help: 'Items per batched write (publish, intake, outcome): how many callers shared one statement and one commit.',
+    help: 'Items per batched write (publish, intake, outcome) that committed: how many callers shared one database call and its commit. A batch the database rejected is not counted; its items, written alone then, are.',
     labelNames: ['write'] as const,
     buckets: BATCH_BUCKETS,
     registers,
   });
   const batchSeconds = new Histogram({
     name: 'herald_batched_write_seconds',
-    help: 'Time of one batched write, from the call to its commit: what a caller waits for, after the write ahead of it.',
+    help: 'Time of one batched write that committed, from the call to its commit: what a caller waits for, after the write ahead of it. An outcome write includes the claim it carries.',
     labelNames: ['write'] as const,
     buckets: WRITE_BUCKETS,
     registers,

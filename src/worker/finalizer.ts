@@ -29,7 +29,11 @@ export interface FinalizerOptions {
   log: Logger;
   maxBatch?: number;
   onRetry?: () => void;
-  /** Told of every write that committed: its outcomes and how long it took (with its claim). */
+  /**
+   * Told of every write that committed: its outcomes and how long its committing try took — with
+   * the claim it carries, or with `afterRecord`'s writes in its transaction. Failed tries and the
+   * waits between them are not in it: they are counted by `onRetry`.
+   */
   written?: (items: number, seconds: number) => void;
   /**
    * Runs in the transaction that records the outcomes (operational webhooks): what it writes
@@ -95,7 +99,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
               return { recorded: rows, claimedAlong: false };
             })
           : await recordAndClaim(results, firstTry);
-        options.written?.(live.length, (performance.now() - startedAt) / 1000);
+        const seconds = (performance.now() - startedAt) / 1000;
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {
           const outcome = byDelivery.get(p.result.deliveryId) ?? null;
@@ -107,6 +111,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
           }
           p.done({ outcome, claimedAlong });
         }
+        reportWritten(live.length, seconds);
         return;
       } catch (error) {
         options.onRetry?.();
@@ -128,6 +133,15 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         await new Promise((resolve) => setTimeout(resolve, backoff));
         backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
       }
+    }
+  }
+
+  /** A metric must never turn a committed write into a failed one (and a retry). */
+  function reportWritten(items: number, seconds: number): void {
+    try {
+      options.written?.(items, seconds);
+    } catch (error) {
+      options.log.warn({ err: (error as Error).message }, 'the outcome write metric could not be recorded');
     }
   }
 
