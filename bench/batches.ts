@@ -4,7 +4,7 @@
 // much of its latency that is. A worker's outcome writes carry its next claim: their size is how
 // much work one round trip does.
 
-export type BatchedWrite = 'publish' | 'intake' | 'outcome';
+import type { BatchedWrite } from '../src/ops/metrics.ts';
 
 export interface BatchFigures {
   writes: number;

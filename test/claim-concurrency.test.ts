@@ -8,7 +8,6 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import {
-  type AttemptResult,
   type ClaimedDelivery,
   claimDeliveries,
   type RecordedOutcome,
@@ -43,9 +42,6 @@ async function seed(appUid: string, endpoints: number, messages: number): Promis
   for (let m = 0; m < messages; m++) await seedMessage(database.db, app.id);
 }
 
-/** The result a worker would record for a 2xx answer to this claim. */
-const succeeded = (c: ClaimedDelivery): AttemptResult => attemptResult(c);
-
 const tick = () => new Promise((resolve) => setImmediate(resolve));
 
 /**
@@ -58,7 +54,7 @@ async function recordAs(
   claimed: ClaimedDelivery[],
   claim: { batch: number; leaseSeconds: number },
 ): Promise<{ recorded: RecordedOutcome[]; claimed: ClaimedDelivery[] }> {
-  const results = claimed.map(succeeded);
+  const results = claimed.map((c) => attemptResult(c));
   if (me % 2 === 0) return recordOutcomesAndClaim(db, results, 5, { ...claim, afterEndpoint: '' });
   return { recorded: await recordOutcomes(db, results, 5), claimed: [] };
 }

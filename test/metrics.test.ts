@@ -233,6 +233,16 @@ test('two heralds in one process keep separate registries', async () => {
   assert.equal(value(mine, 'herald_messages_published_total', { via: 'library' }), 1);
 });
 
+test('a batched write with a value that is not a number is left out, never thrown after its commit', async () => {
+  const metrics = createMetrics(t.database.db);
+  metrics.batchWritten('publish', 3, 0.002);
+  assert.doesNotThrow(() => metrics.batchWritten('publish', Number.NaN, 0.002));
+  assert.doesNotThrow(() => metrics.batchWritten('publish', 3, Number.POSITIVE_INFINITY));
+  const samples = parse(await metrics.scrape());
+  assert.equal(value(samples, 'herald_batched_write_items_count', { write: 'publish' }), 1);
+  assert.equal(value(samples, 'herald_batched_write_seconds_count', { write: 'publish' }), 1);
+});
+
 test('one scrape reads the database once, whatever the number of gauges', async () => {
   let queries = 0;
   const metrics = createMetrics({

@@ -32,8 +32,8 @@ export interface GroupCommitOptions<O = unknown> {
    * Told of every write that committed: its results and how long it took, from the call to the
    * commit's answer (a batch the database rejected is not told; its items written alone are). A
    * caller's wait is its batch's write and part of the one before it, so these figures are what a
-   * publish's latency is made of (metrics: herald_batched_write_*). It must not throw: an error
-   * here is logged nowhere and ignored, as a metric must never fail a write that committed.
+   * publish's latency is made of (metrics: herald_batched_write_*). It runs before the callers get
+   * their results, so it must not throw: the write committed (Metrics.batchWritten never throws).
    */
   written?: (results: readonly O[], seconds: number) => void;
 }
@@ -53,11 +53,7 @@ export function createGroupCommit<I, O>(
     ? async (items) => {
         const startedAt = performance.now();
         const results = await untimedWrite(items);
-        try {
-          written(results, (performance.now() - startedAt) / 1000);
-        } catch {
-          // The write committed; its callers get their results whatever became of the metric.
-        }
+        written(results, (performance.now() - startedAt) / 1000);
         return results;
       }
     : untimedWrite;

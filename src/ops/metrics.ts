@@ -48,7 +48,10 @@ export interface Metrics {
    */
   attemptNotSent(reason: NotSentReason, count?: number): void;
   finalizationRetried(): void;
-  /** A batched write committed `items` items in `seconds` (see group-commit.ts). */
+  /**
+   * A batched write committed `items` items in `seconds` (see group-commit.ts). Never throws: it
+   * runs right after a commit, which a metric must not turn into a failure (and a retry).
+   */
   batchWritten(write: BatchedWrite, items: number, seconds: number): void;
   /** The Prometheus text exposition, with the database gauges read now. */
   scrape(): Promise<string>;
@@ -244,6 +247,8 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     attemptNotSent: (reason, count = 1) => notSent.inc({ reason }, count),
     finalizationRetried: () => finalizationRetries.inc(),
     batchWritten(write, items, seconds) {
+      // prom-client throws on a value that is not a finite number.
+      if (!Number.isFinite(items) || !Number.isFinite(seconds)) return;
       batchItems.observe({ write }, items);
       batchSeconds.observe({ write }, seconds);
     },

@@ -32,7 +32,8 @@ export interface FinalizerOptions {
   /**
    * Told of every write that committed: its outcomes and how long its committing try took — with
    * the claim it carries, or with `afterRecord`'s writes in its transaction. Failed tries and the
-   * waits between them are not in it: they are counted by `onRetry`.
+   * waits between them are not in it: they are counted by `onRetry`. It runs once the outcomes are
+   * handed back, and must not throw (Metrics.batchWritten never throws).
    */
   written?: (items: number, seconds: number) => void;
   /**
@@ -111,7 +112,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
           }
           p.done({ outcome, claimedAlong });
         }
-        reportWritten(live.length, seconds);
+        options.written?.(live.length, seconds);
         return;
       } catch (error) {
         options.onRetry?.();
@@ -133,15 +134,6 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         await new Promise((resolve) => setTimeout(resolve, backoff));
         backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
       }
-    }
-  }
-
-  /** A metric must never turn a committed write into a failed one (and a retry). */
-  function reportWritten(items: number, seconds: number): void {
-    try {
-      options.written?.(items, seconds);
-    } catch (error) {
-      options.log.warn({ err: (error as Error).message }, 'the outcome write metric could not be recorded');
     }
   }
 

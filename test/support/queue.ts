@@ -1,7 +1,8 @@
 // The queue tables (migration 0015) are a projection of the deliveries' states: one delivery_due
 // row per pending delivery (at its next_attempt_at), one delivery_lease row per delivery in flight
-// (its endpoint's slot holds it until its lease_expires_at), one delivery_failed row per failed delivery. This scalar subquery
-// counts the rows on either side that the other lacks, for the endpoints of app $1.
+// (its endpoint's slot holds it until its lease_expires_at), one delivery_failed row per failed
+// delivery. This scalar subquery counts the rows on either side that the other lacks, for the
+// endpoints of app $1.
 
 export const MISQUEUED_SQL = `(
   with projected as (
