@@ -36,7 +36,7 @@ export interface MemoryResult {
 }
 
 export interface Results {
-  httpLimit?: Throughput & { latencies: number[] };
+  httpLimit?: Throughput;
   commitLimit?: Throughput;
   /** The commit limit taken again right before publish and intake: their ratios' base. */
   commitLimitBeforePublish?: Throughput;

@@ -63,6 +63,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
 
   if (r.httpLimit)
     out.push(row(`HTTP limit: bare keep-alive POST loop, c=${concurrency}`, r.httpLimit.perSecond, 'req/s'));
+  cpuRows(out, 'request', r.httpLimit?.cpu);
   if (r.commitLimit)
     out.push(
       row(`commit limit: 1-row insert transactions, c=${concurrency}`, r.commitLimit.perSecond, 'commits/s'),

@@ -1,13 +1,13 @@
 // The machine's limits, measured with the same receiver, payload and concurrency as everything
 // else: (1) a bare keep-alive undici loop, (2) single-row insert transactions of a message-sized
-// row, taken at the start and again right before publish and intake.
+// row, taken at the start and again right before publish and intake. Each with its CPU per
+// operation.
 
 import pg from 'pg';
 import { Pool } from 'undici';
 import { PAYLOAD_TEXT } from '../config.ts';
 import type { Context, Throughput } from '../context.ts';
-import { closedLoop, measureThroughput } from '../load.ts';
-import { rate } from '../stats.ts';
+import { measureThroughput } from '../load.ts';
 
 export async function httpLimit(ctx: Context): Promise<void> {
   const { concurrency, counts } = ctx.options;
@@ -23,15 +23,16 @@ export async function httpLimit(ctx: Context): Promise<void> {
     if (response.statusCode !== 204) throw new Error(`receiver answered ${response.statusCode}`);
   };
   try {
-    await closedLoop(Math.min(1000, counts.httpRequests), concurrency, 30_000, post);
-    const run = await closedLoop(counts.httpRequests, concurrency, 120_000, post);
-    if (run.truncated) ctx.notes.push(`http-limit stopped at its deadline after ${run.done} requests`);
-    ctx.results.httpLimit = {
-      perSecond: rate(run.done, run.elapsedMs),
-      count: run.done,
-      elapsedMs: run.elapsedMs,
-      latencies: run.durations,
-    };
+    // Where an HTTP exchange's CPU goes with nothing behind it: the floor under the API's and the
+    // worker's CPU per request. PostgreSQL is idle meanwhile and not metered.
+    ctx.results.httpLimit = await measureThroughput(
+      { ...ctx, postmasterPid: null },
+      'http-limit',
+      Math.min(1000, counts.httpRequests),
+      counts.httpRequests,
+      post,
+      { processes: { receiver: ctx.receiver.pid } },
+    );
   } finally {
     await pool.close();
   }
