@@ -105,3 +105,15 @@ export async function tableSizes(url: string, tables: readonly string[]): Promis
     return sizes;
   });
 }
+
+/**
+ * Flushes the server's dirty pages now (CHECKPOINT), so that a checkpoint brought on by an earlier
+ * scenario's writes does not land in the next window: its final fsyncs stall every commit for a
+ * moment, which a latency run at a moderate rate counts against whichever system it measures.
+ * CHECKPOINT needs a superuser or pg_checkpoint; without either the run goes on, and says so.
+ */
+export async function checkpoint(url: string, notes: string[]): Promise<void> {
+  await withClient(url, (client) => client.query('checkpoint')).catch((error: Error) => {
+    notes.push(`could not CHECKPOINT before a latency run (${error.message}): a checkpoint may land in it`);
+  });
+}

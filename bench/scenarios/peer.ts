@@ -1,10 +1,12 @@
 // (3) The peer: graphile-worker on the same PostgreSQL (schema graphile_worker in the scratch
 // database) and the same receiver, one HTTP POST of the same payload per job. Throughput: N jobs
 // queued while the runner is stopped, then the runner starts and the receiver counts them in.
-// Latency: jobs added one at a time at a fixed moderate rate to an idle runner, add → arrival.
+// Latency: jobs added one at a time at a fixed moderate rate to an idle runner, add → arrival;
+// the runner is the one that has just run the throughput, warm, as herald's worker is when measured.
 
 import { Logger, makeWorkerUtils, runMigrations } from 'graphile-worker';
 import type { Context } from '../context.ts';
+import { checkpoint } from '../db.ts';
 import { meterDeliveries, openLoop, sleep } from '../load.ts';
 import { sampleMemory, startPeerWorker } from '../processes.ts';
 import { joinLatencies, nowMs, rate } from '../stats.ts';
@@ -54,7 +56,8 @@ export async function peer(ctx: Context): Promise<void> {
       };
       ctx.log(`peer: ${stats.count} jobs delivered in ${(windowMs / 1000).toFixed(2)} s`);
 
-      // Latency, with the runner idle in between.
+      // Latency, with the runner idle in between, after the throughput run's writes are flushed.
+      await checkpoint(connectionString, ctx.notes);
       await sleep(1000);
       await ctx.receiver.reset();
       await ctx.receiver.track(true);
