@@ -8,17 +8,22 @@
 // the test's); the tests themselves wait only on conditions with deadlines.
 
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { Writable } from 'node:stream';
 import { after, before, describe, it, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import pino from 'pino';
+import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { buildApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/config.ts';
+import type { ClaimedDelivery } from '../src/db/deliveries.ts';
+import type { RetryPolicy } from '../src/domain/retry-policy.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
 import { createOriginGate, type GateEntry } from '../src/sender/origin-gate.ts';
 import { createSender, type Resolver, type SenderOptions, type SendResult } from '../src/sender/send.ts';
+import { runAttempt } from '../src/worker/attempt.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { ADMIN_KEY, testEnv } from './support/herald.ts';
 import { waitFor } from './support/wait.ts';
@@ -29,6 +34,7 @@ interface Arrival {
   path: string;
   body: string;
   webhookId: string | undefined;
+  headers: http.IncomingHttpHeaders;
   at: number;
 }
 
@@ -57,6 +63,7 @@ async function startHoldingReceiver(holdMs: number, status = 204): Promise<Holdi
         path: req.url ?? '/',
         body: Buffer.concat(chunks).toString('utf8'),
         webhookId: typeof id === 'string' ? id : undefined,
+        headers: req.headers,
         at: Date.now(),
       });
       setTimeout(() => res.writeHead(status).end(), holdMs);
@@ -278,6 +285,63 @@ describe('sender: waiting for a connection is not the attempt', () => {
     }
   });
 
+  it('makes the headers of headersAtSend once the request has its place, and sends them over the others', async () => {
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 1000 });
+    try {
+      const madeAt: number[] = [];
+      const send = (i: number) =>
+        sender.send({
+          url: `${receiver.url}/at-send/${i}`,
+          headers: { 'x-made': 'when queued' },
+          headersAtSend: () => {
+            madeAt[i] = Date.now();
+            return { 'x-made': `when sent ${i}` };
+          },
+          body: '{}',
+        });
+      const results = await Promise.all([send(0), send(1)]);
+      for (const r of results) assert.equal(r.outcome, 'success', describeResult(r));
+      const arrived = (i: number) => receiver.arrivals.find((a) => a.path === `/at-send/${i}`)!;
+      assert.deepEqual(
+        [arrived(0).headers['x-made'], arrived(1).headers['x-made']],
+        ['when sent 0', 'when sent 1'],
+      );
+      // The receiver holds the first for HOLD_MS, and the second waits for the one connection.
+      assert.ok(
+        madeAt[1]! >= arrived(0).at + HOLD_MS - 20,
+        `second made ${madeAt[1]! - arrived(0).at} ms after the first arrived`,
+      );
+    } finally {
+      await sender.close();
+    }
+  });
+
+  it('gives the place back when headersAtSend throws, for the request behind it', async () => {
+    const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 1000 });
+    try {
+      await assert.rejects(
+        sender.send({
+          url: `${receiver.url}/throws`,
+          headers: {},
+          headersAtSend: () => {
+            throw new Error('no signature');
+          },
+          body: '{}',
+        }),
+        /no signature/,
+      );
+      const next = await sender.send({
+        url: `${receiver.url}/after-throw`,
+        headers: {},
+        body: '{}',
+        startBy: new Date(Date.now() + 500),
+      });
+      assert.equal(next.kind, 'attempted', describeResult(next));
+    } finally {
+      await sender.close();
+    }
+  });
+
   it('(b) a startBy already past sends nothing at all', async () => {
     const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 500 });
     try {
@@ -334,6 +398,67 @@ describe('sender: waiting for a connection is not the attempt', () => {
 const ENDPOINTS = 24;
 const MESSAGES = 2;
 const WORKER_HOLD_MS = 250;
+
+describe('attempt: a request that waited for its origin is signed as it leaves', () => {
+  const HOLD = 1200;
+  let receiver: HoldingReceiver;
+  before(async () => {
+    receiver = await startHoldingReceiver(HOLD);
+  });
+  after(async () => {
+    await receiver.close();
+  });
+
+  it('its timestamp is the second it left, and its signature verifies against it', async () => {
+    const sender = senderFor({ connectionsPerOrigin: 1 });
+    const key = crypto.randomBytes(24);
+    const claim = (i: number): ClaimedDelivery => ({
+      deliveryId: `dlv_${i}`,
+      attemptId: `atmpt_${i}`,
+      leaseToken: crypto.randomUUID(),
+      leaseExpiresAt: new Date(Date.now() + 60_000),
+      appId: 'app_signed',
+      messageId: `msg_${i}`,
+      endpointId: `ep_${i}`,
+      cycle: 1,
+      attemptsInCycle: 1,
+      trigger: 'scheduled',
+      url: `${receiver.url}/signed/${i}`,
+      headers: {},
+      secretVersion: 1,
+      idempotent: false,
+      clientErrorPolicy: 'retry',
+      eventType: 'e',
+      payload: Buffer.from(`{"i":${i}}`),
+      messageCreatedAt: new Date(),
+      businessKey: null,
+    });
+    const policy: RetryPolicy = { schedule: [5], jitter: 0 };
+    try {
+      // Both claimed at once; the second waits HOLD ms for the one connection.
+      const runs = await Promise.all(
+        [0, 1].map((i) => runAttempt({ sender, policy }, claim(i), [key], new Date(Date.now() + 30_000))),
+      );
+      for (const run of runs) assert.equal(run.kind === 'finished' && run.outcome, 'success');
+      const arrived = [0, 1].map((i) => receiver.arrivals.find((a) => a.path === `/signed/${i}`)!);
+      const stamps = arrived.map((a) => Number(a.headers['webhook-timestamp']));
+      assert.ok(
+        stamps[1]! >= stamps[0]! + 1,
+        `timestamps ${stamps.join(', ')}: the second was signed when it left`,
+      );
+      for (const [i, a] of arrived.entries()) {
+        const lag = a.at / 1000 - stamps[i]!;
+        assert.ok(lag >= 0 && lag < 1.5, `request ${i} arrived ${lag.toFixed(3)} s after its timestamp`);
+        const headers = Object.fromEntries(
+          ['webhook-id', 'webhook-timestamp', 'webhook-signature'].map((h) => [h, String(a.headers[h])]),
+        );
+        assert.deepEqual(new StandardWebhook(key.toString('base64')).verify(a.body, headers), { i });
+      }
+    } finally {
+      await sender.close();
+    }
+  });
+});
 
 describe('worker: many endpoints on one origin, more claims than connections', () => {
   let database: TestDatabase;

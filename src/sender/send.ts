@@ -58,6 +58,12 @@ export type SendResult = SendAttempt | SendNotStarted;
 export interface OutboundRequest {
   url: string;
   headers: Record<string, string>;
+  /**
+   * Headers made when the request leaves, once it has its place at its origin, and sent over
+   * `headers`: a signature's timestamp then says when the request was sent, not when it began to
+   * wait (for as long as its lease allows) behind other requests to the same origin.
+   */
+  headersAtSend?: () => Record<string, string>;
   body: string | Buffer;
 }
 
@@ -223,6 +229,13 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   const entry = await settings.gate.enter(route.origin, req.startBy);
   queuedMs = entry.waitedMs;
   if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs };
+  let headers = req.headers;
+  try {
+    if (req.headersAtSend) headers = { ...headers, ...req.headersAtSend() };
+  } catch (error) {
+    entry.leave();
+    throw error;
+  }
   startedAt = performance.now();
   const exchange = new Exchange(settings.maxResponseBytes, settings.storedResponseBytes);
   // The place is given back once undici is done with the request, which may be after the deadline
@@ -238,9 +251,9 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
         origin: route.origin,
         path: route.path,
         method: 'POST',
-        headers: hasHeader(req.headers, 'user-agent')
-          ? req.headers
-          : { 'user-agent': settings.userAgent, ...req.headers },
+        headers: hasHeader(headers, 'user-agent')
+          ? headers
+          : { 'user-agent': settings.userAgent, ...headers },
         body: req.body,
       },
       exchange,

@@ -15,21 +15,31 @@ export interface AttemptContext {
   random?: () => number;
 }
 
-export function buildRequestHeaders(
-  claim: ClaimedDelivery,
-  body: string | Buffer,
-  keys: readonly Buffer[],
-  timestampSeconds: number,
-): Record<string, string> {
+/** What an attempt's request carries whenever it leaves: the endpoint's headers, then herald's. */
+function requestHeaders(claim: ClaimedDelivery): Record<string, string> {
   return {
     // Endpoint headers first, so that herald's own headers always win.
     ...claim.headers,
     'content-type': 'application/json',
     'webhook-id': claim.messageId,
-    'webhook-timestamp': String(timestampSeconds),
-    'webhook-signature': signPayload({ msgId: claim.messageId, timestampSeconds, body, keys }),
     // One business key for every attempt of every cycle: the receiver can apply it once.
     ...(claim.businessKey === null ? {} : { 'idempotency-key': claim.businessKey }),
+  };
+}
+
+/**
+ * The timestamp and the signature over it, made as the request leaves (after any wait for its
+ * origin): a receiver checks the timestamp against its clock to refuse replays of old requests.
+ */
+function signatureHeaders(
+  messageId: string,
+  body: string | Buffer,
+  keys: readonly Buffer[],
+  timestampSeconds: number,
+): Record<string, string> {
+  return {
+    'webhook-timestamp': String(timestampSeconds),
+    'webhook-signature': signPayload({ msgId: messageId, timestampSeconds, body, keys }),
   };
 }
 
@@ -79,10 +89,10 @@ export async function runAttempt(
     };
   }
   const body = claim.payload;
-  const timestampSeconds = Math.floor(now().getTime() / 1000);
   const sent = await ctx.sender.send({
     url: claim.url,
-    headers: buildRequestHeaders(claim, body, keys, timestampSeconds),
+    headers: requestHeaders(claim),
+    headersAtSend: () => signatureHeaders(claim.messageId, body, keys, Math.floor(now().getTime() / 1000)),
     body,
     startBy,
   });
