@@ -96,7 +96,7 @@ export interface SenderOptions {
 export interface Sender {
   /**
    * Sends once a place at the request's origin is free, and only if that happens by `startBy`;
-   * otherwise it comes back `not_started`, unsent.
+   * otherwise it comes back `not_started`, unsent. Rejects only with what `headersAtSend` throws.
    */
   send(req: OutboundRequestBy): Promise<SendResult>;
   /** With no `startBy` the request waits for its origin as long as it takes: it is always attempted. */
@@ -229,13 +229,18 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   const entry = await settings.gate.enter(route.origin, req.startBy);
   queuedMs = entry.waitedMs;
   if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs };
-  let headers = req.headers;
+  let atSend: Record<string, string> | undefined;
   try {
-    if (req.headersAtSend) headers = { ...headers, ...req.headersAtSend() };
+    atSend = req.headersAtSend?.();
   } catch (error) {
     entry.leave();
     throw error;
   }
+  if (atSend !== undefined && hasHeader(atSend, 'host')) {
+    entry.leave();
+    return unsentFailure('invalid_request');
+  }
+  const headers = atSend === undefined ? req.headers : { ...req.headers, ...atSend };
   startedAt = performance.now();
   const exchange = new Exchange(settings.maxResponseBytes, settings.storedResponseBytes);
   // The place is given back once undici is done with the request, which may be after the deadline

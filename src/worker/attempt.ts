@@ -15,7 +15,10 @@ export interface AttemptContext {
   random?: () => number;
 }
 
-/** What an attempt's request carries whenever it leaves: the endpoint's headers, then herald's. */
+/**
+ * What an attempt's request carries whenever it leaves: the endpoint's headers, then herald's. The
+ * signature's go over all of these (the sender spreads `headersAtSend` last).
+ */
 function requestHeaders(claim: ClaimedDelivery): Record<string, string> {
   return {
     // Endpoint headers first, so that herald's own headers always win.
