@@ -251,3 +251,43 @@ test('lease recovery takes back only leases whose delivery says they expired, wh
   assert.equal(state.rows[0]!.state, 'sending');
   await recordOutcomes(db, [attemptResult(live)], 5);
 });
+
+test('lease recovery takes at most its batch, the longest expired first, the rest at its next pass', async () => {
+  const db = database.db;
+  const app = await seedApp(db, 'recovery-batch');
+  for (let i = 0; i < 3; i++) await seedEndpoint(db, app.id, `http://127.0.0.1:1/b${i}`);
+  await seedMessage(db, app.id);
+  const claimed = await claimDeliveries(db, { batch: 3, leaseSeconds: 600, afterEndpoint: '' });
+  assert.equal(claimed.length, 3);
+  // Their worker died; the leases ran out 3, 2 and 1 minutes ago, in the order of `claimed`.
+  for (const [i, c] of claimed.entries()) {
+    const ago = `${3 - i} minutes`;
+    await db.query(`update delivery set lease_expires_at = now() - $2::interval where id = $1`, [
+      c.deliveryId,
+      ago,
+    ]);
+    await db.query(
+      `update delivery_lease set lease_expires_at = now() - $2::interval where delivery_id = $1`,
+      [c.deliveryId, ago],
+    );
+  }
+  const first = await recoverExpiredLeases(db, 5, 2);
+  assert.deepEqual(
+    first.map((r) => r.deliveryId),
+    claimed.slice(0, 2).map((c) => c.deliveryId),
+  );
+  const second = await recoverExpiredLeases(db, 5, 2);
+  assert.deepEqual(
+    second.map((r) => r.deliveryId),
+    [claimed[2]!.deliveryId],
+  );
+  const outcomes = await db.query<{ outcome: string }>(
+    'select outcome from attempt where delivery_id = any($1::text[])',
+    [claimed.map((c) => c.deliveryId)],
+  );
+  assert.deepEqual(
+    outcomes.rows.map((r) => r.outcome),
+    ['unknown', 'unknown', 'unknown'],
+  );
+  await assertFollows(app.id, 'recovery in two passes', { due: 3, leased: 0, failed: 0 });
+});
