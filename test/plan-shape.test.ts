@@ -255,6 +255,24 @@ test("lease recovery walks the slots and finds each expired lease's delivery and
   assert.doesNotMatch(marking[0]!, /attempt_one_per_lease/);
 });
 
+test('no function whose plan is pinned, nor lease recovery, is compiled by JIT at each call', async () => {
+  // A function that redefines one of these (create or replace) takes its settings from the new
+  // definition: without `set jit = off` there, this fails.
+  const { rows } = await client.query<{ fn: string }>(
+    `select p.oid::regprocedure::text as fn from pg_proc p
+      where (p.proname = 'herald_recover_expired_leases'
+             or exists (select 1 from unnest(p.proconfig) c where c like 'enable\\_%'))
+        and not 'jit=off' = any(coalesce(p.proconfig, '{}'))`,
+  );
+  assert.deepEqual(rows, []);
+  const pinned = await client.query(`select 1 from pg_proc where 'jit=off' = any(proconfig)`);
+  assert.equal(
+    pinned.rowCount,
+    7,
+    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery',
+  );
+});
+
 /** The plans of every statement `run` makes on the test's connection, nested ones included. */
 async function explained(run: () => Promise<unknown>): Promise<string[]> {
   const plans: string[] = [];

@@ -25,6 +25,7 @@ const RELEASED: Record<number, string> = {
   14: 'cc32032e17015a357880d07bdb739ab056e29e8ce6457336dc23c423ab1720d9',
   15: '0e04bf5be8aff68d3edc2c24872a4ab5e00595777e1590d06f63d11730087498',
   16: '0a923aa217456bb8e2cc20d400a3f560a6d62bcc17d7f9b2da7a48347e65569c',
+  17: '01616981f509d92cc39510be35c33a85ddc6acdbf48d7b1278ffea9c9abfb8c9',
 };
 
 test('released migrations are never edited', () => {
