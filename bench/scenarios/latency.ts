@@ -26,11 +26,12 @@ export async function latency(ctx: Context): Promise<void> {
   const h = await ctx.herald();
   const app = 'bench-latency';
   await createAppWithEndpoints(h, app, 1, `${ctx.receiver.url}/latency`);
+  const publishOne = () => h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD });
   const worker = await startHeraldProcess('worker', heraldEnv(ctx.db.url, concurrency));
   try {
     await ctx.receiver.reset();
     const warming = await closedLoop(WARM_UP, 4, 60_000, async () => {
-      await h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD });
+      await publishOne();
     });
     const warmed = await ctx.receiver.waitForCount(WARM_UP, 60_000);
     if (warming.truncated || !warmed.complete)
@@ -44,7 +45,7 @@ export async function latency(ctx: Context): Promise<void> {
     const n = counts.latencySamples;
     await openLoop(n, counts.latencyRate, (n / counts.latencyRate) * 1000 + 10_000, async () => {
       const t0 = nowMs();
-      const published = await h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD });
+      const published = await publishOne();
       sentAt.set(published.message.id, t0);
     });
     const arrived = await ctx.receiver.waitForCount(n, counts.waitMaxSeconds * 1000);
