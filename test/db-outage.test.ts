@@ -19,7 +19,7 @@ import { testEnv } from './support/herald.ts';
 import type { LogRecord } from './support/processes.ts';
 import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
 import { seedApp } from './support/seed.ts';
-import { startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
+import { type Answer, startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { waitFor } from './support/wait.ts';
 
 const RETRYING = 'retrying outcome write';
@@ -237,12 +237,19 @@ test('an outage that outlasts the lease: the outcome is given up, recovery makes
 });
 
 // The answers a worker's claims come back in, told apart by their columns (src/db/deliveries.ts,
-// src/db/endpoint-secrets.ts).
-const claimRoundAnswer = (columns: string[]) =>
-  columns.includes('attemptId') && !columns.includes('recordedDeliveryId');
+// src/db/endpoint-secrets.ts), and taken only when they claimed something: a claim round may hold
+// the worker's free slots while an outcome is written, and that write then records without
+// claiming along, leaving the claim to a round (or to a write of a later outcome, which finds
+// nothing left to claim). Losing an answer that claimed nothing would show nothing to give back.
+const claimedSome = (answer: Answer) => answer.rows.some((row) => row.attemptId !== null);
+const claimRoundAnswer = (answer: Answer) =>
+  answer.columns.includes('attemptId') &&
+  !answer.columns.includes('recordedDeliveryId') &&
+  claimedSome(answer);
 // (A lease recovery's answer names leaseToken too, but no attemptId.)
-const claimAlongAnswer = (columns: string[]) => columns.includes('recordedDeliveryId');
-const signingKeysAnswer = (columns: string[]) => columns.includes('sealed') && columns.includes('version');
+const claimAlongAnswer = (answer: Answer) =>
+  answer.columns.includes('recordedDeliveryId') && claimedSome(answer);
+const signingKeysAnswer = ({ columns }: Answer) => columns.includes('sealed') && columns.includes('version');
 const answers204 = () => () => ({ status: 204 });
 
 /**
@@ -251,7 +258,7 @@ const answers204 = () => () => ({ status: 204 });
  * which recovery would call the attempt `unknown` and park the delivery as failed — and each
  * delivery must have exactly one attempt, a success.
  */
-async function lostAnswerCase(label: string, messages: number, lost: (columns: string[]) => boolean) {
+async function lostAnswerCase(label: string, messages: number, lost: (answer: Answer) => boolean) {
   const { proxy, herald, receiver, logs, appUid } = await rig(label, {}, answers204, { idempotent: false });
   const ids: string[] = [];
   for (let n = 0; n < messages; n++) {
@@ -292,9 +299,11 @@ test("a claim round's answer lost after it committed: its lease is given back un
 });
 
 test("an outcome write's claim along lost after it committed: recorded once, the claim given back", async () => {
-  // The first message's outcome write claims the second (one in flight per endpoint): that
-  // answer is lost. The write is retried, recording only; the second's lease comes back.
-  const { logs, metrics } = await lostAnswerCase('claim_along_lost', 2, claimAlongAnswer);
+  // An outcome write claims the endpoint's next message along (one in flight per endpoint): the
+  // first such answer is lost. The write is retried, recording only; the claimed lease comes back.
+  // Three messages: a claim round under way when the first outcome is written leaves the claim to
+  // that round, and the second outcome's write claims the third.
+  const { logs, metrics } = await lostAnswerCase('claim_along_lost', 3, claimAlongAnswer);
   assert.equal(count(logs, GAVE_BACK), 1);
   assert.ok(count(logs, RETRYING) >= 1, 'the outcome write was retried');
   assert.equal(count(logs, DISCARDED), 0, 'the retried write found its outcome recorded');

@@ -21,21 +21,28 @@ export interface TcpProxy {
   /** Destroys every relayed connection, both sides, at once. */
   cutAll(): void;
   /**
-   * Arms a one-shot loss: the next result whose columns `matches` accepts is dropped, with
-   * everything after it on its connection, up to the server's ReadyForQuery — by then an
-   * autocommit statement has committed — and that connection is cut. Resolves once it happened.
+   * Arms a one-shot loss: the next answer that `matches` accepts is dropped, with everything after
+   * it on its connection, up to the server's ReadyForQuery — by then an autocommit statement has
+   * committed — and that connection is cut. Resolves once it happened. An answer is held back
+   * until its ReadyForQuery, so that `matches` sees its rows; one it refuses is relayed then.
    */
-  loseAnswer(matches: (columns: string[]) => boolean): Promise<void>;
+  loseAnswer(matches: (answer: Answer) => boolean): Promise<void>;
   /** From now on, new connections are reset as soon as they arrive. */
   pause(): void;
   resume(): void;
   close(): Promise<void>;
 }
 
+/** A statement's answer as the proxy saw it: its columns, and each row's values as text (or null). */
+export interface Answer {
+  columns: string[];
+  rows: Record<string, string | null>[];
+}
+
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
   let paused = false;
-  let armed: { matches: (columns: string[]) => boolean; lost: () => void } | null = null;
+  let armed: { matches: (answer: Answer) => boolean; lost: () => void } | null = null;
   let connectionAttempts = 0;
   let refused = 0;
 
@@ -60,15 +67,14 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     client.on('close', drop);
     upstream.on('close', drop);
     client.pipe(upstream);
-    relayAnswers(upstream, client, (columns) => {
-      if (!armed?.matches(columns)) return null;
+    relayAnswers(upstream, client, (answer) => {
+      if (!armed?.matches(answer)) return false;
       // This connection takes the loss: another one matching meanwhile is relayed as usual.
       const { lost } = armed;
       armed = null;
-      return () => {
-        drop();
-        lost();
-      };
+      drop();
+      lost();
+      return true;
     });
   });
   await new Promise<void>((resolve, reject) => {
@@ -131,27 +137,36 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
 /**
  * Relays the server's side of a PostgreSQL connection message by message: a type byte and a
  * length that counts itself, the shape of every message a server sends after a start-up without
- * TLS (the clients of these tests never ask for it; a TLS answer would be one bare byte). Once
- * `takeLoss` accepts a RowDescription's columns, nothing more is relayed, and at the
- * ReadyForQuery that ends its statement the returned `lose` cuts the connection.
+ * TLS (the clients of these tests never ask for it; a TLS answer would be one bare byte). Each
+ * answer with rows (from its RowDescription to the ReadyForQuery that ends its statement) is held
+ * back and offered to `takeLoss`, which either cuts the connection or has it relayed. Values are
+ * read as text, the format these tests' clients ask for.
  */
-function relayAnswers(
-  upstream: net.Socket,
-  client: net.Socket,
-  takeLoss: (columns: string[]) => (() => void) | null,
-): void {
+function relayAnswers(upstream: net.Socket, client: net.Socket, takeLoss: (answer: Answer) => boolean): void {
   let buffered = Buffer.alloc(0);
-  let lose: (() => void) | null = null;
+  let held: { answer: Answer; messages: Buffer[] } | null = null;
   upstream.on('data', (chunk: Buffer) => {
     buffered = Buffer.concat([buffered, chunk]);
     while (buffered.length >= 5) {
       const end = 1 + buffered.readInt32BE(1);
       if (buffered.length < end) break;
-      const type = String.fromCharCode(buffered[0]!);
-      if (lose === null && type === 'T') lose = takeLoss(columnsOf(buffered.subarray(5, end)));
-      if (lose === null) client.write(buffered.subarray(0, end));
-      else if (type === 'Z') return lose();
+      const message = buffered.subarray(0, end);
       buffered = buffered.subarray(end);
+      const type = String.fromCharCode(message[0]!);
+      const body = message.subarray(5);
+      if (held === null && type === 'T') {
+        held = { answer: { columns: columnsOf(body), rows: [] }, messages: [] };
+      }
+      if (held === null) {
+        client.write(message);
+        continue;
+      }
+      held.messages.push(message);
+      if (type === 'D') held.answer.rows.push(rowOf(held.answer.columns, body));
+      if (type !== 'Z') continue;
+      if (takeLoss(held.answer)) return;
+      client.write(Buffer.concat(held.messages));
+      held = null;
     }
   });
   upstream.on('end', () => client.end());
@@ -168,4 +183,17 @@ function columnsOf(body: Buffer): string[] {
     at = nul + 1 + 18;
   }
   return names;
+}
+
+/** A DataRow's values by column name: each a length (-1: NULL) and its bytes. */
+function rowOf(columns: string[], body: Buffer): Record<string, string | null> {
+  const row: Record<string, string | null> = {};
+  let at = 2;
+  for (let i = 0; i < body.readInt16BE(0); i++) {
+    const length = body.readInt32BE(at);
+    at += 4;
+    row[columns[i]!] = length < 0 ? null : body.toString('utf8', at, at + length);
+    at += Math.max(0, length);
+  }
+  return row;
 }
