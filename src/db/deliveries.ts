@@ -33,25 +33,30 @@ const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", l
   lease_expires_at as "leaseExpiresAt", app_id as "appId", message_id as "messageId",
   endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
   secret_version as "secretVersion", idempotent, client_error_policy as "clientErrorPolicy",
-  event_type as "eventType", payload, message_created_at as "messageCreatedAt", business_key as "businessKey"`;
+  event_type as "eventType", payload, message_created_at as "messageCreatedAt", business_key as "businessKey",
+  payload_shared as "payloadShared"`;
 
-type ClaimedRow = Omit<ClaimedDelivery, 'payload'> & { payload: string | null };
+/** A claim's row: each message's payload comes on its first row only (migrations/0018). */
+type ClaimedRow = Omit<ClaimedDelivery, 'payload'> & { payload: string | null; payloadShared: boolean };
 
 /**
- * Each message's payload as the bytes every attempt sends and signs, encoded once per message of
- * the claim (a fan-out claims many deliveries of one message) instead of at every request and
- * every signature; a Buffer's bytes also stay out of the young generation the worker's garbage
- * collector copies.
+ * Each message's payload as the bytes every attempt sends and signs: the claim sends it once per
+ * message (a fan-out claims many deliveries of one message), and it is encoded once, instead of
+ * at every request and every signature; a Buffer's bytes also stay out of the young generation
+ * the worker's garbage collector copies.
  */
 function withPayloadBytes(rows: ClaimedRow[]): ClaimedDelivery[] {
-  const bytes = new Map<string, Buffer>();
-  return rows.map((row) => {
-    if (row.payload === null) return { ...row, payload: null };
-    let payload = bytes.get(row.messageId);
-    if (payload === undefined) {
-      payload = Buffer.from(row.payload, 'utf8');
+  const bytes = new Map<string, Buffer | null>();
+  return rows.map(({ payloadShared, ...row }) => {
+    if (!payloadShared) {
+      const payload = row.payload === null ? null : Buffer.from(row.payload, 'utf8');
       bytes.set(row.messageId, payload);
+      return { ...row, payload };
     }
+    const payload = bytes.get(row.messageId);
+    // The claim puts a message's first row before the ones that share its payload.
+    if (payload === undefined)
+      throw new Error(`claim: a shared payload came before its message ${row.messageId}`);
     return { ...row, payload };
   });
 }
