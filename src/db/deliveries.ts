@@ -45,10 +45,11 @@ type ClaimedRow = Omit<ClaimedDelivery, 'payload'> & { payload: string | null; p
  * at every request and every signature; a Buffer's bytes also stay out of the young generation
  * the worker's garbage collector copies.
  */
-function withPayloadBytes(rows: ClaimedRow[]): ClaimedDelivery[] {
+function withPayloadBytes(rows: readonly ClaimedRow[]): ClaimedDelivery[] {
   const bytes = new Map<string, Buffer | null>();
-  return rows.map(({ payloadShared, ...row }) => {
-    if (!payloadShared) {
+  // One object per delivery, the row's copy with its bytes (the row's other columns ride along).
+  return rows.map((row) => {
+    if (!row.payloadShared) {
       const payload = row.payload === null ? null : Buffer.from(row.payload, 'utf8');
       bytes.set(row.messageId, payload);
       return { ...row, payload };
@@ -143,9 +144,14 @@ export async function recordOutcomesAndClaim(
   );
   const recorded: RecordedOutcome[] = [];
   const claimed: ClaimedRow[] = [];
-  for (const { recordedDeliveryId, recorded: wasRecorded, endpointDisabled, ...row } of result.rows) {
-    if (recordedDeliveryId === null) claimed.push(row);
-    else recorded.push({ deliveryId: recordedDeliveryId, recorded: wasRecorded, endpointDisabled });
+  for (const row of result.rows) {
+    if (row.recordedDeliveryId === null) claimed.push(row);
+    else
+      recorded.push({
+        deliveryId: row.recordedDeliveryId,
+        recorded: row.recorded,
+        endpointDisabled: row.endpointDisabled,
+      });
   }
   return { recorded, claimed: withPayloadBytes(claimed) };
 }
