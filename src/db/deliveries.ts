@@ -47,7 +47,8 @@ type ClaimedRow = Omit<ClaimedDelivery, 'payload'> & { payload: string | null; p
  */
 function withPayloadBytes(rows: readonly ClaimedRow[]): ClaimedDelivery[] {
   const bytes = new Map<string, Buffer | null>();
-  // One object per delivery, the row's copy with its bytes (the row's other columns ride along).
+  // One object per delivery: the row's copy with its bytes. The row's other columns ride along
+  // unread (payloadShared; on an outcome write's answer, its outcome columns, null).
   return rows.map((row) => {
     if (!row.payloadShared) {
       const payload = row.payload === null ? null : Buffer.from(row.payload, 'utf8');
@@ -73,7 +74,7 @@ export interface ClaimRequest {
 
 export async function claimDeliveries(db: Queryable, claim: ClaimRequest): Promise<ClaimedDelivery[]> {
   const result = await db.query<ClaimedRow>(
-    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid)`,
+    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid, true)`,
     [claim.batch, claim.leaseSeconds, claim.afterEndpoint, claim.claimId ?? null],
     'claim_deliveries',
   );
@@ -127,11 +128,16 @@ export async function recordOutcomesAndClaim(
   claim: ClaimRequest,
 ): Promise<{ recorded: RecordedOutcome[]; claimed: ClaimedDelivery[] }> {
   const result = await db.query<
-    ClaimedRow & { recordedDeliveryId: string | null; recorded: boolean; endpointDisabled: boolean }
+    // A recorded outcome's row or a claimed delivery's: each leaves the other's columns null.
+    ClaimedRow & {
+      recordedDeliveryId: string | null;
+      recorded: boolean | null;
+      endpointDisabled: boolean | null;
+    }
   >(
     `select recorded_delivery_id as "recordedDeliveryId", recorded, endpoint_disabled as "endpointDisabled",
             ${CLAIM_COLUMNS}
-       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5, $6::uuid)`,
+       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5, $6::uuid, true)`,
     [
       outcomeItems(results),
       disableAfter,
@@ -149,8 +155,8 @@ export async function recordOutcomesAndClaim(
     else
       recorded.push({
         deliveryId: row.recordedDeliveryId,
-        recorded: row.recorded,
-        endpointDisabled: row.endpointDisabled,
+        recorded: row.recorded === true,
+        endpointDisabled: row.endpointDisabled === true,
       });
   }
   return { recorded, claimed: withPayloadBytes(claimed) };

@@ -61,13 +61,28 @@ export interface TestDatabase {
   drop(): Promise<void>;
 }
 
-/** A fresh, migrated database for one test file; `drop` closes and removes it. */
-export async function freshDatabase(label: string): Promise<TestDatabase> {
-  const template = await ensureTemplate();
+/**
+ * A fresh, migrated database for one test file; `drop` closes and removes it. `upTo`: migrated
+ * only up to that version, as a database that a release before the latest left (an upgrade test
+ * runs the rest with `migrate`).
+ */
+export async function freshDatabase(label: string, options: { upTo?: number } = {}): Promise<TestDatabase> {
   const name = `herald_t_${label.replace(/[^a-z0-9]/gi, '_').toLowerCase()}_${crypto.randomBytes(4).toString('hex')}`;
-  await withAdmin((admin) => admin.query(`create database ${name} template ${template}`));
   const url = urlFor(name);
-  const db = createPgDb({ connectionString: url, max: 4 });
+  let db: Db;
+  if (options.upTo === undefined) {
+    const template = await ensureTemplate();
+    await withAdmin((admin) => admin.query(`create database ${name} template ${template}`));
+    db = createPgDb({ connectionString: url, max: 4 });
+  } else {
+    const { upTo } = options;
+    await withAdmin((admin) => admin.query(`create database ${name}`));
+    db = createPgDb({ connectionString: url, max: 4 });
+    await migrate(
+      db,
+      readMigrations().filter((m) => m.version <= upTo),
+    );
+  }
   return {
     name,
     url,
