@@ -300,10 +300,10 @@ test("a claim round's answer lost after it committed: its lease is given back un
 
 test("an outcome write's claim along lost after it committed: recorded once, the claim given back", async () => {
   // An outcome write claims the endpoint's next message along (one in flight per endpoint): the
-  // first such answer is lost. The write is retried, recording only; the claimed lease comes back.
-  // Three messages: a claim round under way when the first outcome is written leaves the claim to
-  // that round, and the second outcome's write claims the third.
-  const { logs, metrics } = await lostAnswerCase('claim_along_lost', 3, claimAlongAnswer);
+  // first such answer that claimed one is lost. The write is retried, recording only; the claimed
+  // lease comes back. Five messages: a claim round under way (the tests poll every 50 ms) when an
+  // outcome is written leaves the claim to that round, so four outcome writes get the chance.
+  const { logs, metrics } = await lostAnswerCase('claim_along_lost', 5, claimAlongAnswer);
   assert.equal(count(logs, GAVE_BACK), 1);
   assert.ok(count(logs, RETRYING) >= 1, 'the outcome write was retried');
   assert.equal(count(logs, DISCARDED), 0, 'the retried write found its outcome recorded');

@@ -21,10 +21,11 @@ export interface TcpProxy {
   /** Destroys every relayed connection, both sides, at once. */
   cutAll(): void;
   /**
-   * Arms a one-shot loss: the next answer that `matches` accepts is dropped, with everything after
-   * it on its connection, up to the server's ReadyForQuery — by then an autocommit statement has
-   * committed — and that connection is cut. Resolves once it happened. An answer is held back
-   * until its ReadyForQuery, so that `matches` sees its rows; one it refuses is relayed then.
+   * Arms a one-shot loss of an answer whose statement committed: while armed, each answer with a
+   * RowDescription is held back until the ReadyForQuery that ends it, so that `matches` sees its
+   * rows. The next one that ended outside a transaction without an error (an autocommit statement
+   * that committed) and that `matches` accepts is dropped whole and its connection cut; any other
+   * is relayed then. Resolves once it happened.
    */
   loseAnswer(matches: (answer: Answer) => boolean): Promise<void>;
   /** From now on, new connections are reset as soon as they arrive. */
@@ -33,10 +34,16 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-/** A statement's answer as the proxy saw it: its columns, and each row's values as text (or null). */
+/** An answer as the proxy saw it, from its RowDescription to its ReadyForQuery. */
 export interface Answer {
+  /** The columns of its (last) RowDescription. */
   columns: string[];
+  /** Each row's values as text (or null), by the names of its own statement's columns. */
   rows: Record<string, string | null>[];
+  /** An ErrorResponse came with it. */
+  failed: boolean;
+  /** ReadyForQuery's transaction status: 'I' idle (an autocommit statement ended), 'T' in a transaction, 'E' failed one. */
+  status: string;
 }
 
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
@@ -67,15 +74,20 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     client.on('close', drop);
     upstream.on('close', drop);
     client.pipe(upstream);
-    relayAnswers(upstream, client, (answer) => {
-      if (!armed?.matches(answer)) return false;
-      // This connection takes the loss: another one matching meanwhile is relayed as usual.
-      const { lost } = armed;
-      armed = null;
-      drop();
-      lost();
-      return true;
-    });
+    relayAnswers(
+      upstream,
+      client,
+      () => armed !== null,
+      (answer) => {
+        if (answer.failed || answer.status !== 'I' || !armed?.matches(answer)) return false;
+        // This connection takes the loss: another one matching meanwhile is relayed as usual.
+        const { lost } = armed;
+        armed = null;
+        drop();
+        lost();
+        return true;
+      },
+    );
   });
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
@@ -137,12 +149,18 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
 /**
  * Relays the server's side of a PostgreSQL connection message by message: a type byte and a
  * length that counts itself, the shape of every message a server sends after a start-up without
- * TLS (the clients of these tests never ask for it; a TLS answer would be one bare byte). Each
- * answer with rows (from its RowDescription to the ReadyForQuery that ends its statement) is held
- * back and offered to `takeLoss`, which either cuts the connection or has it relayed. Values are
- * read as text, the format these tests' clients ask for.
+ * TLS (the clients of these tests never ask for it; a TLS answer would be one bare byte). While
+ * `holding()` says so, each answer with a RowDescription is held back up to its ReadyForQuery and
+ * offered to `takeLoss`, which either cuts the connection or has the answer relayed; messages the
+ * server sends unasked meanwhile (notifications, notices, parameter changes) wait with it. Values
+ * are read as text, the format these tests' clients ask for.
  */
-function relayAnswers(upstream: net.Socket, client: net.Socket, takeLoss: (answer: Answer) => boolean): void {
+function relayAnswers(
+  upstream: net.Socket,
+  client: net.Socket,
+  holding: () => boolean,
+  takeLoss: (answer: Answer) => boolean,
+): void {
   let buffered = Buffer.alloc(0);
   let held: { answer: Answer; messages: Buffer[] } | null = null;
   upstream.on('data', (chunk: Buffer) => {
@@ -154,22 +172,31 @@ function relayAnswers(upstream: net.Socket, client: net.Socket, takeLoss: (answe
       buffered = buffered.subarray(end);
       const type = String.fromCharCode(message[0]!);
       const body = message.subarray(5);
-      if (held === null && type === 'T') {
-        held = { answer: { columns: columnsOf(body), rows: [] }, messages: [] };
+      if (held === null && type === 'T' && holding()) {
+        held = { answer: { columns: [], rows: [], failed: false, status: '' }, messages: [] };
       }
       if (held === null) {
         client.write(message);
         continue;
       }
       held.messages.push(message);
-      if (type === 'D') held.answer.rows.push(rowOf(held.answer.columns, body));
-      if (type !== 'Z') continue;
-      if (takeLoss(held.answer)) return;
-      client.write(Buffer.concat(held.messages));
-      held = null;
+      if (type === 'T') held.answer.columns = columnsOf(body);
+      else if (type === 'D') held.answer.rows.push(rowOf(held.answer.columns, body));
+      else if (type === 'E') held.answer.failed = true;
+      else if (type === 'Z') {
+        held.answer.status = String.fromCharCode(body[0]!);
+        if (takeLoss(held.answer)) return;
+        client.write(Buffer.concat(held.messages));
+        held = null;
+      }
     }
   });
-  upstream.on('end', () => client.end());
+  upstream.on('end', () => {
+    // What the server said before it closed (a FATAL error, say) still reaches the client.
+    if (held !== null) client.write(Buffer.concat(held.messages));
+    held = null;
+    client.end();
+  });
 }
 
 /** The column names of a RowDescription's body. */
