@@ -36,7 +36,7 @@ const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", l
   event_type as "eventType", payload, message_created_at as "messageCreatedAt", business_key as "businessKey",
   payload_shared as "payloadShared"`;
 
-/** A claim's row: each message's payload comes on its first row only (migrations/0018). */
+/** A claim's row: each message's payload comes on its first row only, as herald asks (migrations/0018). */
 type ClaimedRow = Omit<ClaimedDelivery, 'payload'> & { payload: string | null; payloadShared: boolean };
 
 /**
@@ -74,7 +74,7 @@ export interface ClaimRequest {
 
 export async function claimDeliveries(db: Queryable, claim: ClaimRequest): Promise<ClaimedDelivery[]> {
   const result = await db.query<ClaimedRow>(
-    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid, true)`,
+    `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid, share_payloads => true)`,
     [claim.batch, claim.leaseSeconds, claim.afterEndpoint, claim.claimId ?? null],
     'claim_deliveries',
   );
@@ -137,7 +137,7 @@ export async function recordOutcomesAndClaim(
   >(
     `select recorded_delivery_id as "recordedDeliveryId", recorded, endpoint_disabled as "endpointDisabled",
             ${CLAIM_COLUMNS}
-       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5, $6::uuid, true)`,
+       from herald_record_and_claim($1::jsonb, $2, $3, make_interval(secs => $4), $5, $6::uuid, share_payloads => true)`,
     [
       outcomeItems(results),
       disableAfter,
