@@ -69,20 +69,16 @@ export interface TestDatabase {
 export async function freshDatabase(label: string, options: { upTo?: number } = {}): Promise<TestDatabase> {
   const name = `herald_t_${label.replace(/[^a-z0-9]/gi, '_').toLowerCase()}_${crypto.randomBytes(4).toString('hex')}`;
   const url = urlFor(name);
-  let db: Db;
-  if (options.upTo === undefined) {
-    const template = await ensureTemplate();
-    await withAdmin((admin) => admin.query(`create database ${name} template ${template}`));
-    db = createPgDb({ connectionString: url, max: 4 });
-  } else {
-    const { upTo } = options;
-    await withAdmin((admin) => admin.query(`create database ${name}`));
-    db = createPgDb({ connectionString: url, max: 4 });
+  const { upTo } = options;
+  // A copy of the migrated template, or an empty database to migrate part of the way.
+  const template = upTo === undefined ? ` template ${await ensureTemplate()}` : '';
+  await withAdmin((admin) => admin.query(`create database ${name}${template}`));
+  const db = createPgDb({ connectionString: url, max: 4 });
+  if (upTo !== undefined)
     await migrate(
       db,
       readMigrations().filter((m) => m.version <= upTo),
     );
-  }
   return {
     name,
     url,
