@@ -240,7 +240,10 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
     entry.leave();
     return unsentFailure('invalid_request');
   }
-  const headers = atSend === undefined ? req.headers : { ...req.headers, ...atSend };
+  // One copy per request: its headers, those made as it leaves over them, and herald's user agent
+  // unless the request names its own.
+  const headers = { ...req.headers, ...atSend };
+  if (!hasHeader(headers, 'user-agent')) headers['user-agent'] = settings.userAgent;
   startedAt = performance.now();
   const exchange = new Exchange(settings.maxResponseBytes, settings.storedResponseBytes);
   // The place is given back once undici is done with the request, which may be after the deadline
@@ -256,9 +259,7 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
         origin: route.origin,
         path: route.path,
         method: 'POST',
-        headers: hasHeader(headers, 'user-agent')
-          ? headers
-          : { 'user-agent': settings.userAgent, ...headers },
+        headers,
         body: req.body,
       },
       exchange,
