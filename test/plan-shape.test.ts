@@ -14,6 +14,8 @@ import pg from 'pg';
 import { recordReceipts } from '../src/db/intake.ts';
 import { publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
+import { type Finding, runDoctor } from '../src/ops/doctor.ts';
+import { createMetrics } from '../src/ops/metrics.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
 
@@ -255,6 +257,86 @@ test("lease recovery walks the slots and finds each expired lease's delivery and
   assert.doesNotMatch(marking[0]!, /attempt_one_per_lease/);
 });
 
+test('a metrics scrape and the doctor read the failed deliveries, never the attempt history', async () => {
+  const app = await seedApp(database.db, 'parked');
+  for (let i = 0; i < 300; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
+  // 300 deliveries parked as failed after four known failures each: history with nothing to review.
+  await client.query(
+    `with m as (insert into message (app_id, event_type, payload, payload_expires_at)
+                values ($1, 'e', '{}', now() + interval '1 day') returning id),
+          d as (insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+                select $1, m.id, e.id, 'failed', 4, 4 from m cross join endpoint e where e.app_id = $1
+                returning id, app_id, message_id, endpoint_id)
+     insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                          finished_at, outcome, status_code)
+     select d.app_id, d.id, d.message_id, d.endpoint_id, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/x',
+            now(), 'failure', 500
+       from d cross join generate_series(1, 4)`,
+    [app.id],
+  );
+  // One more parked by the outcome write itself: its last attempt's outcome is unknown.
+  const risky = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/risky', false);
+  await publishMessages(asQueryable(client), [
+    { ...newMessage(app.id), onlyEndpointId: risky.id, actor: 'test' },
+  ]);
+  // The newest endpoint (ids follow time): the claim's round robin starts after the one before it.
+  const claimed = await client.query<Claimed & { attempt_id: string }>(
+    `select delivery_id, lease_token, endpoint_id, attempt_id
+       from herald_claim(1, interval '30 seconds', (select max(id) from endpoint where id <> $1))`,
+    [risky.id],
+  );
+  assert.equal(claimed.rows[0]?.endpoint_id, risky.id);
+  const [unknown] = claimed.rows;
+  await client.query('select * from herald_record_outcomes($1::jsonb, 5)', [
+    JSON.stringify([
+      {
+        delivery_id: unknown!.delivery_id,
+        lease_token: unknown!.lease_token,
+        outcome: 'unknown',
+        status_code: null,
+        response_class: 'connection_lost',
+        response_body: '',
+        duration_ms: 1,
+        next_attempt_at: null,
+        disable_endpoint: null,
+        credentials_rejected: false,
+      },
+    ]),
+  ]);
+  await client.query('analyze');
+
+  let scraped = '';
+  const scrapePlans = await explained(async () => {
+    scraped = await createMetrics(asQueryable(client)).scrape();
+  });
+  assert.match(scraped, /^herald_unknown_outcomes_parked 1$/m);
+  assert.ok(
+    scrapePlans.some((p) => p.includes('delivery_failed')),
+    'the gauges were read in this connection',
+  );
+  // Reading a table of the history makes a scrape's cost grow with it (every attempt ever made).
+  assertNoScans(scrapePlans, /\bon (attempt|delivery|message)\b/g);
+
+  let findings: Finding[] = [];
+  const doctorPlans = await explained(async () => {
+    findings = await runDoctor(asQueryable(client), {
+      settleSeconds: 0,
+      dueSeconds: 3600,
+      leaseGraceSeconds: 3600,
+      unknownReviewSeconds: 0,
+    });
+  });
+  const review = findings.find((f) => f.check === 'unknown_outcomes_unreviewed');
+  assert.equal(review?.count, 1);
+  assert.deepEqual(review?.examples, [unknown!.attempt_id]);
+  // The attempts are looked up for the one delivery that counted an unknown one, by its index.
+  const attemptReads = doctorPlans
+    .filter((p) => p.includes('unknown_attempts'))
+    .flatMap((p) => p.match(/(Seq|Index|Index Only|Bitmap Heap) Scan.* on attempt\b.*/g) ?? []);
+  assert.equal(attemptReads.length, 1, doctorPlans.join('\n---\n'));
+  assert.match(attemptReads[0]!, /Index Scan using attempt_delivery_idx on attempt .*loops=1\)/);
+});
+
 test('no function whose plan is pinned, nor lease recovery, is compiled by JIT at each call', async () => {
   // A function that redefines one of these (create or replace) takes its settings from the new
   // definition: without `set jit = off` there, this fails.
@@ -268,8 +350,8 @@ test('no function whose plan is pinned, nor lease recovery, is compiled by JIT a
   const pinned = await client.query(`select 1 from pg_proc where 'jit=off' = any(proconfig)`);
   assert.equal(
     pinned.rowCount,
-    7,
-    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery',
+    8,
+    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery, the unknown attempts counted',
   );
 });
 

@@ -27,6 +27,7 @@ const RELEASED: Record<number, string> = {
   16: '0a923aa217456bb8e2cc20d400a3f560a6d62bcc17d7f9b2da7a48347e65569c',
   17: '01616981f509d92cc39510be35c33a85ddc6acdbf48d7b1278ffea9c9abfb8c9',
   18: 'e06265324c7449649ccdd8e54e20b5ad1276a973d244a338e320b40b7c7f31c4',
+  19: '913db07940adc02617a3ccdf95926f5a42e05eff38f7bc3168b5cb703b4fdc8e',
 };
 
 test('released migrations are never edited', () => {

@@ -4,7 +4,7 @@
 
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import type { Db } from './port.ts';
+import type { Db, Queryable } from './port.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 
@@ -34,7 +34,7 @@ export interface MigrationState {
   pending: number[];
 }
 
-export async function migrationState(db: Db, migrations = readMigrations()): Promise<MigrationState> {
+export async function migrationState(db: Queryable, migrations = readMigrations()): Promise<MigrationState> {
   const exists = await db.query<{ present: boolean }>(
     `select to_regclass('herald_migration') is not null as present`,
   );

@@ -4,7 +4,7 @@
 // it is safe to run from cron or a probe against a live system. Every check is one query.
 
 import { migrationState } from '../db/migrate.ts';
-import type { Db } from '../db/port.ts';
+import type { Queryable } from '../db/port.ts';
 
 export interface DoctorThresholds {
   /** Rows younger than this may still be mid-write (claim → message, endpoint → fan-out). */
@@ -113,8 +113,15 @@ const CHECKS: Check[] = [
   {
     name: 'unknown_outcomes_unreviewed',
     sql: (t) => ({
-      text: `select a.id, a.finished_at as t from delivery_failed f join attempt a on a.delivery_id = f.delivery_id
-              where a.outcome = 'unknown'
+      // The failed deliveries that counted unknown attempts as they were parked (0019), and only
+      // their attempts, each looked up by its delivery (OFFSET 0: never joined to the whole table).
+      text: `select a.id, a.finished_at as t from delivery_failed f
+              cross join lateral (
+                select a.id, a.finished_at from attempt a
+                 where a.delivery_id = f.delivery_id and a.outcome = 'unknown'
+                offset 0
+              ) a
+              where f.unknown_attempts > 0
                 and a.finished_at < now() - make_interval(secs => $1)`,
       params: [t.unknownReviewSeconds],
     }),
@@ -139,7 +146,7 @@ const CHECKS: Check[] = [
 ];
 
 /** Runs every check; returns the findings (an empty list: healthy). */
-export async function runDoctor(db: Db, thresholds: DoctorThresholds): Promise<Finding[]> {
+export async function runDoctor(db: Queryable, thresholds: DoctorThresholds): Promise<Finding[]> {
   const migrations = await migrationState(db);
   if (migrations.pending.length > 0) {
     // The other checks read tables this build expects: on an older schema they cannot be trusted.

@@ -1,0 +1,126 @@
+// A failed delivery counts its attempts with an unknown outcome as it is parked (migration 0019),
+// whichever writer parks it, and the gauge herald_unknown_outcomes_parked sums those counts: the
+// outcome write, lease recovery, a resend that takes the delivery out, and a database upgraded
+// with such deliveries already parked.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import {
+  type AttemptResult,
+  type ClaimedDelivery,
+  claimDeliveries,
+  recordOutcomes,
+  recoverExpiredLeases,
+  resendDelivery,
+} from '../src/db/deliveries.ts';
+import { migrate, readMigrations } from '../src/db/migrate.ts';
+import type { Queryable } from '../src/db/port.ts';
+import { createMetrics } from '../src/ops/metrics.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { attemptResult } from './support/outcomes.ts';
+import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
+
+let database: TestDatabase;
+before(async () => {
+  database = await freshDatabase('unknown_attempts');
+});
+after(async () => {
+  await database.drop();
+});
+
+/** A request that left and lost its connection, with no retry: the endpoint has no idempotency contract. */
+const unknownParked = (claim: ClaimedDelivery): AttemptResult => ({
+  ...attemptResult(claim, 'failure'),
+  outcome: 'unknown',
+  statusCode: null,
+  responseClass: 'connection_lost',
+});
+
+async function parkedGauge(db: Queryable): Promise<number> {
+  const scraped = await createMetrics(db).scrape();
+  const line = /^herald_unknown_outcomes_parked (\S+)$/m.exec(scraped);
+  assert.ok(line, 'the gauge is scraped');
+  return Number(line[1]);
+}
+
+async function counted(db: Queryable, deliveryId: string): Promise<number | null> {
+  const result = await db.query<{ n: number }>(
+    'select unknown_attempts as n from delivery_failed where delivery_id = $1',
+    [deliveryId],
+  );
+  return result.rows[0]?.n ?? null;
+}
+
+async function claimOne(db: Queryable): Promise<ClaimedDelivery> {
+  const claimed = await claimDeliveries(db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+  assert.equal(claimed.length, 1);
+  return claimed[0]!;
+}
+
+test('each parking counts the unknown attempts of every cycle; a resend takes them out', async () => {
+  const { db } = database;
+  const app = await seedApp(db, 'unknown_attempts');
+  const risky = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/risky', false);
+  await seedMessage(db, app.id);
+  assert.equal(await parkedGauge(db), 0);
+
+  // Cycle 1: the outcome write parks it, its one attempt unknown.
+  const first = await claimOne(db);
+  await recordOutcomes(db, [unknownParked(first)], 5);
+  assert.equal(await counted(db, first.deliveryId), 1);
+  assert.equal(await parkedGauge(db), 1);
+
+  // Reviewed and resent: no longer parked.
+  await resendDelivery(db, app.id, first.messageId, risky.id);
+  assert.equal(await counted(db, first.deliveryId), null);
+  assert.equal(await parkedGauge(db), 0);
+
+  // Cycle 2: its worker dies and lease recovery parks it (the follow trigger's path). Both cycles'
+  // unknown attempts are counted.
+  const second = await claimOne(db);
+  await db.query(`update delivery set lease_expires_at = now() - interval '1 second' where id = $1`, [
+    second.deliveryId,
+  ]);
+  assert.equal((await recoverExpiredLeases(db, 8)).length, 1);
+  assert.equal(await counted(db, second.deliveryId), 2);
+  assert.equal(await parkedGauge(db), 2);
+
+  // Parked after a known failure: nothing to review.
+  const plain = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/plain');
+  await seedMessage(db, app.id);
+  const claimed = await claimDeliveries(db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+  const failing = claimed.find((c) => c.endpointId === plain.id);
+  assert.ok(failing, 'the plain endpoint has a delivery');
+  await recordOutcomes(
+    db,
+    claimed.map((c) => (c === failing ? attemptResult(c, 'failure') : attemptResult(c))),
+    5,
+  );
+  assert.equal(await counted(db, failing.deliveryId), 0);
+  assert.equal(await parkedGauge(db), 2);
+});
+
+test('a database upgraded with failed deliveries already parked counts their unknown attempts', async () => {
+  const old = await freshDatabase('unknown_attempts_upgrade', { upTo: 18 });
+  try {
+    const app = await seedApp(old.db, 'unknown_attempts_upgrade');
+    const risky = await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/risky', false);
+    const plain = await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/plain');
+    await seedMessage(old.db, app.id);
+    const claimed = await claimDeliveries(old.db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+    assert.equal(claimed.length, 2);
+    await recordOutcomes(
+      old.db,
+      claimed.map((c) => (c.endpointId === risky.id ? unknownParked(c) : attemptResult(c, 'failure'))),
+      5,
+    );
+    const upgrade = readMigrations().filter((m) => m.version === 19);
+    assert.deepEqual(await migrate(old.db, upgrade), [19], 'the upgrade ran 0019');
+    const byEndpoint = new Map(claimed.map((c) => [c.endpointId, c.deliveryId]));
+    assert.equal(await counted(old.db, byEndpoint.get(risky.id)!), 1);
+    assert.equal(await counted(old.db, byEndpoint.get(plain.id)!), 0);
+    assert.equal(await parkedGauge(old.db), 1);
+  } finally {
+    await old.drop();
+  }
+});
