@@ -14,6 +14,7 @@ import pg from 'pg';
 import { recordReceipts } from '../src/db/intake.ts';
 import { publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
+import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { type Finding, runDoctor } from '../src/ops/doctor.ts';
 import { createMetrics } from '../src/ops/metrics.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
@@ -335,6 +336,28 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
     .flatMap((p) => p.match(/(Seq|Index|Index Only|Bitmap Heap) Scan.* on attempt\b.*/g) ?? []);
   assert.equal(attemptReads.length, 1, doctorPlans.join('\n---\n'));
   assert.match(attemptReads[0]!, /Index Scan using attempt_delivery_idx on attempt .*loops=1\)/);
+});
+
+test('retention finds the expired payloads and the old messages by index, never reading the history', async () => {
+  // Every worker runs payload retention once a minute, and the history holds every message ever
+  // published: 20,000 of them, none due, with their statistics.
+  const app = await seedApp(database.db, 'retention');
+  await client.query(
+    `insert into message (app_id, event_type, payload, payload_expires_at)
+     select $1, 'e', '{}', now() + interval '30 days' from generate_series(1, 20000)`,
+    [app.id],
+  );
+  await client.query('analyze message');
+  let expired = -1;
+  let pruned = -1;
+  const plans = await explained(async () => {
+    expired = await expireOldPayloads(asQueryable(client));
+    pruned = await pruneFinishedHistory(asQueryable(client), 30);
+  });
+  assert.deepEqual([expired, pruned], [0, 0]);
+  assert.equal(plans.length, 2, 'both runs were explained');
+  assertNoScans(plans, /Seq Scan on message\b/g);
+  assertNoWholeIndexScans(plans, /^message$/);
 });
 
 test('no function whose plan is pinned, nor lease recovery, is compiled by JIT at each call', async () => {

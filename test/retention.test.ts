@@ -74,27 +74,52 @@ test('an expired payload is removed; the history stays and reads as an empty pay
 test('history pruning removes old finished messages with their attempts, never unfinished ones', async () => {
   await t.call('POST', '/api/v1/app', { name: 'prune', uid: 'prune' });
   const ep = await createEndpoint(t, 'prune', { url: `${receiver.url}/prune` });
-  const finished = await publishVia(t, 'prune', { eventType: 'e', payload: {} });
-  await waitFor('the delivery', async () => {
+  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'prune'`)).rows[0]!
+    .id;
+  // Published 40 days ago: a message id begins with its creation time, and pruning walks the ids.
+  const old = (n: number) =>
+    `msg_${(Date.now() - 40 * 86_400_000).toString(16).padStart(12, '0')}${String(n).padStart(16, '0')}`;
+  const [finished, waiting] = [old(1), old(2)];
+  await t.database.db.query(
+    `with m as (
+       insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+       select id, $1, 'e', '{}', now() + interval '1 day', now() - interval '40 days' from unnest($3::text[]) id
+       returning id
+     ), d as (
+       insert into delivery (app_id, message_id, endpoint_id, state, next_attempt_at, attempts_in_cycle, attempts_total)
+       select $1, m.id, $2, case when m.id = $4 then 'succeeded' else 'pending' end,
+              case when m.id = $4 then null else now() + interval '1 day' end, 1, 1
+         from m
+       returning id, message_id
+     )
+     insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                          finished_at, outcome, status_code)
+     select $1, d.id, d.message_id, $2, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/x', now(), 'success', 204
+       from d`,
+    [appId, ep, [finished, waiting], finished],
+  );
+  // A message created just now is never old, whatever its row says.
+  const recent = await publishVia(t, 'prune', { eventType: 'e', payload: {} });
+  await t.database.db.query(`update message set created_at = now() - interval '40 days' where id = $1`, [
+    recent,
+  ]);
+  await waitFor('the recent delivery', async () => {
     const rows = await t.database.db.query(
       `select 1 from delivery where message_id = $1 and state = 'succeeded'`,
-      [finished],
+      [recent],
     );
     return rows.rowCount === 1;
   });
-  await t.call('PATCH', `/api/v1/app/prune/endpoint/${ep}`, { disabled: true });
-  const waiting = await publishVia(t, 'prune', { eventType: 'e', payload: {} });
-  await t.database.db.query(`update message set created_at = now() - interval '40 days' where id = any($1)`, [
-    [finished, waiting],
-  ]);
+
   assert.equal(await pruneFinishedHistory(t.database.db, 30), 1);
-  const left = await t.database.db.query<{ id: string }>('select id from message where id = any($1)', [
-    [finished, waiting],
-  ]);
+  const left = await t.database.db.query<{ id: string }>(
+    'select id from message where id = any($1) order by id',
+    [[finished, waiting, recent]],
+  );
   assert.deepEqual(
     left.rows.map((r) => r.id),
-    [waiting],
-    'the waiting delivery keeps its message',
+    [waiting, recent],
+    'the waiting delivery keeps its message; the recent one is not old',
   );
   const attempts = await t.database.db.query('select 1 from attempt where message_id = $1', [finished]);
   assert.equal(attempts.rowCount, 0, 'attempts go with their message');
