@@ -12,7 +12,7 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { recordReceipts } from '../src/db/intake.ts';
-import { publishMessages } from '../src/db/messages.ts';
+import { findMessage, publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { type Finding, runDoctor } from '../src/ops/doctor.ts';
@@ -358,6 +358,47 @@ test('retention finds the expired payloads and the old messages by index, never 
   assert.equal(plans.length, 2, 'both runs were explained');
   assertNoScans(plans, /Seq Scan on message\b/g);
   assertNoWholeIndexScans(plans, /^message$/);
+});
+
+test('a message is found by its id or its event id through an index, never by reading the history', async () => {
+  const app = await seedApp(database.db, 'lookup');
+  await client.query(
+    `insert into message (app_id, event_type, payload, payload_expires_at, event_id)
+     select $1, 'e', '{}', now() + interval '30 days', case when n % 100 = 0 then 'evt_' || n end
+       from generate_series(1, 20000) n`,
+    [app.id],
+  );
+  await client.query('analyze message');
+  const byEvent = await client.query<{ id: string }>(`select id from message where event_id = 'evt_500'`);
+  const eventMessage = byEvent.rows[0]!.id;
+  const other = await client.query<{ id: string }>(
+    `select id from message where app_id = $1 and event_id is null limit 1`,
+    [app.id],
+  );
+  const db = asQueryable(client);
+  const found: (string | null)[] = [];
+  // Each request about a message looks it up; a connection of a pool runs the same statement for
+  // many of them, with the plan it made for the first ones (the 6th execution may be generic).
+  const plans = await explained(async () => {
+    for (let i = 0; i < 7; i++) {
+      found.push((await findMessage(db, app.id, other.rows[0]!.id))?.id ?? null);
+      found.push((await findMessage(db, app.id, 'evt_500'))?.id ?? null);
+      found.push((await findMessage(db, app.id, 'msg_unknown'))?.id ?? null);
+    }
+  });
+  assert.deepEqual(found.slice(0, 3), [other.rows[0]!.id, eventMessage, null]);
+  assert.deepEqual(found.slice(18), found.slice(0, 3), 'the same answers from a reused plan');
+  assert.equal(plans.length, 21, 'every lookup was explained');
+  assertNoScans(plans, /Seq Scan on message\b/g);
+  assertNoWholeIndexScans(plans, /^message$/);
+  // Nor through the app's index, reading each of its messages to compare their event ids.
+  const filtered = plans.flatMap((p) =>
+    [...p.matchAll(/Rows Removed by Filter: (\d+)/g)].map((m) => Number(m[1])),
+  );
+  assert.ok(
+    filtered.every((n) => n <= 1),
+    `a lookup read messages it did not want:\n${plans.join('\n---\n')}`,
+  );
 });
 
 test('no function whose plan is pinned, nor lease recovery, is compiled by JIT at each call', async () => {

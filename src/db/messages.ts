@@ -173,10 +173,15 @@ export async function findMessage(
   appId: string,
   idOrEventId: string,
 ): Promise<MessageRow | null> {
+  // By id first, then by event id (the latest of that id), each through its own index: one
+  // condition naming both columns could use neither, and read every message ever published.
   const result = await db.query<MessageRow>(
-    `select ${COLUMNS} from message where app_id = $1 and (id = $2 or event_id = $2)
-      order by (id = $2) desc limit 1`,
+    `(select ${COLUMNS} from message where app_id = $1 and id = $2)
+     union all
+     (select ${COLUMNS} from message where app_id = $1 and event_id = $2 order by id desc limit 1)
+     limit 1`,
     [appId, idOrEventId],
+    'find_message',
   );
   return result.rows[0] ?? null;
 }
