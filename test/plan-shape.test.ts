@@ -17,8 +17,9 @@ import { asQueryable } from '../src/db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { type Finding, runDoctor } from '../src/ops/doctor.ts';
 import { createMetrics } from '../src/ops/metrics.ts';
+import { failingSince } from '../src/ops/operational-webhooks.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
+import { newMessage, seedApp, seedEndpoint, seedMessage, seedReceipt, seedSource } from './support/seed.ts';
 
 let database: TestDatabase;
 let client: pg.Client;
@@ -398,6 +399,47 @@ test('a message is found by its id or its event id through an index, never by re
   assert.ok(
     filtered.every((n) => n <= 1),
     `a lookup read messages it did not want:\n${plans.join('\n---\n')}`,
+  );
+});
+
+test("an endpoint's run of failures is found from the end of its history, not from all of it", async () => {
+  // 3,000 successes over the past days, then the five failures that disable it.
+  const app = await seedApp(database.db, 'failing');
+  const ep = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/failing');
+  const messageId = await seedMessage(database.db, app.id);
+  await client.query(
+    `with d as (select id from delivery where message_id = $1 and endpoint_id = $2),
+          runs as (select n, case when n <= 3000 then 'success' else 'failure' end as outcome,
+                          (extract(epoch from now() - interval '3 days') * 1000)::bigint + n * 60000 as at_ms
+                     from generate_series(1, 3005) n)
+     insert into attempt (id, app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                          started_at, finished_at, outcome, status_code)
+     select 'atmpt_' || lpad(to_hex(r.at_ms), 12, '0') || '0000000000000000', $3, d.id, $1, $2, 1,
+            gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/failing', to_timestamp(r.at_ms / 1000.0),
+            to_timestamp(r.at_ms / 1000.0), r.outcome, case when r.outcome = 'success' then 204 else 500 end
+       from runs r cross join d`,
+    [messageId, ep.id, app.id],
+  );
+  await client.query('analyze attempt');
+  const firstFailure = await client.query<{ started_at: Date }>(
+    `select min(started_at) as started_at from attempt where endpoint_id = $1 and outcome = 'failure'`,
+    [ep.id],
+  );
+  let since: Date | null = null;
+  const plans = await explained(async () => {
+    since = await failingSince(asQueryable(client), ep.id, new Date(0));
+  });
+  assert.equal(since!.getTime(), firstFailure.rows[0]!.started_at.getTime());
+  assertNoScans(plans, /Seq Scan on attempt\b/g);
+  // The newest attempts, back to the last success; the successes before it are never read.
+  const read = plans.flatMap((p) =>
+    [...p.matchAll(/Scan.* on attempt .*rows=(\d+) loops=\d+\)(?:\n.*Rows Removed by Filter: (\d+))?/g)].map(
+      (m) => Number(m[1]) + Number(m[2] ?? 0),
+    ),
+  );
+  assert.ok(
+    read.length > 0 && read.every((n) => n <= 10),
+    `attempts read per scan: ${read}\n${plans.join('\n')}`,
   );
 });
 

@@ -210,14 +210,20 @@ async function emitAttemptEvents(
   }
 }
 
-/** When the endpoint's run of failures began: its first known failure after its last success. */
-async function failingSince(tx: Queryable, endpointId: string, fallback: Date): Promise<Date> {
+/**
+ * When the endpoint's run of failures began: its first known failure after its last success. It
+ * runs in the outcome write's transaction, so it reads only the end of the endpoint's history:
+ * attempt ids follow time, and one endpoint has one attempt in flight at a time, so its attempts
+ * in id order are its attempts in time order. The walk goes back from the newest to the last
+ * success, then forward over the failures since (not over every attempt the endpoint ever had).
+ */
+export async function failingSince(tx: Queryable, endpointId: string, fallback: Date): Promise<Date> {
   const result = await tx.query<{ since: Date | null }>(
     `select min(f.started_at) as since from attempt f
       where f.endpoint_id = $1 and f.outcome = 'failure'
-        and f.started_at > coalesce(
-          (select max(s.started_at) from attempt s where s.endpoint_id = $1 and s.outcome = 'success'),
-          '-infinity')`,
+        and f.id > coalesce(
+          (select s.id from attempt s where s.endpoint_id = $1 and s.outcome = 'success' order by s.id desc limit 1),
+          '')`,
     [endpointId],
   );
   return result.rows[0]?.since ?? fallback;
