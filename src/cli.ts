@@ -295,6 +295,7 @@ program
         dueSeconds: config.doctorDueSeconds,
         leaseGraceSeconds: config.doctorLeaseGraceSeconds,
         unknownReviewSeconds: config.doctorUnknownReviewSeconds,
+        lookbackSeconds: config.doctorLookbackSeconds,
       });
       console.log(options.json ? JSON.stringify(findings, null, 2) : formatFindings(findings));
       // 2, not 1: a probe can tell "something is stuck" from "doctor could not run" (exit 1).

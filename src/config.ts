@@ -55,6 +55,8 @@ export interface HeraldConfig {
   doctorLeaseGraceSeconds: number;
   /** `herald doctor`: a parked unknown outcome older than this has gone unreviewed. */
   doctorUnknownReviewSeconds: number;
+  /** `herald doctor`: how far back the checks of the history look (HERALD_DOCTOR_LOOKBACK_SECONDS). */
+  doctorLookbackSeconds: number;
 }
 
 type Env = Record<string, string | undefined>;
@@ -182,5 +184,6 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 0, 30 * 86_400),
     doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 0, 86_400),
     doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
+    doctorLookbackSeconds: integer(env, 'HERALD_DOCTOR_LOOKBACK_SECONDS', 86_400, 60, 3650 * 86_400),
   });
 }

@@ -126,6 +126,38 @@ test('a message whose fan-out is missing; a message no endpoint wanted is not on
   await assertHealthy();
 });
 
+test('the checks of the history look back HERALD_DOCTOR_LOOKBACK_SECONDS, by id', async () => {
+  // A message published two days ago (its id says so) whose fan-out is missing, to an endpoint
+  // that was subscribed days before it.
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}/archive`, filterTypes: ['lab.archived'] });
+  await sql(
+    `update endpoint set created_at = now() - interval '5 days', updated_at = now() - interval '5 days'
+              where id = $1`,
+    [ep],
+  );
+  const appId = (await sql<{ id: string }>(`select id from app where uid = 'clinic'`)).rows[0]!.id;
+  const old = `msg_${(Date.now() - 2 * 86_400_000).toString(16).padStart(12, '0')}${'0'.repeat(16)}`;
+  await sql(
+    `insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+     values ($1, $2, 'lab.archived', '{}', now() + interval '1 day', now() - interval '2 days')`,
+    [old, appId],
+  );
+  // The default window is a day: each run reads the last day of messages, not all of them.
+  await assertHealthy();
+  const wider = await runHerald(
+    ['doctor'],
+    testEnv(t.database.url, { HERALD_DOCTOR_LOOKBACK_SECONDS: String(3 * 86_400) }),
+  );
+  assert.equal(wider.code, 2, `${wider.stdout}\n${wider.stderr}`);
+  assert.match(wider.stdout, /^FAIL message_without_deliveries: 1 /m);
+  assert.ok(wider.stdout.includes(old), wider.stdout);
+
+  // Repair: resent to the endpoint.
+  const resent = await t.call('POST', `/api/v1/app/${app}/msg/${old}/endpoint/${ep}/resend`);
+  assert.equal(resent.status, 202);
+  await assertHealthy();
+});
+
 test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {
   const delivery = (
     await sql<{ id: string }>(

@@ -326,6 +326,7 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
       dueSeconds: 3600,
       leaseGraceSeconds: 3600,
       unknownReviewSeconds: 0,
+      lookbackSeconds: 86_400,
     });
   });
   const review = findings.find((f) => f.check === 'unknown_outcomes_unreviewed');

@@ -3,6 +3,7 @@
 // ids, states, times and digests — the history outlives the content.
 
 import type { Queryable } from './port.ts';
+import { firstIdAt } from './time-ids.ts';
 
 /**
  * Deletes up to `batch` messages older than `days` whose deliveries are all finished, with their
@@ -10,13 +11,12 @@ import type { Queryable } from './port.ts';
  * link). Opt-in: by default herald keeps the history, which is its audit trail.
  */
 export async function pruneFinishedHistory(db: Queryable, days: number, batch = 1000): Promise<number> {
-  // A message id begins with its creation time (herald_id: 12 hex digits of milliseconds, taken
-  // after the transaction's now() that created_at holds), so the old messages are the first ids
-  // of the primary key: a walk that stops at the cutoff's id, never a read of the whole history.
+  // The old messages are the first ids of the primary key (time-ids.ts): a walk that stops at
+  // the cutoff's id, never a read of the whole history.
   const result = await db.query(
     `delete from message where id in (
        select m.id from message m
-        where m.id < 'msg_' || lpad(to_hex((extract(epoch from now() - make_interval(days => $1)) * 1000)::bigint), 12, '0')
+        where m.id < ${firstIdAt('msg', 'make_interval(days => $1)')}
           and m.created_at < now() - make_interval(days => $1)
           and not exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
         order by m.id limit $2 for update skip locked)`,

@@ -5,6 +5,7 @@
 
 import { migrationState } from '../db/migrate.ts';
 import type { Queryable } from '../db/port.ts';
+import { firstIdAt } from '../db/time-ids.ts';
 
 export interface DoctorThresholds {
   /** Rows younger than this may still be mid-write (claim → message, endpoint → fan-out). */
@@ -15,6 +16,11 @@ export interface DoctorThresholds {
   leaseGraceSeconds: number;
   /** A parked unknown outcome older than this has not been reviewed. */
   unknownReviewSeconds: number;
+  /**
+   * How far back the checks of the history (claims without a message, messages without their
+   * fan-out) look: each run reads that window, by id, not every row ever written.
+   */
+  lookbackSeconds: number;
 }
 
 export const DOCTOR_CHECKS = [
@@ -56,8 +62,9 @@ const CHECKS: Check[] = [
     name: 'intake_without_message',
     sql: (t) => ({
       text: `select i.id, i.claimed_at as t from intake i
-              where i.message_id is null and i.claimed_at < now() - make_interval(secs => $1)`,
-      params: [t.settleSeconds],
+              where i.id >= ${firstIdAt('in', 'make_interval(secs => $2)')}
+                and i.message_id is null and i.claimed_at < now() - make_interval(secs => $1)`,
+      params: [t.settleSeconds, t.lookbackSeconds],
     }),
     detail:
       'inbound deliveries were acknowledged (claimed_at) but produced no message, so nothing will be sent ' +
@@ -71,7 +78,8 @@ const CHECKS: Check[] = [
     name: 'message_without_deliveries',
     sql: (t) => ({
       text: `select m.id, m.created_at as t from message m
-              where m.created_at < now() - make_interval(secs => $1)
+              where m.id >= ${firstIdAt('msg', 'make_interval(secs => $2)')}
+                and m.created_at < now() - make_interval(secs => $1)
                 and not exists (select 1 from delivery d where d.message_id = m.id)
                 and exists (
                   select 1 from endpoint e
@@ -80,7 +88,7 @@ const CHECKS: Check[] = [
                      and e.updated_at < m.created_at - make_interval(secs => $1)
                      and (e.filter_types is null or m.event_type = any(e.filter_types))
                      and (e.channels is null or e.channels && coalesce(m.channels, '{}')))`,
-      params: [t.settleSeconds],
+      params: [t.settleSeconds, t.lookbackSeconds],
     }),
     detail:
       'messages (created_at) have no delivery although an endpoint of their app was subscribed when ' +

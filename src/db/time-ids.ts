@@ -1,0 +1,14 @@
+// herald's ids begin with their creation time (herald_id, migration 0013: a prefix, then 12 hex
+// digits of milliseconds since the epoch, taken at the insert, after the transaction's now()), so
+// the rows created before a moment are the ids below the first id of that moment. A query bounded
+// by it walks a primary key to the moment, where one on a created_at column would read the whole
+// history of a table that has no index on it.
+
+/**
+ * SQL for the smallest id with `prefix` created at `now() - <interval>`: ids created before that
+ * moment compare below it, those created since compare at or above it (bytewise, collation "C").
+ */
+export function firstIdAt(prefix: string, intervalSql: string): string {
+  if (!/^[a-z]+$/.test(prefix)) throw new Error(`an id prefix is lowercase letters, got ${prefix}`);
+  return `('${prefix}_' || lpad(to_hex((extract(epoch from now() - ${intervalSql}) * 1000)::bigint), 12, '0'))`;
+}
