@@ -12,7 +12,7 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { recordReceipts } from '../src/db/intake.ts';
-import { findMessage, publishMessages } from '../src/db/messages.ts';
+import { findMessage, listMessages, publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { type Finding, runDoctor } from '../src/ops/doctor.ts';
@@ -400,6 +400,36 @@ test('a message is found by its id or its event id through an index, never by re
   assert.ok(
     filtered.every((n) => n <= 1),
     `a lookup read messages it did not want:\n${plans.join('\n---\n')}`,
+  );
+});
+
+test('a list of messages before a moment long past walks only the ids before it', async () => {
+  // 20,000 messages published now, and none ten days ago: the page is empty, found at once.
+  const app = await seedApp(database.db, 'listing');
+  await client.query(
+    `insert into message (app_id, event_type, payload, payload_expires_at)
+     select $1, 'e', '{}', now() + interval '30 days' from generate_series(1, 20000)`,
+    [app.id],
+  );
+  await client.query('analyze message');
+  const tenDaysAgo = new Date(Date.now() - 10 * 86_400_000);
+  let page: { data: unknown[] } = { data: [] };
+  const plans = await explained(async () => {
+    page = await listMessages(
+      asQueryable(client),
+      app.id,
+      { limit: 50, iterator: null, order: 'descending' },
+      { eventTypes: null, channel: null, before: tenDaysAgo, after: null },
+    );
+  });
+  assert.deepEqual(page.data, []);
+  assertNoScans(plans, /Seq Scan on message\b/g);
+  const filtered = plans.flatMap((p) =>
+    [...p.matchAll(/Rows Removed by Filter: (\d+)/g)].map((m) => Number(m[1])),
+  );
+  assert.ok(
+    filtered.every((n) => n <= 1),
+    `the list read messages it did not want:\n${plans.join('\n---\n')}`,
   );
 });
 

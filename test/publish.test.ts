@@ -330,3 +330,37 @@ describe('waking the workers', () => {
     }
   });
 });
+
+describe('listing messages by time', () => {
+  test('before and after select by creation time, a publish that began before `before` included', async () => {
+    const app = await createApp(t, 'by-time');
+    const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'by-time'`))
+      .rows[0]!.id;
+    const day = 86_400_000;
+    const now = Date.now();
+    /** A message published `ago` ms ago, its id minted `mintedLater` ms after its transaction began. */
+    const publishedAgo = async (ago: number, mintedLater = 0) => {
+      const id = `msg_${(now - ago + mintedLater).toString(16).padStart(12, '0')}${String(ago).padStart(16, '0')}`;
+      await t.database.db.query(
+        `insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+         values ($1, $2, 'e', '{}', now() + interval '1 day', to_timestamp($3 / 1000.0))`,
+        [id, appId, now - ago],
+      );
+      return id;
+    };
+    const threeDays = await publishedAgo(3 * day);
+    const twoDays = await publishedAgo(2 * day, 20_000);
+    const oneDay = await publishedAgo(day);
+    const list = async (query: string) => {
+      const page = await t.call('GET', `/api/v1/app/${app}/msg?${query}`);
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      return (page.body as { data: { id: string }[] }).data.map((m) => m.id);
+    };
+    const at = (ago: number) => encodeURIComponent(new Date(now - ago).toISOString());
+    // Ten seconds after the two-day-old publish began: it is before, although its id was minted after.
+    assert.deepEqual(await list(`before=${at(2 * day - 10_000)}`), [twoDays, threeDays]);
+    assert.deepEqual(await list(`after=${at(2 * day + 10_000)}`), [oneDay, twoDays]);
+    assert.deepEqual(await list(`after=${at(3 * day - 1)}&before=${at(day + 1)}`), [twoDays]);
+    assert.deepEqual(await list(`before=${at(4 * day)}`), []);
+  });
+});

@@ -16,7 +16,7 @@ export async function pruneFinishedHistory(db: Queryable, days: number, batch = 
   const result = await db.query(
     `delete from message where id in (
        select m.id from message m
-        where m.id < ${firstIdAt('msg', 'make_interval(days => $1)')}
+        where m.id < ${firstIdAt('msg', 'now() - make_interval(days => $1)')}
           and m.created_at < now() - make_interval(days => $1)
           and not exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
         order by m.id limit $2 for update skip locked)`,

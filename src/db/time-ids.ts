@@ -5,10 +5,11 @@
 // history of a table that has no index on it.
 
 /**
- * SQL for the smallest id with `prefix` created at `now() - <interval>`: ids created before that
- * moment compare below it, those created since compare at or above it (bytewise, collation "C").
+ * SQL for the smallest id with `prefix` created at `momentSql` (a timestamptz expression): ids
+ * created before that moment compare below it, those created since at or above it (bytewise,
+ * collation "C").
  */
-export function firstIdAt(prefix: string, intervalSql: string): string {
+export function firstIdAt(prefix: string, momentSql: string): string {
   if (!/^[a-z]+$/.test(prefix)) throw new Error(`an id prefix is lowercase letters, got ${prefix}`);
-  return `('${prefix}_' || lpad(to_hex((extract(epoch from now() - ${intervalSql}) * 1000)::bigint), 12, '0'))`;
+  return `('${prefix}_' || lpad(to_hex((extract(epoch from ${momentSql}) * 1000)::bigint), 12, '0'))`;
 }

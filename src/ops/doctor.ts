@@ -62,7 +62,7 @@ const CHECKS: Check[] = [
     name: 'intake_without_message',
     sql: (t) => ({
       text: `select i.id, i.claimed_at as t from intake i
-              where i.id >= ${firstIdAt('in', 'make_interval(secs => $2)')}
+              where i.id >= ${firstIdAt('in', 'now() - make_interval(secs => $2)')}
                 and i.message_id is null and i.claimed_at < now() - make_interval(secs => $1)`,
       params: [t.settleSeconds, t.lookbackSeconds],
     }),
@@ -78,7 +78,7 @@ const CHECKS: Check[] = [
     name: 'message_without_deliveries',
     sql: (t) => ({
       text: `select m.id, m.created_at as t from message m
-              where m.id >= ${firstIdAt('msg', 'make_interval(secs => $2)')}
+              where m.id >= ${firstIdAt('msg', 'now() - make_interval(secs => $2)')}
                 and m.created_at < now() - make_interval(secs => $1)
                 and not exists (select 1 from delivery d where d.message_id = m.id)
                 and exists (
