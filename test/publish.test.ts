@@ -5,6 +5,7 @@ import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -340,7 +341,7 @@ describe('listing messages by time', () => {
     const now = Date.now();
     /** A message published `ago` ms ago, its id minted `mintedLater` ms after its transaction began. */
     const publishedAgo = async (ago: number, mintedLater = 0) => {
-      const id = `msg_${(now - ago + mintedLater).toString(16).padStart(12, '0')}${String(ago).padStart(16, '0')}`;
+      const id = idMintedAt('msg', now - ago + mintedLater, ago);
       await t.database.db.query(
         `insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
          values ($1, $2, 'e', '{}', now() + interval '1 day', to_timestamp($3 / 1000.0))`,

@@ -6,6 +6,7 @@ import { after, before, test } from 'node:test';
 import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -77,8 +78,7 @@ test('history pruning removes old finished messages with their attempts, never u
   const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'prune'`)).rows[0]!
     .id;
   // Published 40 days ago: a message id begins with its creation time, and pruning walks the ids.
-  const old = (n: number) =>
-    `msg_${(Date.now() - 40 * 86_400_000).toString(16).padStart(12, '0')}${String(n).padStart(16, '0')}`;
+  const old = (n: number) => idMintedAt('msg', Date.now() - 40 * 86_400_000, n);
   const [finished, waiting] = [old(1), old(2)];
   await t.database.db.query(
     `with m as (

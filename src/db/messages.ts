@@ -174,13 +174,16 @@ export async function findMessage(
   appId: string,
   idOrEventId: string,
 ): Promise<MessageRow | null> {
-  // By id first, then by event id (the latest of that id), each through its own index: one
-  // condition naming both columns could use neither, and read every message ever published.
+  // By id, else by event id (the latest message that has it: Svix means it to be unique), each
+  // through its own index: one condition naming both columns could use neither, and read every
+  // message ever published.
   const result = await db.query<MessageRow>(
-    `(select ${COLUMNS} from message where app_id = $1 and id = $2)
-     union all
-     (select ${COLUMNS} from message where app_id = $1 and event_id = $2 order by id desc limit 1)
-     limit 1`,
+    `select ${COLUMNS} from (
+       (select 0 as rank, m.* from message m where m.app_id = $1 and m.id = $2)
+       union all
+       (select 1 as rank, m.* from message m where m.app_id = $1 and m.event_id = $2 order by m.id desc limit 1)
+     ) found
+     order by rank limit 1`,
     [appId, idOrEventId],
     'find_message',
   );
@@ -198,13 +201,14 @@ export async function listMessages(db: Queryable, appId: string, page: PageReque
   const q = pageQuery('id', page, 2);
   // `before` and `after` bound the walk of the app's ids too (time-ids.ts): tested on created_at
   // alone, a `before` far back walked every message published since. An id is minted after its
-  // transaction's now(), which created_at holds: a minute of slack keeps a message whose publish
-  // began before `before` and minted its id after it.
+  // transaction's now(), which created_at holds: an hour of slack keeps a message whose publish
+  // began before `before` and minted its id after it (a library publish inside a caller's long
+  // transaction), and costs at most an hour of the app's messages to walk past.
   const result = await db.query<MessageRow>(
     `select ${COLUMNS} from message
       where app_id = $1 and ${q.condition}
         and ($3::text[] is null or event_type = any($3)) and ($4::text is null or $4 = any(channels))
-        and ($5::timestamptz is null or (id < ${firstIdAt('msg', "$5 + interval '1 minute'")} and created_at < $5))
+        and ($5::timestamptz is null or (id < ${firstIdAt('msg', "$5 + interval '1 hour'")} and created_at < $5))
         and ($6::timestamptz is null or (id >= ${firstIdAt('msg', '$6')} and created_at > $6))
       order by ${q.orderBy} limit ${q.fetch}`,
     [appId, q.param, f.eventTypes, f.channel, f.before, f.after],

@@ -5,11 +5,13 @@
 // history of a table that has no index on it.
 
 /**
- * SQL for the smallest id with `prefix` created at `momentSql` (a timestamptz expression): ids
- * created before that moment compare below it, those created since at or above it (bytewise,
- * collation "C").
+ * SQL for the smallest id with `prefix` created at `momentSql` (a timestamptz expression of
+ * herald's own, never input: values go in as parameters): ids created since that moment compare
+ * at or above it, those created before below it (bytewise, collation "C") — to the millisecond,
+ * rounded as herald_id rounds, so an id minted within half a millisecond before the moment may
+ * compare above it. Callers use it as a bound to walk to, with an exact test of their own.
  */
 export function firstIdAt(prefix: string, momentSql: string): string {
   if (!/^[a-z]+$/.test(prefix)) throw new Error(`an id prefix is lowercase letters, got ${prefix}`);
-  return `('${prefix}_' || lpad(to_hex((extract(epoch from ${momentSql}) * 1000)::bigint), 12, '0'))`;
+  return `('${prefix}_' || lpad(to_hex((extract(epoch from (${momentSql})) * 1000)::bigint), 12, '0'))`;
 }
