@@ -119,6 +119,23 @@ function operatorWebhook(env: Env): { url: string | undefined; secret: string | 
   return { url, secret };
 }
 
+/**
+ * The doctor judges rows older than the settle period and younger than the lookback window: a
+ * window no longer than the settle period would leave its checks of the history nothing to judge.
+ */
+function doctorWindow(env: Env): { settle: number; lookback: number } {
+  const settle = integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 0, 86_400);
+  const lookback = integer(env, 'HERALD_DOCTOR_LOOKBACK_SECONDS', 86_400, 60, 3650 * 86_400);
+  if (lookback <= settle) {
+    throw new ConfigError(
+      'HERALD_DOCTOR_LOOKBACK_SECONDS',
+      `more than HERALD_DOCTOR_SETTLE_SECONDS (${settle})`,
+      String(lookback),
+    );
+  }
+  return { settle, lookback };
+}
+
 export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
   const leaseSeconds = integer(env, 'HERALD_LEASE_SECONDS', 60, 1, 3600);
   const attemptTimeoutMs = integer(env, 'HERALD_ATTEMPT_TIMEOUT_MS', 15_000, 100, 300_000);
@@ -147,6 +164,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     );
   }
   const operator = operatorWebhook(env);
+  const doctor = doctorWindow(env);
   return Object.freeze({
     port: integer(env, 'PORT', 8071, 0, 65535),
     metricsPort: env['HERALD_METRICS_PORT'] ? integer(env, 'HERALD_METRICS_PORT', 0, 0, 65535) : undefined,
@@ -180,10 +198,10 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     operatorWebhookUrl: operator.url,
     operatorWebhookSecret: operator.secret,
     logLevel,
-    doctorSettleSeconds: integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 0, 86_400),
+    doctorSettleSeconds: doctor.settle,
     doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 0, 30 * 86_400),
     doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 0, 86_400),
     doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
-    doctorLookbackSeconds: integer(env, 'HERALD_DOCTOR_LOOKBACK_SECONDS', 86_400, 60, 3650 * 86_400),
+    doctorLookbackSeconds: doctor.lookback,
   });
 }

@@ -9,6 +9,7 @@ import { recoverExpiredLeases } from '../src/db/deliveries.ts';
 import { DOCTOR_CHECKS } from '../src/ops/doctor.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { idMintedAt } from './support/ids.ts';
 import { killAll, runHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -136,7 +137,7 @@ test('the checks of the history look back HERALD_DOCTOR_LOOKBACK_SECONDS, by id'
     [ep],
   );
   const appId = (await sql<{ id: string }>(`select id from app where uid = 'clinic'`)).rows[0]!.id;
-  const old = `msg_${(Date.now() - 2 * 86_400_000).toString(16).padStart(12, '0')}${'0'.repeat(16)}`;
+  const old = idMintedAt('msg', Date.now() - 2 * 86_400_000);
   await sql(
     `insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
      values ($1, $2, 'lab.archived', '{}', now() + interval '1 day', now() - interval '2 days')`,
@@ -156,6 +157,19 @@ test('the checks of the history look back HERALD_DOCTOR_LOOKBACK_SECONDS, by id'
   const resent = await t.call('POST', `/api/v1/app/${app}/msg/${old}/endpoint/${ep}/resend`);
   assert.equal(resent.status, 202);
   await assertHealthy();
+});
+
+test('a window no longer than the settle period is refused, naming the variable', async () => {
+  const run = await runHerald(
+    ['doctor'],
+    testEnv(t.database.url, { HERALD_DOCTOR_SETTLE_SECONDS: '600', HERALD_DOCTOR_LOOKBACK_SECONDS: '600' }),
+  );
+  assert.equal(run.code, 1, `${run.stdout}\n${run.stderr}`);
+  assert.match(
+    run.stderr,
+    /HERALD_DOCTOR_LOOKBACK_SECONDS: expected more than HERALD_DOCTOR_SETTLE_SECONDS \(600\)/,
+  );
+  assert.doesNotMatch(run.stdout, /ok|FAIL/);
 });
 
 test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {

@@ -212,10 +212,11 @@ async function emitAttemptEvents(
 
 /**
  * When the endpoint's run of failures began: its first known failure after its last success. It
- * runs in the outcome write's transaction, so it reads only the end of the endpoint's history:
- * attempt ids follow time, and one endpoint has one attempt in flight at a time, so its attempts
- * in id order are its attempts in time order. The walk goes back from the newest to the last
- * success, then forward over the failures since (not over every attempt the endpoint ever had).
+ * runs in the outcome write's transaction, so it reads the run, not the endpoint's history: attempt
+ * ids follow time, and one endpoint has one attempt in flight at a time, so its attempts in id
+ * order are its attempts in time order. The walk goes back from the newest attempt to the last
+ * success, then forward over the attempts since: as many as the run is long (all of them for an
+ * endpoint that never succeeded), never the successes before it.
  */
 export async function failingSince(tx: Queryable, endpointId: string, fallback: Date): Promise<Date> {
   const result = await tx.query<{ since: Date | null }>(
