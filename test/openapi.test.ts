@@ -56,9 +56,6 @@ const REQUEST_GAPS: Record<string, string> = {
   'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.before': 'not filtered',
   'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.after': 'not filtered',
   'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.event_types': 'not filtered',
-  // Stats count the endpoint's whole history.
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/stats query.since': 'whole history',
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/stats query.until': 'whole history',
   // Event types always carry their schemas.
   'GET /api/v1/event-type query.with_content': 'schemas always included',
 };

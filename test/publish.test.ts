@@ -365,3 +365,47 @@ describe('listing messages by time', () => {
     assert.deepEqual(await list(`before=${at(4 * day)}`), []);
   });
 });
+
+describe("an endpoint's statistics over a window", () => {
+  test('since and until count the deliveries of the messages published in the window', async () => {
+    const app = await createApp(t, 'stats-window');
+    // Disabled: its pending delivery waits, whatever the worker does.
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/stats`, disabled: true });
+    assert.equal((await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`)).body.disabled, true);
+    const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'stats-window'`))
+      .rows[0]!.id;
+    const day = 86_400_000;
+    const now = Date.now();
+    for (const [ago, state] of [
+      [3 * day, 'failed'],
+      [2 * day, 'succeeded'],
+      [day, 'pending'],
+    ] as const) {
+      await t.database.db.query(
+        `with m as (insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+                    values ($1, $2, 'e', '{}', now() + interval '1 day', to_timestamp($4 / 1000.0)) returning id)
+         insert into delivery (app_id, message_id, endpoint_id, state, next_attempt_at)
+         select $2, m.id, $3, $5, case when $5 = 'pending' then now() end from m`,
+        [idMintedAt('msg', now - ago), appId, ep, now - ago, state],
+      );
+    }
+    const stats = async (query: string) => {
+      const answer = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/stats${query}`);
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      const { pending, success, fail } = answer.body as Record<string, number>;
+      return { pending, success, fail };
+    };
+    const at = (ago: number) => encodeURIComponent(new Date(now - ago).toISOString());
+    assert.deepEqual(await stats(''), { pending: 1, success: 1, fail: 1 });
+    assert.deepEqual(await stats(`?since=${at(2.5 * day)}`), { pending: 1, success: 1, fail: 0 });
+    assert.deepEqual(await stats(`?until=${at(1.5 * day)}`), { pending: 0, success: 1, fail: 1 });
+    assert.deepEqual(await stats(`?since=${at(2.5 * day)}&until=${at(1.5 * day)}`), {
+      pending: 0,
+      success: 1,
+      fail: 0,
+    });
+    const refused = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/stats?since=yesterday`);
+    assert.equal(refused.status, 422);
+    assert.match(JSON.stringify(refused.body), /since/);
+  });
+});

@@ -21,6 +21,9 @@ export const ListQuery = z.object({
   event_types: z.union([z.string(), z.array(z.string())]).optional(),
 });
 
+/** Svix's window of an endpoint's statistics. */
+export const StatsQuery = z.object({ since: date.nullish(), until: date.nullish() });
+
 export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTypes: string[] | null };
 
 export function parseListQuery(query: unknown, naturalOrder: 'ascending' | 'descending'): ListQuery {

@@ -2,6 +2,7 @@
 
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
+import { firstIdAt } from './time-ids.ts';
 
 export type DisabledReason = 'operator' | 'failures' | 'gone';
 export type ClientErrorPolicy = 'retry' | 'dead-letter';
@@ -156,14 +157,26 @@ export interface EndpointStatsRow {
   fail: number;
 }
 
-export async function endpointStats(db: Queryable, endpointId: string): Promise<EndpointStatsRow> {
+/**
+ * The endpoint's deliveries by state, of the messages published in [since, until) when given. A
+ * message's id tells when it was published (time-ids.ts), and the endpoint's deliveries are
+ * indexed by it: a window reads its own deliveries, not the endpoint's whole history.
+ */
+export async function endpointStats(
+  db: Queryable,
+  endpointId: string,
+  window: { since: Date | null; until: Date | null } = { since: null, until: null },
+): Promise<EndpointStatsRow> {
   const result = await db.query<EndpointStatsRow>(
     `select count(*) filter (where state = 'pending')::int as pending,
             count(*) filter (where state = 'sending')::int as sending,
             count(*) filter (where state = 'succeeded')::int as success,
             count(*) filter (where state = 'failed')::int as fail
-       from delivery where endpoint_id = $1`,
-    [endpointId],
+       from delivery
+      where endpoint_id = $1
+        and ($2::timestamptz is null or message_id >= ${firstIdAt('msg', '$2')})
+        and ($3::timestamptz is null or message_id < ${firstIdAt('msg', '$3')})`,
+    [endpointId, window.since, window.until],
   );
   return result.rows[0]!;
 }

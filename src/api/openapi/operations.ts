@@ -24,7 +24,7 @@ import {
   MessageIn,
   RecoverIn,
 } from '../../schemas/svix.ts';
-import { ListQuery } from '../query.ts';
+import { ListQuery, StatsQuery } from '../query.ts';
 import * as out from './responses.ts';
 
 export type Method = 'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE';
@@ -456,7 +456,9 @@ export const OPERATIONS: Operation[] = [
     operationId: 'v1.endpoint.get-stats',
     tag: 'Endpoint',
     summary: 'Endpoint Stats',
-    description: 'Deliveries of the endpoint by state, over its whole history.',
+    description:
+      'Deliveries of the endpoint by state: of the messages published from `since` (inclusive) until `until` (exclusive) when given, else over its whole history.',
+    query: StatsQuery,
     responses: { 200: one('Counts', out.EndpointStats) },
   },
   {

@@ -32,7 +32,7 @@ import {
 } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
-import { parseListQuery } from '../query.ts';
+import { parseListQuery, StatsQuery } from '../query.ts';
 import { rethrowTakenUid } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
@@ -241,7 +241,12 @@ export const endpointRoutes =
     );
 
     app.get<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id/stats', async (request) => {
+      const window = parseOrThrow(StatsQuery, request.query, 'query');
       const { endpoint } = await load(request.actor, request.params);
-      return { ...(await endpointStats(db, endpoint.id)), canceled: 0 };
+      const stats = await endpointStats(db, endpoint.id, {
+        since: window.since ?? null,
+        until: window.until ?? null,
+      });
+      return { ...stats, canceled: 0 };
     });
   };
