@@ -56,6 +56,18 @@ async function backlog(appId: string, messages: number): Promise<void> {
   );
 }
 
+/** An app with 20,000 messages published now (their payloads kept 30 days), and statistics on them. */
+async function appWithHistory(uid: string): Promise<string> {
+  const app = await seedApp(database.db, uid);
+  await client.query(
+    `insert into message (app_id, event_type, payload, payload_expires_at)
+     select $1, 'e', '{}', now() + interval '30 days' from generate_series(1, 20000)`,
+    [app.id],
+  );
+  await client.query('analyze message');
+  return app.id;
+}
+
 /** One claim of up to `batch` deliveries and the outcomes of all of them: both functions run. */
 async function claimAndRecord(batch: number, cursor: string): Promise<string> {
   const claimed = await client.query<Claimed>(
@@ -342,14 +354,8 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
 
 test('retention finds the expired payloads and the old messages by index, never reading the history', async () => {
   // Every worker runs payload retention once a minute, and the history holds every message ever
-  // published: 20,000 of them, none due, with their statistics.
-  const app = await seedApp(database.db, 'retention');
-  await client.query(
-    `insert into message (app_id, event_type, payload, payload_expires_at)
-     select $1, 'e', '{}', now() + interval '30 days' from generate_series(1, 20000)`,
-    [app.id],
-  );
-  await client.query('analyze message');
+  // published: 20,000 of them, none due.
+  await appWithHistory('retention');
   let expired = -1;
   let pruned = -1;
   const plans = await explained(async () => {
@@ -407,19 +413,13 @@ test('a message is found by its id or its event id through an index, never by re
 
 test('a list of messages before a moment long past walks only the ids before it', async () => {
   // 20,000 messages published now, and none ten days ago: the page is empty, found at once.
-  const app = await seedApp(database.db, 'listing');
-  await client.query(
-    `insert into message (app_id, event_type, payload, payload_expires_at)
-     select $1, 'e', '{}', now() + interval '30 days' from generate_series(1, 20000)`,
-    [app.id],
-  );
-  await client.query('analyze message');
+  const appId = await appWithHistory('listing');
   const tenDaysAgo = new Date(Date.now() - 10 * 86_400_000);
   let page: { data: unknown[] } = { data: [] };
   const plans = await explained(async () => {
     page = await listMessages(
       asQueryable(client),
-      app.id,
+      appId,
       { limit: 50, iterator: null, order: 'descending' },
       { eventTypes: null, channel: null, before: tenDaysAgo, after: null },
     );
