@@ -50,12 +50,6 @@ const REQUEST_GAPS: Record<string, string> = {
   'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.channel': 'not filtered',
   'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.event_types': 'not filtered',
   'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.with_content': 'attempts carry no payload',
-  // The messages an endpoint was sent: paged only.
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.channel': 'not filtered',
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.status': 'not filtered',
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.before': 'not filtered',
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.after': 'not filtered',
-  'GET /api/v1/app/{app_id}/endpoint/{endpoint_id}/msg query.event_types': 'not filtered',
   // Event types always carry their schemas.
   'GET /api/v1/event-type query.with_content': 'schemas always included',
 };

@@ -409,3 +409,60 @@ describe("an endpoint's statistics over a window", () => {
     assert.match(JSON.stringify(refused.body), /since/);
   });
 });
+
+describe("an endpoint's messages and attempts, filtered", () => {
+  test('status, event types, channel and time select the messages and attempts they name', async () => {
+    const app = await createApp(t, 'ep-history');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/history`, disabled: true });
+    const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'ep-history'`))
+      .rows[0]!.id;
+    const day = 86_400_000;
+    const now = Date.now();
+    const sent: Record<string, string> = {};
+    for (const [name, ago, state, eventType, channel] of [
+      ['old', 3 * day, 'failed', 'invoice.paid', 'eu'],
+      ['middle', 2 * day, 'succeeded', 'invoice.sent', 'us'],
+      ['recent', day, 'pending', 'invoice.paid', 'us'],
+    ] as const) {
+      const id = idMintedAt('msg', now - ago);
+      sent[name] = id;
+      await t.database.db.query(
+        `with m as (insert into message (id, app_id, event_type, channels, payload, payload_expires_at, created_at)
+                    values ($1, $2, $5, array[$6], '{}', now() + interval '1 day', to_timestamp($4 / 1000.0))
+                    returning id),
+              d as (insert into delivery (app_id, message_id, endpoint_id, state, next_attempt_at, attempts_total,
+                                          attempts_in_cycle)
+                    select $2, m.id, $3, $7, case when $7 = 'pending' then now() end, 1, 1 from m returning id)
+         insert into attempt (id, app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                              started_at, finished_at, outcome, status_code)
+         select $8, $2, d.id, $1, $3, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/history',
+                to_timestamp($4 / 1000.0), to_timestamp($4 / 1000.0),
+                case when $7 = 'succeeded' then 'success' else 'failure' end,
+                case when $7 = 'succeeded' then 204 else 500 end
+           from d`,
+        [id, appId, ep, now - ago, eventType, channel, state, idMintedAt('atmpt', now - ago)],
+      );
+    }
+    const ids = async (path: string) => {
+      const page = await t.call('GET', `/api/v1/app/${app}${path}`);
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      return (page.body as { data: { id?: string; msgId?: string }[] }).data.map((m) => m.msgId ?? m.id);
+    };
+    const at = (ago: number) => encodeURIComponent(new Date(now - ago).toISOString());
+    const messages = `/endpoint/${ep}/msg`;
+    assert.deepEqual(await ids(messages), [sent['recent'], sent['middle'], sent['old']]);
+    assert.deepEqual(await ids(`${messages}?status=0`), [sent['middle']]);
+    assert.deepEqual(await ids(`${messages}?status=2`), [sent['old']]);
+    assert.deepEqual(await ids(`${messages}?event_types=invoice.paid`), [sent['recent'], sent['old']]);
+    assert.deepEqual(await ids(`${messages}?channel=us`), [sent['recent'], sent['middle']]);
+    assert.deepEqual(await ids(`${messages}?before=${at(1.5 * day)}`), [sent['middle'], sent['old']]);
+    assert.deepEqual(await ids(`${messages}?after=${at(2.5 * day)}`), [sent['recent'], sent['middle']]);
+    assert.deepEqual(await ids(`${messages}?before=${at(4 * day)}`), []);
+    // The endpoint's attempts, by the time each started.
+    const attempts = `/attempt/endpoint/${ep}`;
+    assert.deepEqual(await ids(`${attempts}?before=${at(1.5 * day)}`), [sent['middle'], sent['old']]);
+    assert.deepEqual(await ids(`${attempts}?after=${at(2.5 * day)}&before=${at(1.5 * day)}`), [
+      sent['middle'],
+    ]);
+  });
+});

@@ -3,6 +3,7 @@
 import type { AttemptOutcome, DeliveryState } from '../domain/message-status.ts';
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
+import { firstIdAt } from './time-ids.ts';
 
 export interface AttemptRow {
   id: string;
@@ -48,11 +49,14 @@ async function listAttemptsWhere(
   f: AttemptFilter,
 ) {
   const q = pageQuery('id', page, 7);
+  // `before` and `after` bound the walk of the ids too, with the slack listMessages explains: an
+  // attempt's id is minted at its claim, whose now() is its started_at.
   const result = await db.query<AttemptRow>(
     `select ${COLUMNS} from attempt
       where app_id = $1 and ${column} = $2 and ${STATUS_CONDITION}
         and ($4::text is null or endpoint_id = $4)
-        and ($5::timestamptz is null or started_at < $5) and ($6::timestamptz is null or started_at > $6)
+        and ($5::timestamptz is null or (id < ${firstIdAt('atmpt', "$5 + interval '1 hour'")} and started_at < $5))
+        and ($6::timestamptz is null or (id >= ${firstIdAt('atmpt', '$6')} and started_at > $6))
         and ${q.condition}
       order by ${q.orderBy} limit ${q.fetch}`,
     [appId, value, f.status, f.endpointId, f.before, f.after, q.param],
@@ -113,21 +117,39 @@ export interface AttemptedMessageRow {
   nextAttemptAt: Date | null;
 }
 
-/** The messages an endpoint was sent, newest first, with the delivery's current state. */
+export interface AttemptedMessageFilter {
+  /** The delivery's state (Svix MessageStatus). */
+  state: DeliveryState | null;
+  eventTypes: string[] | null;
+  channel: string | null;
+  before: Date | null;
+  after: Date | null;
+}
+
+/**
+ * The messages an endpoint was sent, newest first, with the delivery's current state. `before`
+ * and `after` bound the walk of the endpoint's deliveries by message id, as listMessages does.
+ */
 export async function listAttemptedMessages(
   db: Queryable,
   appId: string,
   endpointId: string,
   page: PageRequest,
+  f: AttemptedMessageFilter,
 ) {
-  const q = pageQuery('m.id', page, 3);
+  const q = pageQuery('d.message_id', page, 3);
   const result = await db.query<AttemptedMessageRow>(
     `select m.id as "messageId", m.event_type as "eventType", m.event_id as "eventId", m.payload, m.channels,
             m.created_at as "createdAt", d.state, d.next_attempt_at as "nextAttemptAt"
        from delivery d join message m on m.id = d.message_id
       where d.app_id = $1 and d.endpoint_id = $2 and d.attempts_total > 0 and ${q.condition}
+        and ($4::text is null or d.state = $4)
+        and ($5::text[] is null or m.event_type = any($5)) and ($6::text is null or $6 = any(m.channels))
+        and ($7::timestamptz is null
+             or (d.message_id < ${firstIdAt('msg', "$7 + interval '1 hour'")} and m.created_at < $7))
+        and ($8::timestamptz is null or (d.message_id >= ${firstIdAt('msg', '$8')} and m.created_at > $8))
       order by ${q.orderBy} limit ${q.fetch}`,
-    [appId, endpointId, q.param],
+    [appId, endpointId, q.param, f.state, f.eventTypes, f.channel, f.before, f.after],
   );
   return toPage(result.rows, page, q, (r) => r.messageId);
 }

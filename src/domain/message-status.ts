@@ -13,6 +13,12 @@ const DELIVERY_STATUS: Record<DeliveryState, { status: 0 | 1 | 2 | 3; statusText
 
 export const deliveryStatus = (state: DeliveryState) => DELIVERY_STATUS[state];
 
+/** The delivery state a Svix MessageStatus filter names. */
+export function deliveryStateOf(status: number): DeliveryState | null {
+  const found = Object.entries(DELIVERY_STATUS).find(([, s]) => s.status === status);
+  return found ? (found[0] as DeliveryState) : null;
+}
+
 /**
  * An attempt still running is Sending; an `unknown` one is reported as Fail to Svix clients
  * (whose enum has no "unknown"), and herald's own `outcome` field beside it says `unknown`.

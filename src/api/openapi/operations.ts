@@ -467,8 +467,15 @@ export const OPERATIONS: Operation[] = [
     operationId: 'v1.message-attempt.list-attempted-messages',
     tag: 'Message Attempt',
     summary: 'List Attempted Messages',
-    description: 'The messages the endpoint was sent, newest first, with the delivery’s current state.',
-    query: page.extend(withContent.shape),
+    description:
+      'The messages the endpoint was sent, newest first, with the delivery’s current state; `status` filters by that state, the others by the message.',
+    query: page.extend({
+      ...withContent.shape,
+      ...range.shape,
+      status: ListQuery.shape.status,
+      channel: ListQuery.shape.channel,
+      event_types: ListQuery.shape.event_types,
+    }),
     responses: { 200: one('A page of messages', out.ListResponse_EndpointMessageOut_) },
   },
 

@@ -8,6 +8,7 @@ import {
   listAttemptsByMessage,
 } from '../../db/attempts.ts';
 import { findMessage } from '../../db/messages.ts';
+import { deliveryStateOf } from '../../domain/message-status.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { requireEndpoint } from '../../engine/endpoints.ts';
@@ -72,7 +73,13 @@ export const attemptRoutes =
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
         const q = parseListQuery(request.query, 'descending');
-        const page = await listAttemptedMessages(db, application.id, endpoint.id, q.page);
+        const page = await listAttemptedMessages(db, application.id, endpoint.id, q.page, {
+          state: q.status === undefined ? null : deliveryStateOf(q.status),
+          eventTypes: q.eventTypes,
+          channel: q.channel ?? null,
+          before: q.before ?? null,
+          after: q.after ?? null,
+        });
         return presentPage(page, (m) => presentAttemptedMessage(m, q.with_content));
       },
     );
