@@ -41,14 +41,8 @@ const MISSING_OPERATIONS: Record<string, string> = {
 const REQUEST_GAPS: Record<string, string> = {
   // Only publishing is idempotent by key (invariant 2); other POSTs ignore the header.
   '* header.idempotency-key': 'honoured by POST /api/v1/app/{app_id}/msg only',
-  // Attempt listings filter by status, endpoint and time, not by these.
-  'GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id} query.status_code_class': 'not filtered',
-  'GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id} query.channel': 'not filtered',
-  'GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id} query.event_types': 'not filtered',
+  // Attempts carry no payload: there is no content to leave out.
   'GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id} query.with_content': 'attempts carry no payload',
-  'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.status_code_class': 'not filtered',
-  'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.channel': 'not filtered',
-  'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.event_types': 'not filtered',
   'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.with_content': 'attempts carry no payload',
   // Event types always carry their schemas.
   'GET /api/v1/event-type query.with_content': 'schemas always included',

@@ -464,5 +464,15 @@ describe("an endpoint's messages and attempts, filtered", () => {
     assert.deepEqual(await ids(`${attempts}?after=${at(2.5 * day)}&before=${at(1.5 * day)}`), [
       sent['middle'],
     ]);
+    // …by the class of their response, and by their message's event type and channel.
+    assert.deepEqual(await ids(`${attempts}?status_code_class=500`), [sent['recent'], sent['old']]);
+    assert.deepEqual(await ids(`${attempts}?status_code_class=200`), [sent['middle']]);
+    assert.deepEqual(await ids(`${attempts}?status_code_class=0`), []);
+    assert.deepEqual(await ids(`${attempts}?event_types=invoice.sent`), [sent['middle']]);
+    assert.deepEqual(await ids(`${attempts}?channel=eu`), [sent['old']]);
+    assert.deepEqual(await ids(`/attempt/msg/${sent['old']}?channel=us`), []);
+    const refused = await t.call('GET', `/api/v1/app/${app}${attempts}?status_code_class=250`);
+    assert.equal(refused.status, 422);
+    assert.match(JSON.stringify(refused.body), /status_code_class/);
   });
 });

@@ -18,6 +18,8 @@ export const ListQuery = z.object({
   channel: z.string().max(128).optional(),
   endpoint_id: z.string().max(256).optional(),
   status: z.coerce.number().int().min(0).max(3).optional(),
+  // Svix StatusCodeClass: 0 (no status code), 100, 200, 300, 400, 500.
+  status_code_class: z.coerce.number().int().min(0).max(500).multipleOf(100).optional(),
   event_types: z.union([z.string(), z.array(z.string())]).optional(),
 });
 

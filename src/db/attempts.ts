@@ -34,6 +34,11 @@ export interface AttemptFilter {
   endpointId: string | null;
   before: Date | null;
   after: Date | null;
+  /** Svix StatusCodeClass: 0 no status code, else the hundred (200: 2xx). */
+  statusCodeClass: number | null;
+  /** Of the attempt's message. */
+  eventTypes: string[] | null;
+  channel: string | null;
 }
 
 const STATUS_CONDITION = `($3::int is null
@@ -58,8 +63,25 @@ async function listAttemptsWhere(
         and ($5::timestamptz is null or (id < ${firstIdAt('atmpt', "$5 + interval '1 hour'")} and started_at < $5))
         and ($6::timestamptz is null or (id >= ${firstIdAt('atmpt', '$6')} and started_at > $6))
         and ${q.condition}
+        and ($8::int is null or ($8 = 0 and status_code is null) or status_code between $8 and $8 + 99)
+        and (($9::text[] is null and $10::text is null)
+             or exists (select 1 from message m
+                         where m.id = attempt.message_id
+                           and ($9::text[] is null or m.event_type = any($9))
+                           and ($10::text is null or $10 = any(m.channels))))
       order by ${q.orderBy} limit ${q.fetch}`,
-    [appId, value, f.status, f.endpointId, f.before, f.after, q.param],
+    [
+      appId,
+      value,
+      f.status,
+      f.endpointId,
+      f.before,
+      f.after,
+      q.param,
+      f.statusCodeClass,
+      f.eventTypes,
+      f.channel,
+    ],
   );
   return toPage(result.rows, page, q, (r) => r.id);
 }

@@ -122,7 +122,13 @@ export const RESPONSE_SCHEMAS = {
 const page = ListQuery.pick({ limit: true, iterator: true, order: true });
 const withContent = ListQuery.pick({ with_content: true });
 const range = ListQuery.pick({ before: true, after: true });
-const attemptFilters = page.extend({ ...range.shape, status: ListQuery.shape.status });
+const attemptFilters = page.extend({
+  ...range.shape,
+  status: ListQuery.shape.status,
+  status_code_class: ListQuery.shape.status_code_class,
+  channel: ListQuery.shape.channel,
+  event_types: ListQuery.shape.event_types,
+});
 /** Read by the handlers directly: `true` means yes, anything else no. */
 const yes = z.enum(['true', 'false']).optional();
 

@@ -21,6 +21,9 @@ const filterOf = (q: ListQuery) => ({
   endpointId: q.endpoint_id ?? null,
   before: q.before ?? null,
   after: q.after ?? null,
+  statusCodeClass: q.status_code_class ?? null,
+  eventTypes: q.eventTypes,
+  channel: q.channel ?? null,
 });
 
 export const attemptRoutes =
