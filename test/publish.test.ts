@@ -377,6 +377,7 @@ describe("an endpoint's statistics over a window", () => {
     const day = 86_400_000;
     const now = Date.now();
     for (const [ago, state] of [
+      [40 * day, 'failed'],
       [3 * day, 'failed'],
       [2 * day, 'succeeded'],
       [day, 'pending'],
@@ -396,7 +397,15 @@ describe("an endpoint's statistics over a window", () => {
       return { pending, success, fail };
     };
     const at = (ago: number) => encodeURIComponent(new Date(now - ago).toISOString());
+    // Svix's default window: the 28 days until now.
     assert.deepEqual(await stats(''), { pending: 1, success: 1, fail: 1 });
+    assert.deepEqual(await stats(`?since=${at(50 * day)}`), { pending: 1, success: 1, fail: 2 });
+    // `since` inclusive, `until` exclusive.
+    assert.deepEqual(await stats(`?since=${at(2 * day)}&until=${at(day)}`), {
+      pending: 0,
+      success: 1,
+      fail: 0,
+    });
     assert.deepEqual(await stats(`?since=${at(2.5 * day)}`), { pending: 1, success: 1, fail: 0 });
     assert.deepEqual(await stats(`?until=${at(1.5 * day)}`), { pending: 0, success: 1, fail: 1 });
     assert.deepEqual(await stats(`?since=${at(2.5 * day)}&until=${at(1.5 * day)}`), {
@@ -437,8 +446,8 @@ describe("an endpoint's messages and attempts, filtered", () => {
                               started_at, finished_at, outcome, status_code)
          select $8, $2, d.id, $1, $3, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/history',
                 to_timestamp($4 / 1000.0), to_timestamp($4 / 1000.0),
-                case when $7 = 'succeeded' then 'success' else 'failure' end,
-                case when $7 = 'succeeded' then 204 else 500 end
+                case when $7 = 'succeeded' then 'success' when $7 = 'pending' then 'unknown' else 'failure' end,
+                case when $7 = 'succeeded' then 204 when $7 = 'pending' then null else 500 end
            from d`,
         [id, appId, ep, now - ago, eventType, channel, state, idMintedAt('atmpt', now - ago)],
       );
@@ -453,6 +462,9 @@ describe("an endpoint's messages and attempts, filtered", () => {
     assert.deepEqual(await ids(messages), [sent['recent'], sent['middle'], sent['old']]);
     assert.deepEqual(await ids(`${messages}?status=0`), [sent['middle']]);
     assert.deepEqual(await ids(`${messages}?status=2`), [sent['old']]);
+    assert.deepEqual(await ids(`${messages}?status=1`), [sent['recent']]);
+    assert.deepEqual(await ids(`${messages}?status=3`), []);
+    assert.deepEqual(await ids(`${messages}?status=`), [sent['recent'], sent['middle'], sent['old']]);
     assert.deepEqual(await ids(`${messages}?event_types=invoice.paid`), [sent['recent'], sent['old']]);
     assert.deepEqual(await ids(`${messages}?channel=us`), [sent['recent'], sent['middle']]);
     assert.deepEqual(await ids(`${messages}?before=${at(1.5 * day)}`), [sent['middle'], sent['old']]);
@@ -465,9 +477,9 @@ describe("an endpoint's messages and attempts, filtered", () => {
       sent['middle'],
     ]);
     // …by the class of their response, and by their message's event type and channel.
-    assert.deepEqual(await ids(`${attempts}?status_code_class=500`), [sent['recent'], sent['old']]);
+    assert.deepEqual(await ids(`${attempts}?status_code_class=500`), [sent['old']]);
     assert.deepEqual(await ids(`${attempts}?status_code_class=200`), [sent['middle']]);
-    assert.deepEqual(await ids(`${attempts}?status_code_class=0`), []);
+    assert.deepEqual(await ids(`${attempts}?status_code_class=0`), [sent['recent']]);
     assert.deepEqual(await ids(`${attempts}?event_types=invoice.sent`), [sent['middle']]);
     assert.deepEqual(await ids(`${attempts}?channel=eu`), [sent['old']]);
     assert.deepEqual(await ids(`/attempt/msg/${sent['old']}?channel=us`), []);

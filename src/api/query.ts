@@ -5,6 +5,8 @@ import type { PageRequest } from '../db/pagination.ts';
 import { parseOrThrow } from '../schemas/validate.ts';
 
 const flag = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
+/** A number in the query string; an empty one (`status=`) is absent, never 0. */
+const numberIn = <T extends z.ZodType>(schema: T) => z.preprocess((v) => (v === '' ? undefined : v), schema);
 const date = z.iso.datetime({ offset: true }).transform((v) => new Date(v));
 
 export const ListQuery = z.object({
@@ -17,9 +19,14 @@ export const ListQuery = z.object({
   include_archived: flag.default(false),
   channel: z.string().max(128).optional(),
   endpoint_id: z.string().max(256).optional(),
-  status: z.coerce.number().int().min(0).max(3).optional(),
+  status: numberIn(z.coerce.number().int().min(0).max(3).optional()),
   // Svix StatusCodeClass: 0 (no status code), 100, 200, 300, 400, 500.
-  status_code_class: z.coerce.number().int().min(0).max(500).multipleOf(100).optional(),
+  status_code_class: numberIn(
+    z.coerce
+      .number()
+      .pipe(z.union([0, 100, 200, 300, 400, 500].map((n) => z.literal(n))))
+      .optional(),
+  ),
   event_types: z.union([z.string(), z.array(z.string())]).optional(),
 });
 

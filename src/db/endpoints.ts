@@ -158,14 +158,15 @@ export interface EndpointStatsRow {
 }
 
 /**
- * The endpoint's deliveries by state, of the messages published in [since, until) when given. A
- * message's id tells when it was published (time-ids.ts), and the endpoint's deliveries are
- * indexed by it: a window reads its own deliveries, not the endpoint's whole history.
+ * The endpoint's deliveries by state, of the messages published in [since, until). A message's
+ * id tells when it was published (time-ids.ts; to the millisecond, as Svix's ids do), and the
+ * endpoint's deliveries are indexed by it: a window reads its own deliveries, not the endpoint's
+ * whole history.
  */
 export async function endpointStats(
   db: Queryable,
   endpointId: string,
-  window: { since: Date | null; until: Date | null } = { since: null, until: null },
+  window: { since: Date; until: Date },
 ): Promise<EndpointStatsRow> {
   const result = await db.query<EndpointStatsRow>(
     `select count(*) filter (where state = 'pending')::int as pending,
@@ -174,8 +175,7 @@ export async function endpointStats(
             count(*) filter (where state = 'failed')::int as fail
        from delivery
       where endpoint_id = $1
-        and ($2::timestamptz is null or message_id >= ${firstIdAt('msg', '$2')})
-        and ($3::timestamptz is null or message_id < ${firstIdAt('msg', '$3')})`,
+        and message_id >= ${firstIdAt('msg', '$2::timestamptz')} and message_id < ${firstIdAt('msg', '$3::timestamptz')}`,
     [endpointId, window.since, window.until],
   );
   return result.rows[0]!;

@@ -47,10 +47,13 @@ const QUERY_PARAMS: Record<string, string> = {
   after: 'Only items created after this time',
   with_content: '`false`: leave payloads out',
   include_archived: 'Include archived event types',
-  channel: 'Only messages on this channel',
+  channel: 'Only messages on this channel (of the attempt’s message, on attempt lists)',
   endpoint_id: 'Only attempts to this endpoint (id)',
   status: 'Only this status (0 success, 1 pending, 2 fail, 3 sending)',
   event_types: 'Only these event types (repeat the parameter, or separate with commas)',
+  status_code_class: 'Only responses of this class (0 no status code, 100, 200, 300, 400, 500)',
+  since: 'Count the deliveries of the messages published from this time (default: 28 days before `until`)',
+  until: 'Count the deliveries of the messages published before this time (default: now)',
 };
 
 const STATUS_TEXT: Record<number, string> = {

@@ -463,7 +463,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Endpoint',
     summary: 'Endpoint Stats',
     description:
-      'Deliveries of the endpoint by state: of the messages published from `since` (inclusive) until `until` (exclusive) when given, else over its whole history.',
+      'Deliveries of the endpoint by state, of the messages published from `since` (inclusive, default 28 days before `until`) until `until` (exclusive, default now).',
     query: StatsQuery,
     responses: { 200: one('Counts', out.EndpointStats) },
   },

@@ -43,6 +43,9 @@ const SENSITIVE_HEADER = /^(authorization|x-api-key|cookie|proxy-authorization)$
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
+/** How far back endpoint stats count when `since` is not given, as Svix does. */
+const STATS_DEFAULT_DAYS = 28;
+
 export const endpointRoutes =
   (core: Core): FastifyPluginAsync =>
   async (app) => {
@@ -243,10 +246,10 @@ export const endpointRoutes =
     app.get<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id/stats', async (request) => {
       const window = parseOrThrow(StatsQuery, request.query, 'query');
       const { endpoint } = await load(request.actor, request.params);
-      const stats = await endpointStats(db, endpoint.id, {
-        since: window.since ?? null,
-        until: window.until ?? null,
-      });
+      // Svix's window: until now, since 28 days before `until`, unless given.
+      const until = window.until ?? new Date();
+      const since = window.since ?? new Date(until.getTime() - STATS_DEFAULT_DAYS * 86_400_000);
+      const stats = await endpointStats(db, endpoint.id, { since, until });
       return { ...stats, canceled: 0 };
     });
   };
