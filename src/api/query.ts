@@ -24,7 +24,12 @@ export const ListQuery = z.object({
   status_code_class: numberIn(
     z.coerce
       .number()
-      .pipe(z.union([0, 100, 200, 300, 400, 500].map((n) => z.literal(n))))
+      .pipe(
+        z.union(
+          [0, 100, 200, 300, 400, 500].map((n) => z.literal(n)),
+          { error: 'one of 0, 100, 200, 300, 400, 500' },
+        ),
+      )
       .optional(),
   ),
   event_types: z.union([z.string(), z.array(z.string())]).optional(),
