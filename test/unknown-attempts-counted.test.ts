@@ -5,6 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import {
   type AttemptResult,
   type ClaimedDelivery,
@@ -121,6 +122,42 @@ test('a database upgraded with failed deliveries already parked counts their unk
     assert.equal(await counted(old.db, byEndpoint.get(plain.id)!), 0);
     assert.equal(await parkedGauge(old.db), 1);
   } finally {
+    await old.drop();
+  }
+});
+
+test('a delivery parked while the upgrade counted, or parked again, is counted again under its lock', async () => {
+  const old = await freshDatabase('unknown_attempts_race', { upTo: 18 });
+  const migrating = new pg.Client({ connectionString: old.url });
+  await migrating.connect();
+  try {
+    const app = await seedApp(old.db, 'unknown_attempts_race');
+    const risky = await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/risky', false);
+    await seedMessage(old.db, app.id);
+    const first = await claimOne(old.db);
+    await recordOutcomes(old.db, [unknownParked(first)], 5);
+
+    // 0019 as the runner applies it, in one transaction, stopped before the ALTER takes its lock.
+    const sql = readMigrations().find((m) => m.version === 19)!.sql;
+    const lockAt = sql.indexOf('alter table delivery_failed add column');
+    await migrating.query('begin');
+    await migrating.query(sql.slice(0, lockAt));
+
+    // Meanwhile, committed by a worker of the version before: the first delivery is resent and
+    // parked again with a second unknown attempt, and a second one is parked for the first time.
+    await resendDelivery(old.db, app.id, first.messageId, risky.id);
+    const again = await claimOne(old.db);
+    await recordOutcomes(old.db, [unknownParked(again)], 5);
+    await seedMessage(old.db, app.id);
+    const second = await claimOne(old.db);
+    await recordOutcomes(old.db, [unknownParked(second)], 5);
+
+    await migrating.query(sql.slice(lockAt));
+    await migrating.query('commit');
+    assert.equal(await counted(old.db, first.deliveryId), 2, 'parked again: both unknown attempts');
+    assert.equal(await counted(old.db, second.deliveryId), 1, 'parked meanwhile');
+  } finally {
+    await migrating.end();
     await old.drop();
   }
 });
