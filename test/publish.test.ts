@@ -400,6 +400,12 @@ describe("an endpoint's statistics over a window", () => {
     // Svix's default window: the 28 days until now.
     assert.deepEqual(await stats(''), { pending: 1, success: 1, fail: 1 });
     assert.deepEqual(await stats(`?since=${at(50 * day)}`), { pending: 1, success: 1, fail: 2 });
+    // Moments outside what an id can say still bound the count: from the beginning, to the end.
+    assert.deepEqual(await stats('?since=1900-01-01T00:00:00Z&until=9999-12-31T00:00:00Z'), {
+      pending: 1,
+      success: 1,
+      fail: 2,
+    });
     // `since` inclusive, `until` exclusive.
     assert.deepEqual(await stats(`?since=${at(2 * day)}&until=${at(day)}`), {
       pending: 0,

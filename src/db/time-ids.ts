@@ -9,9 +9,12 @@
  * herald's own, never input: values go in as parameters): ids created since that moment compare
  * at or above it, those created before below it (bytewise, collation "C") — to the millisecond,
  * rounded as herald_id rounds, so an id minted within half a millisecond before the moment may
- * compare above it. Callers use it as a bound to walk to, with an exact test of their own.
+ * compare above it. Callers use it as a bound to walk to, with an exact test of their own. A
+ * moment before 1970 is taken as 1970 (below every id) and one past 9999 as 9999 (above every
+ * id): 12 hex digits hold neither a negative count nor one of more digits.
  */
 export function firstIdAt(prefix: string, momentSql: string): string {
   if (!/^[a-z]+$/.test(prefix)) throw new Error(`an id prefix is lowercase letters, got ${prefix}`);
-  return `('${prefix}_' || lpad(to_hex((extract(epoch from (${momentSql})) * 1000)::bigint), 12, '0'))`;
+  const moment = `least(greatest((${momentSql}), 'epoch'::timestamptz), '9999-12-31'::timestamptz)`;
+  return `('${prefix}_' || lpad(to_hex((extract(epoch from ${moment}) * 1000)::bigint), 12, '0'))`;
 }
