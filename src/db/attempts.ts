@@ -3,7 +3,7 @@
 import type { AttemptOutcome, DeliveryState } from '../domain/message-status.ts';
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
-import { firstIdAt } from './time-ids.ts';
+import { createdBetween } from './time-ids.ts';
 
 export interface AttemptRow {
   id: string;
@@ -54,14 +54,12 @@ async function listAttemptsWhere(
   f: AttemptFilter,
 ) {
   const q = pageQuery('id', page, 7);
-  // `before` and `after` bound the walk of the ids too, with the slack listMessages explains: an
-  // attempt's id is minted at its claim, whose now() is its started_at.
+  // An attempt's id is minted at its claim, whose now() is its started_at.
   const result = await db.query<AttemptRow>(
     `select ${COLUMNS} from attempt
       where app_id = $1 and ${column} = $2 and ${STATUS_CONDITION}
         and ($4::text is null or endpoint_id = $4)
-        and ($5::timestamptz is null or (id < ${firstIdAt('atmpt', "$5 + interval '1 hour'")} and started_at < $5))
-        and ($6::timestamptz is null or (id >= ${firstIdAt('atmpt', '$6')} and started_at > $6))
+        and ${createdBetween({ prefix: 'atmpt', idColumn: 'id', timeColumn: 'started_at', before: '$5', after: '$6' })}
         and ${q.condition}
         and ($8::int is null or ($8 = 0 and status_code is null) or status_code between $8 and $8 + 99)
         and (($9::text[] is null and $10::text is null)
@@ -150,7 +148,7 @@ export interface AttemptedMessageFilter {
 
 /**
  * The messages an endpoint was sent, newest first, with the delivery's current state. `before`
- * and `after` bound the walk of the endpoint's deliveries by message id, as listMessages does.
+ * and `after` bound the walk of the endpoint's deliveries by message id.
  */
 export async function listAttemptedMessages(
   db: Queryable,
@@ -167,9 +165,7 @@ export async function listAttemptedMessages(
       where d.app_id = $1 and d.endpoint_id = $2 and d.attempts_total > 0 and ${q.condition}
         and ($4::text is null or d.state = $4)
         and ($5::text[] is null or m.event_type = any($5)) and ($6::text is null or $6 = any(m.channels))
-        and ($7::timestamptz is null
-             or (d.message_id < ${firstIdAt('msg', "$7 + interval '1 hour'")} and m.created_at < $7))
-        and ($8::timestamptz is null or (d.message_id >= ${firstIdAt('msg', '$8')} and m.created_at > $8))
+        and ${createdBetween({ prefix: 'msg', idColumn: 'd.message_id', timeColumn: 'm.created_at', before: '$7', after: '$8' })}
       order by ${q.orderBy} limit ${q.fetch}`,
     [appId, endpointId, q.param, f.state, f.eventTypes, f.channel, f.before, f.after],
   );

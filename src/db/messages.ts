@@ -5,7 +5,7 @@
 
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
-import { firstIdAt } from './time-ids.ts';
+import { createdBetween } from './time-ids.ts';
 
 export const WAKE_CHANNEL = 'herald_work';
 
@@ -199,17 +199,13 @@ export interface MessageFilter {
 
 export async function listMessages(db: Queryable, appId: string, page: PageRequest, f: MessageFilter) {
   const q = pageQuery('id', page, 2);
-  // `before` and `after` bound the walk of the app's ids too (time-ids.ts): tested on created_at
-  // alone, a `before` far back walked every message published since. An id is minted after its
-  // transaction's now(), which created_at holds: an hour of slack keeps a message whose publish
-  // began before `before` and minted its id after it (a library publish inside a caller's long
-  // transaction), and costs at most an hour of the app's messages to walk past.
+  // `before` and `after` bound the walk of the app's ids too: tested on created_at alone, a
+  // `before` far back walked every message published since.
   const result = await db.query<MessageRow>(
     `select ${COLUMNS} from message
       where app_id = $1 and ${q.condition}
         and ($3::text[] is null or event_type = any($3)) and ($4::text is null or $4 = any(channels))
-        and ($5::timestamptz is null or (id < ${firstIdAt('msg', "$5 + interval '1 hour'")} and created_at < $5))
-        and ($6::timestamptz is null or (id >= ${firstIdAt('msg', '$6')} and created_at > $6))
+        and ${createdBetween({ prefix: 'msg', idColumn: 'id', timeColumn: 'created_at', before: '$5', after: '$6' })}
       order by ${q.orderBy} limit ${q.fetch}`,
     [appId, q.param, f.eventTypes, f.channel, f.before, f.after],
   );

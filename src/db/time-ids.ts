@@ -18,3 +18,23 @@ export function firstIdAt(prefix: string, momentSql: string): string {
   const moment = `least(greatest((${momentSql}), 'epoch'::timestamptz), '9999-12-31'::timestamptz)`;
   return `('${prefix}_' || lpad(to_hex((extract(epoch from ${moment}) * 1000)::bigint), 12, '0'))`;
 }
+
+/**
+ * SQL for Svix's `before` and `after` filters (parameters; null: no bound) on rows whose ids carry
+ * their creation time: the id bounds the walk of the index, the time column decides. An id is
+ * minted after its transaction's now(), which the time column holds: an hour of slack on `before`
+ * keeps a row whose transaction began before it and minted its id after (a library publish inside
+ * a caller's long transaction), and costs at most an hour of rows to walk past.
+ */
+export function createdBetween(on: {
+  prefix: string;
+  idColumn: string;
+  timeColumn: string;
+  before: string;
+  after: string;
+}): string {
+  const { prefix, idColumn: id, timeColumn: time, before, after } = on;
+  return `(${before}::timestamptz is null
+           or (${id} < ${firstIdAt(prefix, `${before} + interval '1 hour'`)} and ${time} < ${before}))
+      and (${after}::timestamptz is null or (${id} >= ${firstIdAt(prefix, after)} and ${time} > ${after}))`;
+}

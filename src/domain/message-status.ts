@@ -13,11 +13,12 @@ const DELIVERY_STATUS: Record<DeliveryState, { status: 0 | 1 | 2 | 3; statusText
 
 export const deliveryStatus = (state: DeliveryState) => DELIVERY_STATUS[state];
 
+const STATE_OF_STATUS = new Map(
+  Object.entries(DELIVERY_STATUS).map(([state, s]) => [s.status as number, state as DeliveryState]),
+);
+
 /** The delivery state a Svix MessageStatus filter names. */
-export function deliveryStateOf(status: number): DeliveryState | null {
-  const found = Object.entries(DELIVERY_STATUS).find(([, s]) => s.status === status);
-  return found ? (found[0] as DeliveryState) : null;
-}
+export const deliveryStateOf = (status: number): DeliveryState | null => STATE_OF_STATUS.get(status) ?? null;
 
 /**
  * An attempt still running is Sending; an `unknown` one is reported as Fail to Svix clients
