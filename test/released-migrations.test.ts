@@ -31,6 +31,7 @@ const RELEASED: Record<number, string> = {
   20: '50bd0ce4180b193d0abb66b04c1f1f5d1238a323e40c7a05508db4f9d66f8994',
   21: 'eabb2c0bca97b97b84a3f655e929e2d26f021197d4b108d6c56ff3a5772045fa',
   22: 'c5bed1b0576e38c85754d08ed7327920dc1441d346e69df8e412d3276480cd4b',
+  23: '1bec51227d3b40a4d3ed4868eac8eb34bc98b183a2d7effc0aa736b1d4c3e5db',
 };
 
 test('released migrations are never edited', () => {
