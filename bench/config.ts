@@ -16,6 +16,11 @@ export interface Counts {
   fanEndpoints: number;
   /** Jobs of the peer's throughput run (= the e2e E = 1,000 deliveries). */
   peerJobs: number;
+  /**
+   * Throughput pairs, peer then herald end to end (E = 1,000), the first included: the ratio of a
+   * pair taken minutes apart from another moves with the VM, so a full run takes several.
+   */
+  e2ePairs: number;
   /** Publishes per face (HTTP, library). */
   publishes: number;
   /** Samples of each latency run (herald, peer). */
@@ -64,6 +69,7 @@ const FULL: Counts = {
   e2eFanMessages: 100,
   fanEndpoints: 1_000,
   peerJobs: 100_000,
+  e2ePairs: 3,
   publishes: 20_000,
   latencySamples: 1_000,
   latencyRate: 25,
@@ -82,6 +88,7 @@ const QUICK: Counts = {
   e2eFanMessages: 10,
   fanEndpoints: 1_000,
   peerJobs: 10_000,
+  e2ePairs: 1,
   publishes: 6_000,
   latencySamples: 150,
   latencyRate: 25,
@@ -99,6 +106,7 @@ export function parseOptions(argv: string[]): BenchOptions {
       quick: { type: 'boolean', default: false },
       concurrency: { type: 'string', default: '32' },
       only: { type: 'string', default: '' },
+      pairs: { type: 'string', default: '' },
       out: { type: 'string', default: 'bench-results' },
       help: { type: 'boolean', default: false },
     },
@@ -107,7 +115,8 @@ export function parseOptions(argv: string[]): BenchOptions {
   if (values.help) {
     console.log(
       [
-        'npm run bench [-- --quick] [--concurrency 32] [--only e2e,latency] [--out bench-results]',
+        'npm run bench [-- --quick] [--concurrency 32] [--only e2e,latency] [--pairs 3] [--out bench-results]',
+        '--pairs: peer and end-to-end throughput pairs, interleaved (3 in a full run, 1 in a quick one)',
         `scenarios: ${SCENARIOS.join(', ')}`,
         'PostgreSQL: DATABASE_URL or postgres://postgres@127.0.0.1:5432/test (scratch databases are created and dropped)',
       ].join('\n'),
@@ -127,13 +136,18 @@ export function parseOptions(argv: string[]): BenchOptions {
       throw new Error(`--only: unknown scenario ${name} (one of ${SCENARIOS.join(', ')})`);
     }
   }
+  const counts = values.quick ? QUICK : FULL;
+  const pairs = values.pairs === '' ? counts.e2ePairs : Number(values.pairs);
+  if (!Number.isInteger(pairs) || pairs < 1 || pairs > 9) {
+    throw new Error('--pairs expects an integer from 1 to 9');
+  }
   return {
     quick: values.quick,
     concurrency,
     only,
     outDir: values.out,
     serverUrl: process.env['DATABASE_URL'] || 'postgres://postgres@127.0.0.1:5432/test',
-    counts: values.quick ? QUICK : FULL,
+    counts: { ...counts, e2ePairs: pairs },
   };
 }
 

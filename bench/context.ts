@@ -44,6 +44,8 @@ export interface Results {
   peerLatency?: number[];
   e2eOne?: Throughput & { recordedMs: number; peakRssBytes: number };
   e2eFan?: Throughput & { recordedMs: number; peakRssBytes: number; endpoints: number };
+  /** Throughput pairs, interleaved: the peer's jobs/s, then herald's deliveries/s (E = 1,000). */
+  pairs?: { peer: number; herald: number }[];
   latency?: number[];
   publishHttp?: Throughput;
   /** publish({ db }) in the caller's transaction: the NOTIFY commits with it (the default). */

@@ -22,6 +22,7 @@ import { intake } from './scenarios/intake.ts';
 import { latency } from './scenarios/latency.ts';
 import { commitLimit, commitLimitBeforePublish, httpLimit } from './scenarios/limits.ts';
 import { memory } from './scenarios/memory.ts';
+import { pairs } from './scenarios/pairs.ts';
 import { peer } from './scenarios/peer.ts';
 import { publish } from './scenarios/publish.ts';
 import { nowMs } from './stats.ts';
@@ -32,6 +33,7 @@ const PLAN: Array<[ScenarioName[], string, (ctx: Context) => Promise<void>]> = [
   [['commit-limit'], '2 commit limit', commitLimit],
   [['peer'], '3 peer: graphile-worker', peer],
   [['e2e'], '4 herald end to end (E=1, E=1000)', e2e],
+  [['peer', 'e2e'], '3 + 4 peer and herald end to end (E=1000) again, interleaved pairs', pairs],
   [['latency'], '6 herald publish-to-receiver latency', latency],
   [['publish', 'intake'], '2 commit limit again, right before publish and intake', commitLimitBeforePublish],
   [['publish'], '5 herald publish throughput (HTTP, library)', publish],

@@ -1,5 +1,6 @@
 // Raw results → the rows of the table and of latest.json, with their ratios:
-// - deliveries/s (e2e) to the peer's jobs/s (higher is better) and to the HTTP limit;
+// - deliveries/s (e2e) to the peer's jobs/s (higher is better) and to the HTTP limit, and the
+//   median of that ratio over the interleaved pairs (with the lowest and highest);
 // - publish and intake per second to the commit limit taken right before them (the one at the
 //   start when that was not taken);
 // - latency percentiles to the peer's same percentile (lower is better);
@@ -122,6 +123,19 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
     );
     cpuRows(out, 'delivery', r.e2eFan.cpu, r.peer?.cpu);
     batchRows(out, r.e2eFan.batches);
+  }
+  if (r.pairs && r.pairs.length > 1) {
+    const ratios = summarize(r.pairs.map((p) => p.herald / p.peer));
+    out.push(
+      row(
+        `herald e2e E=${n(r.e2eFan?.endpoints ?? Number.NaN)} ÷ peer: median of ${r.pairs.length} interleaved pairs`,
+        ratios.p50,
+        '×',
+        ratios.p50,
+      ),
+    );
+    out.push(row('  the lowest pair', ratios.min, '×'));
+    out.push(row('  the highest pair', ratios.max, '×'));
   }
   if (r.publishHttp) {
     out.push(

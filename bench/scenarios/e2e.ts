@@ -88,6 +88,12 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
   }
 }
 
+/** The E = 1,000 case once more, on the app `e2e` used (for the interleaved pairs): deliveries/s. */
+export async function fanThroughputAgain(ctx: Context): Promise<number> {
+  const { counts } = ctx.options;
+  return (await runCase(ctx, await ctx.fanApp(), counts.e2eFanMessages, counts.fanEndpoints)).perSecond;
+}
+
 export async function e2e(ctx: Context): Promise<void> {
   const { counts } = ctx.options;
   const h = await ctx.herald();

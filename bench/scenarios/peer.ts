@@ -3,8 +3,9 @@
 // queued while the runner is stopped, then the runner starts and the receiver counts them in.
 // Latency: jobs added one at a time at a fixed moderate rate to an idle runner, add → arrival;
 // the runner is the one that has just run the throughput, warm, as herald's worker is when measured.
+// The throughput run is taken again for the interleaved pairs (scenarios/pairs.ts).
 
-import { Logger, makeWorkerUtils, runMigrations } from 'graphile-worker';
+import { Logger, makeWorkerUtils, runMigrations, type WorkerUtils } from 'graphile-worker';
 import type { Context } from '../context.ts';
 import { checkpoint } from '../db.ts';
 import { meterDeliveries, openLoop, sleep } from '../load.ts';
@@ -15,47 +16,60 @@ const quiet = new Logger(() => (level, message) => {
   if (level === 'error') console.error(`[peer] ${message}`);
 });
 
-export async function peer(ctx: Context): Promise<void> {
+const workerUtils = (connectionString: string) =>
+  makeWorkerUtils({ connectionString, schema: 'graphile_worker', logger: quiet, maxPoolSize: 4 });
+
+/**
+ * Throughput: N jobs queued while no runner runs, then a runner starts and the receiver counts
+ * them in. Returns the figure and the runner, still running and warm (the caller stops it).
+ */
+async function throughput(ctx: Context, utils: WorkerUtils) {
   const { concurrency, counts } = ctx.options;
+  for (let from = 0; from < counts.peerJobs; from += 1000) {
+    const batch = Array.from({ length: Math.min(1000, counts.peerJobs - from) }, (_, k) => ({
+      identifier: 'post',
+      payload: { id: `t${from + k}` },
+    }));
+    await utils.addJobs(batch);
+  }
+  await ctx.receiver.reset();
+  const worker = await startPeerWorker(ctx.db.url, ctx.receiver.url, concurrency);
+  const memory = sampleMemory(worker.pid);
+  try {
+    const meter = await meterDeliveries(ctx, worker.pid);
+    const stats = await ctx.receiver.waitForCount(counts.peerJobs, counts.waitMaxSeconds * 1000);
+    const cpu = meter.stop(stats.count);
+    if (!stats.complete) {
+      ctx.notes.push(
+        `peer: ${stats.count} of ${counts.peerJobs} jobs arrived within ${counts.waitMaxSeconds} s`,
+      );
+    }
+    const windowMs = stats.lastAt - stats.firstAt;
+    ctx.log(`peer: ${stats.count} jobs delivered in ${(windowMs / 1000).toFixed(2)} s`);
+    const result = {
+      perSecond: rate(stats.count - 1, windowMs),
+      count: stats.count,
+      elapsedMs: windowMs,
+      peakRssBytes: memory.stop(),
+      cpu,
+    };
+    return { result, worker };
+  } catch (error) {
+    memory.stop();
+    await worker.stop();
+    throw error;
+  }
+}
+
+export async function peer(ctx: Context): Promise<void> {
+  const { counts } = ctx.options;
   const connectionString = ctx.db.url;
   await runMigrations({ connectionString, schema: 'graphile_worker', logger: quiet });
-  const utils = await makeWorkerUtils({
-    connectionString,
-    schema: 'graphile_worker',
-    logger: quiet,
-    maxPoolSize: 4,
-  });
+  const utils = await workerUtils(connectionString);
   try {
-    // Throughput.
-    for (let from = 0; from < counts.peerJobs; from += 1000) {
-      const batch = Array.from({ length: Math.min(1000, counts.peerJobs - from) }, (_, k) => ({
-        identifier: 'post',
-        payload: { id: `t${from + k}` },
-      }));
-      await utils.addJobs(batch);
-    }
-    await ctx.receiver.reset();
-    const worker = await startPeerWorker(connectionString, ctx.receiver.url, concurrency);
-    const memory = sampleMemory(worker.pid);
+    const { result, worker } = await throughput(ctx, utils);
+    ctx.results.peer = result;
     try {
-      const meter = await meterDeliveries(ctx, worker.pid);
-      const stats = await ctx.receiver.waitForCount(counts.peerJobs, counts.waitMaxSeconds * 1000);
-      const cpu = meter.stop(stats.count);
-      if (!stats.complete) {
-        ctx.notes.push(
-          `peer: ${stats.count} of ${counts.peerJobs} jobs arrived within ${counts.waitMaxSeconds} s`,
-        );
-      }
-      const windowMs = stats.lastAt - stats.firstAt;
-      ctx.results.peer = {
-        perSecond: rate(stats.count - 1, windowMs),
-        count: stats.count,
-        elapsedMs: windowMs,
-        peakRssBytes: memory.stop(),
-        cpu,
-      };
-      ctx.log(`peer: ${stats.count} jobs delivered in ${(windowMs / 1000).toFixed(2)} s`);
-
       // Latency, with the runner idle in between, after the throughput run's writes are flushed.
       await checkpoint(connectionString, ctx.notes);
       await sleep(1000);
@@ -74,9 +88,20 @@ export async function peer(ctx: Context): Promise<void> {
       await ctx.receiver.track(false);
       ctx.results.peerLatency = joinLatencies(addedAt, arrivals);
     } finally {
-      memory.stop();
       await worker.stop();
     }
+  } finally {
+    await utils.release();
+  }
+}
+
+/** The peer's throughput run once more, on the schema `peer` set up: its jobs per second. */
+export async function peerThroughputAgain(ctx: Context): Promise<number> {
+  const utils = await workerUtils(ctx.db.url);
+  try {
+    const { result, worker } = await throughput(ctx, utils);
+    await worker.stop();
+    return result.perSecond;
   } finally {
     await utils.release();
   }
