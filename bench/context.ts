@@ -44,7 +44,7 @@ export interface Results {
   peerLatency?: number[];
   e2eOne?: Throughput & { recordedMs: number; peakRssBytes: number };
   e2eFan?: Throughput & { recordedMs: number; peakRssBytes: number; endpoints: number };
-  /** Throughput pairs, interleaved: the peer's jobs/s, then herald's deliveries/s (E = 1,000). */
+  /** Throughput pairs, back to back: the peer's jobs/s, then herald's deliveries/s (E = 1,000). */
   pairs?: { peer: number; herald: number }[];
   latency?: number[];
   publishHttp?: Throughput;

@@ -33,7 +33,7 @@ const PLAN: Array<[ScenarioName[], string, (ctx: Context) => Promise<void>]> = [
   [['commit-limit'], '2 commit limit', commitLimit],
   [['peer'], '3 peer: graphile-worker', peer],
   [['e2e'], '4 herald end to end (E=1, E=1000)', e2e],
-  [['peer', 'e2e'], '3 + 4 peer and herald end to end (E=1000) again, interleaved pairs', pairs],
+  [['pairs'], '3 + 4 peer and herald end to end (E=1000), interleaved pairs', pairs],
   [['latency'], '6 herald publish-to-receiver latency', latency],
   [['publish', 'intake'], '2 commit limit again, right before publish and intake', commitLimitBeforePublish],
   [['publish'], '5 herald publish throughput (HTTP, library)', publish],

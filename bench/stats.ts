@@ -35,6 +35,14 @@ export function summarize(values: readonly number[]): Summary {
   };
 }
 
+/** The middle value (of an even number, the mean of the two middle ones); NaN when empty. */
+export function median(values: readonly number[]): number {
+  const s = sorted(values);
+  const mid = s.length >> 1;
+  if (s.length === 0) return Number.NaN;
+  return s.length % 2 === 1 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
+}
+
 /** Events per second over a window in milliseconds. */
 export function rate(count: number, windowMs: number): number {
   return windowMs > 0 ? (count * 1000) / windowMs : Number.NaN;

@@ -1,54 +1,67 @@
 // The benchmark's end-to-end ratio over interleaved pairs: the table shows the median of the
-// pairs' ratios with the lowest and the highest, and --pairs is checked before anything runs.
+// pairs' ratios and each pair's, and --pairs is checked before anything runs.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseOptions } from '../bench/config.ts';
 import { buildFigures } from '../bench/report/figures.ts';
 
-const throughput = (perSecond: number) => ({ perSecond, count: 100_000, elapsedMs: 1000 });
-const firstPair = {
-  peer: { ...throughput(10_000), peakRssBytes: 0 },
-  e2eFan: { ...throughput(9_000), recordedMs: 0, peakRssBytes: 0, endpoints: 1000 },
+const pairRows = (pairs: { peer: number; herald: number }[]) => {
+  const figures = buildFigures({ pairs }, 32);
+  const at = figures.findIndex((f) => f.name.includes('interleaved pairs'));
+  assert.ok(at >= 0, 'the median row is shown');
+  return { median: figures[at]!, each: figures.slice(at + 1, at + 1 + pairs.length) };
 };
 
-test('the median of the pairs, with the lowest and the highest, beside the first pair', () => {
-  const figures = buildFigures(
-    {
-      ...firstPair,
-      pairs: [
-        { peer: 10_000, herald: 9_000 },
-        { peer: 8_000, herald: 10_000 },
-        { peer: 12_000, herald: 12_000 },
-      ],
-    },
-    32,
-  );
-  const at = figures.findIndex((f) => f.name.includes('median of 3 interleaved pairs'));
-  assert.ok(at >= 0, 'the median row is shown');
-  assert.equal(figures[at]!.value, 1);
-  assert.equal(figures[at]!.ratioToPeer, 1);
+test('the median of the pairs, and each pair with its figures', () => {
+  const { median, each } = pairRows([
+    { peer: 10_000, herald: 9_000 },
+    { peer: 8_000, herald: 10_000 },
+    { peer: 12_000, herald: 12_000 },
+  ]);
+  assert.match(median.name, /median of 3 interleaved pairs/);
+  assert.equal(median.value, 1);
+  assert.equal(median.ratioToPeer, 1);
   assert.deepEqual(
-    figures.slice(at + 1, at + 3).map((f) => [f.name.trim(), f.value]),
+    each.map((f) => [f.name.trim(), f.value]),
     [
-      ['the lowest pair', 0.9],
-      ['the highest pair', 1.25],
+      ['pair 1: peer 10,000 jobs/s, herald 9,000 deliveries/s', 0.9],
+      ['pair 2: peer 8,000 jobs/s, herald 10,000 deliveries/s', 1.25],
+      ['pair 3: peer 12,000 jobs/s, herald 12,000 deliveries/s', 1],
     ],
   );
-  const first = figures.find((f) => f.name.startsWith('herald e2e E=1,000: '));
-  assert.equal(first?.ratioToPeer, 0.9, 'the first pair is still shown as measured');
 });
 
-test('one pair shows no median', () => {
-  const figures = buildFigures({ ...firstPair, pairs: [{ peer: 10_000, herald: 9_000 }] }, 32);
-  assert.equal(figures.filter((f) => f.name.includes('interleaved pairs')).length, 0);
+test('of an even number of pairs, the median is the mean of the middle two', () => {
+  const { median } = pairRows([
+    { peer: 10_000, herald: 9_000 },
+    { peer: 10_000, herald: 11_000 },
+  ]);
+  assert.equal(median.value, 1);
 });
 
-test('--pairs: three in a full run, one in a quick one, and only from 1 to 9', () => {
+test('a pair without a ratio is shown and left out of the median', () => {
+  const { median, each } = pairRows([
+    { peer: 10_000, herald: 9_000 },
+    { peer: 0, herald: 10_000 },
+    { peer: 10_000, herald: Number.NaN },
+  ]);
+  assert.match(median.name, /median of 1 interleaved pairs/);
+  assert.equal(median.value, 0.9);
+  assert.equal(each.length, 3);
+});
+
+test('no pairs, no rows', () => {
+  assert.equal(buildFigures({ pairs: [] }, 32).length, 0);
+  assert.equal(buildFigures({}, 32).length, 0);
+});
+
+test('--pairs: three in a full run, none in a quick one, and only from 0 to 9', () => {
   assert.equal(parseOptions([]).counts.e2ePairs, 3);
-  assert.equal(parseOptions(['--quick']).counts.e2ePairs, 1);
+  assert.equal(parseOptions(['--quick']).counts.e2ePairs, 0);
   assert.equal(parseOptions(['--quick', '--pairs', '4']).counts.e2ePairs, 4);
-  for (const bad of ['0', '10', '2.5', 'three']) {
-    assert.throws(() => parseOptions(['--pairs', bad]), /--pairs expects an integer from 1 to 9/);
+  assert.equal(parseOptions(['--pairs', '0']).counts.e2ePairs, 0);
+  for (const bad of ['', '10', '2.5', '0x3', ' 3', 'three']) {
+    assert.throws(() => parseOptions([`--pairs=${bad}`]), /--pairs expects an integer from 0 to 9/);
   }
 });

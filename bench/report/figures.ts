@@ -1,6 +1,6 @@
 // Raw results → the rows of the table and of latest.json, with their ratios:
 // - deliveries/s (e2e) to the peer's jobs/s (higher is better) and to the HTTP limit, and the
-//   median of that ratio over the interleaved pairs (with the lowest and highest);
+//   median of that ratio over the interleaved pairs, with each pair's;
 // - publish and intake per second to the commit limit taken right before them (the one at the
 //   start when that was not taken);
 // - latency percentiles to the peer's same percentile (lower is better);
@@ -9,7 +9,7 @@
 import type { BatchFigures } from '../batches.ts';
 import type { Results } from '../context.ts';
 import type { CpuPerOperation } from '../cpu.ts';
-import { summarize } from '../stats.ts';
+import { median, summarize } from '../stats.ts';
 
 export interface Figure {
   name: string;
@@ -124,18 +124,26 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
     cpuRows(out, 'delivery', r.e2eFan.cpu, r.peer?.cpu);
     batchRows(out, r.e2eFan.batches);
   }
-  if (r.pairs && r.pairs.length > 1) {
-    const ratios = summarize(r.pairs.map((p) => p.herald / p.peer));
+  if (r.pairs && r.pairs.length > 0) {
+    // A pair that delivered nothing has no ratio (NaN): it is shown, and left out of the median.
+    const ratios = r.pairs.map((p) => p.herald / p.peer).filter(Number.isFinite);
     out.push(
       row(
-        `herald e2e E=${n(r.e2eFan?.endpoints ?? Number.NaN)} ÷ peer: median of ${r.pairs.length} interleaved pairs`,
-        ratios.p50,
+        `herald e2e E=1,000 ÷ peer: median of ${ratios.length} interleaved pairs`,
+        median(ratios),
         '×',
-        ratios.p50,
+        median(ratios),
       ),
     );
-    out.push(row('  the lowest pair', ratios.min, '×'));
-    out.push(row('  the highest pair', ratios.max, '×'));
+    for (const [i, p] of r.pairs.entries()) {
+      out.push(
+        row(
+          `  pair ${i + 1}: peer ${n(Math.round(p.peer))} jobs/s, herald ${n(Math.round(p.herald))} deliveries/s`,
+          p.herald / p.peer,
+          '×',
+        ),
+      );
+    }
   }
   if (r.publishHttp) {
     out.push(

@@ -3,7 +3,7 @@
 // queued while the runner is stopped, then the runner starts and the receiver counts them in.
 // Latency: jobs added one at a time at a fixed moderate rate to an idle runner, add → arrival;
 // the runner is the one that has just run the throughput, warm, as herald's worker is when measured.
-// The throughput run is taken again for the interleaved pairs (scenarios/pairs.ts).
+// The throughput run alone is also one half of each interleaved pair (scenarios/pairs.ts).
 
 import { Logger, makeWorkerUtils, runMigrations, type WorkerUtils } from 'graphile-worker';
 import type { Context } from '../context.ts';
@@ -95,8 +95,9 @@ export async function peer(ctx: Context): Promise<void> {
   }
 }
 
-/** The peer's throughput run once more, on the schema `peer` set up: its jobs per second. */
-export async function peerThroughputAgain(ctx: Context): Promise<number> {
+/** The peer's throughput run alone, for the interleaved pairs (scenarios/pairs.ts): jobs per second. */
+export async function peerThroughput(ctx: Context): Promise<number> {
+  await runMigrations({ connectionString: ctx.db.url, schema: 'graphile_worker', logger: quiet });
   const utils = await workerUtils(ctx.db.url);
   try {
     const { result, worker } = await throughput(ctx, utils);
