@@ -3,10 +3,12 @@
 // apart (the peer's latency run, E = 1 and the fan-out app's set-up come between), and on a
 // shared VM whose speed drifts from one minute to the next one pair's ratio moved by a tenth or
 // more from the next one's: the median of pairs taken a minute each says what the ratio is, and
-// their spread how far to trust it. Each pair delivers as much again as steps 3 and 4; herald's
-// deliveries stay as history (which no claim reads) for the scenarios after this one.
+// their spread how far to trust it. Each half starts on a vacuumed database after a checkpoint
+// (db.ts, settle). Each pair delivers as much again as steps 3 and 4; herald's deliveries stay
+// as history (which no claim reads) for the scenarios after this one.
 
 import type { Context } from '../context.ts';
+import { settle } from '../db.ts';
 import { fanThroughput } from './e2e.ts';
 import { peerThroughput } from './peer.ts';
 
@@ -14,7 +16,10 @@ export async function pairs(ctx: Context): Promise<void> {
   const series: { peer: number; herald: number }[] = [];
   ctx.results.pairs = series;
   for (let k = 1; k <= ctx.options.counts.e2ePairs; k++) {
-    const pair = { peer: await peerThroughput(ctx), herald: await fanThroughput(ctx) };
+    await settle(ctx.db.url, ctx.notes);
+    const peer = await peerThroughput(ctx);
+    await settle(ctx.db.url, ctx.notes);
+    const pair = { peer, herald: await fanThroughput(ctx) };
     series.push(pair);
     ctx.log(
       `pair ${k}: peer ${Math.round(pair.peer)} jobs/s, herald ${Math.round(pair.herald)} deliveries/s`,
