@@ -1,14 +1,14 @@
 // A claim must not write the delivery's indexes: leasing every delivery of a message published to
 // many endpoints — side by side on their pages, all updated by one claim — is a HOT update for
 // (nearly) every one, the new row version staying on its page, and so is recording their
-// outcomes. The claim changes no indexed column of a delivery, so "same page" is "HOT" here, read
-// from the rows themselves rather than from lagging statistics.
+// outcomes (neither changes an indexed column of a delivery: "same page" is HOT, support/pages.ts).
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries, recordOutcomes } from '../src/db/deliveries.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { attemptResult } from './support/outcomes.ts';
+import { pagesOfMessageRows, stayedOnTheirPage } from './support/pages.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
 const ENDPOINTS = 120;
@@ -23,33 +23,19 @@ after(async () => {
   await database.drop();
 });
 
-/** The heap page of each delivery of the message (ctid is `(page,item)`). */
-async function pagesOfDeliveries(messageId: string): Promise<Map<string, number>> {
-  const result = await database.db.query<{ id: string; page: string }>(
-    `select id, (ctid::text::point)[0]::bigint::text as page from delivery where message_id = $1`,
-    [messageId],
-  );
-  return new Map(result.rows.map((r) => [r.id, Number(r.page)]));
-}
-
-function stayedOnTheirPage(then: Map<string, number>, now: Map<string, number>): number {
-  assert.equal(now.size, then.size);
-  return [...now].filter(([id, page]) => then.get(id) === page).length;
-}
-
 test('a claim of a whole fan-out, and its outcomes, leave (nearly) every delivery on its page', async () => {
   const { db } = database;
   const app = await seedApp(db, 'hot');
   for (let e = 0; e < ENDPOINTS; e++) await seedEndpoint(db, app.id, `http://127.0.0.1:1/${e}`);
   const messageId = await seedMessage(db, app.id);
-  const published = await pagesOfDeliveries(messageId);
+  const published = await pagesOfMessageRows(db, 'delivery', messageId);
   assert.equal(published.size, ENDPOINTS);
   assert.ok(new Set(published.values()).size >= 3, 'the deliveries fill several pages');
 
   // One claim leases every delivery, each page's rows all at once…
   const claimed = await claimDeliveries(db, { batch: ENDPOINTS, leaseSeconds: 30, afterEndpoint: '' });
   assert.equal(claimed.length, ENDPOINTS);
-  const leased = await pagesOfDeliveries(messageId);
+  const leased = await pagesOfMessageRows(db, 'delivery', messageId);
   const stayedAtClaim = stayedOnTheirPage(published, leased);
   // At fill factor 70 fewer than half stayed (50 of 120); at 50 all but the odd one whose page ran out.
   assert.ok(
@@ -64,7 +50,7 @@ test('a claim of a whole fan-out, and its outcomes, leave (nearly) every deliver
     DISABLE_AFTER,
   );
   assert.ok(recorded.every((r) => r.recorded));
-  const stayedAtOutcome = stayedOnTheirPage(leased, await pagesOfDeliveries(messageId));
+  const stayedAtOutcome = stayedOnTheirPage(leased, await pagesOfMessageRows(db, 'delivery', messageId));
   assert.ok(
     stayedAtOutcome >= ENDPOINTS * 0.9,
     `${stayedAtOutcome} of ${ENDPOINTS} deliveries stayed at the outcome`,
