@@ -45,12 +45,14 @@ export interface Herald {
    * Publishes a message. With `db`, the message, its deliveries and its audit entry are written
    * through the caller's client inside the caller's transaction: roll it back and nothing is sent.
    * With `db`, `wake: false` leaves the workers' NOTIFY out of that transaction (see `wake()`);
-   * without `db` the publish commits on its own and wakes the workers with its commit.
+   * without `db` the publish commits on its own and wakes the workers with its commit. With `db`,
+   * `prepare: true` (a node-postgres client) prepares herald's statements once on that connection
+   * instead of parsing and planning them at every publish.
    */
   publish(
     app: string,
     message: unknown,
-    options?: { db?: ForeignQueryable; idempotencyKey?: string; wake?: boolean },
+    options?: { db?: ForeignQueryable; prepare?: boolean; idempotencyKey?: string; wake?: boolean },
   ): Promise<Published>;
   /**
    * Wakes the delivery workers (a NOTIFY outside any transaction of yours), for publishes made with
@@ -176,7 +178,9 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     core,
     async publish(app, message, publishOptions = {}) {
       const input = parseOrThrow(MessageIn, message);
-      const target = publishOptions.db ? asQueryable(publishOptions.db) : db;
+      const target = publishOptions.db
+        ? asQueryable(publishOptions.db, { prepare: publishOptions.prepare ?? false })
+        : db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
         wake: publishOptions.wake,

@@ -95,6 +95,62 @@ describe('the library face', () => {
     }
   });
 
+  test('with prepare, herald’s statements are prepared once on the caller’s connection, and the publish is still theirs', async () => {
+    const app = await createApp(t, 'library-prepared');
+    await createEndpoint(t, app, { url: `${receiver.url}/lib-prepared` });
+    const client = new pg.Client({ connectionString: t.database.url });
+    await client.connect();
+    const prepared = async () =>
+      (
+        await client.query<{ name: string }>('select name from pg_prepared_statements order by name')
+      ).rows.map((r) => r.name);
+    try {
+      await client.query('begin');
+      const plain = await t.herald.publish(
+        'library-prepared',
+        { eventType: 'e', payload: { v: 0 } },
+        { db: client },
+      );
+      assert.deepEqual(await prepared(), [], 'without prepare, nothing is left on the connection');
+      await client.query('rollback');
+
+      const sent: string[] = [];
+      for (const v of [1, 2]) {
+        await client.query('begin');
+        const published = await t.herald.publish(
+          'library-prepared',
+          { eventType: 'e', payload: { v } },
+          { db: client, prepare: true },
+        );
+        assert.equal(
+          await count('from message where id = $1', [published.message.id]),
+          0,
+          'not before COMMIT',
+        );
+        await client.query(v === 1 ? 'rollback' : 'commit');
+        if (v === 2) sent.push(published.message.id);
+      }
+      const names = await prepared();
+      assert.ok(names.includes('herald:publish_messages'), `prepared: ${names.join(', ')}`);
+      assert.ok(
+        names.every((name) => name.startsWith('herald:')),
+        'every name herald prepared begins with herald:',
+      );
+
+      await waitFor('the committed message to arrive', () =>
+        receiver.requests.some((r) => r.path === '/lib-prepared'),
+      );
+      const bodies = receiver.requests
+        .filter((r) => r.path === '/lib-prepared')
+        .map((r) => JSON.parse(r.body).v);
+      assert.deepEqual(bodies, [2], 'only the committed publish is sent');
+      assert.equal(await count('from message where id = $1', [plain.message.id]), 0);
+      assert.equal(await count('from message where id = any($1)', [sent]), 1);
+    } finally {
+      await client.end();
+    }
+  });
+
   test('the library validates like the API', async () => {
     await assert.rejects(
       t.herald.publish('library', { eventType: 'bad type!', payload: {} }),

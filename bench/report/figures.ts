@@ -165,7 +165,7 @@ export function buildFigures(r: Results, concurrency: number): Figure[] {
     if (!result) continue;
     out.push(
       row(
-        `herald publish, library in caller's txn (${how}), c=${concurrency}`,
+        `herald publish, library in caller's txn, prepared (${how}), c=${concurrency}`,
         result.perSecond,
         'msgs/s',
         undefined,

@@ -1,6 +1,7 @@
 // (5) herald publish throughput at the run's concurrency (32 by default), no worker running, to an
 // app with one endpoint: through the library (herald.publish inside the caller's own
-// transaction: BEGIN, publish, COMMIT on a pg client of the caller's pool) and through the HTTP
+// transaction: BEGIN, publish, COMMIT on a pg client of the caller's pool, with herald's statements
+// prepared on that client, `prepare: true`, as a node-postgres caller can) and through the HTTP
 // API (a `herald api` process, as a user runs it; keep-alive client in the bench process), with
 // an API key of the `publish` scope restricted to the app, as a product would hold.
 
@@ -32,7 +33,11 @@ export async function publish(ctx: Context): Promise<void> {
       const client = await callerPool.connect();
       try {
         await client.query('begin');
-        await h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD }, { db: client, wake });
+        await h.herald.publish(
+          app,
+          { eventType: EVENT_TYPE, payload: PAYLOAD },
+          { db: client, wake, prepare: true },
+        );
         await client.query('commit');
       } catch (error) {
         await client.query('rollback').catch(() => {});

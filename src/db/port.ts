@@ -42,9 +42,21 @@ export interface ForeignQueryable {
   ): Promise<{ rows: unknown[]; rowCount?: number | null; affectedRows?: number }>;
 }
 
-/** Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port; it runs
- * every statement as a plain one (a caller's driver may not support named statements). */
-export function asQueryable(client: ForeignQueryable): Queryable {
+/**
+ * Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port. By default
+ * it runs every statement as a plain one: a library leaves nothing behind on a connection it does
+ * not own, and a caller's driver or pooler may not support named statements. With `prepare` (for
+ * a node-postgres client), herald's hot statements are prepared once on that connection, under
+ * names that begin with `herald:`, as on herald's own connections.
+ */
+export function asQueryable(client: ForeignQueryable, options: { prepare?: boolean } = {}): Queryable {
+  if (options.prepare) {
+    const named = preparingQueryable(client as unknown as NamingClient);
+    return {
+      query: (text, params, prepareAs) =>
+        named.query(text, params, prepareAs === undefined ? undefined : `herald:${prepareAs}`),
+    };
+  }
   return {
     async query<R>(text: string, params?: readonly unknown[]) {
       const result = await client.query(text, params as unknown[] | undefined);
@@ -56,13 +68,16 @@ export function asQueryable(client: ForeignQueryable): Queryable {
   };
 }
 
-/** A pg Pool or client as the port, with named statements prepared once per connection. */
-export function preparingQueryable(client: {
+/** A client that takes a query as a config object, with a name to prepare it under (node-postgres). */
+interface NamingClient {
   query(config: { text: string; values?: unknown[]; name?: string }): Promise<{
     rows: unknown[];
     rowCount: number | null;
   }>;
-}): Queryable {
+}
+
+/** A pg Pool or client as the port, with named statements prepared once per connection. */
+export function preparingQueryable(client: NamingClient): Queryable {
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
       const result = await client.query({ text, values: params as unknown[] | undefined, name: prepareAs });
