@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { parseOptions } from '../bench/config.ts';
+import { parseOptions, wants } from '../bench/config.ts';
 import { buildFigures } from '../bench/report/figures.ts';
 
 const pairRows = (pairs: { peer: number; herald: number }[]) => {
@@ -61,6 +61,9 @@ test('--pairs: three in a full run, none in a quick one, and only from 0 to 9', 
   assert.equal(parseOptions(['--quick']).counts.e2ePairs, 0);
   assert.equal(parseOptions(['--quick', '--pairs', '4']).counts.e2ePairs, 4);
   assert.equal(parseOptions(['--pairs', '0']).counts.e2ePairs, 0);
+  assert.equal(wants(parseOptions([]), 'pairs'), true);
+  assert.equal(wants(parseOptions(['--quick']), 'pairs'), false, 'a quick run takes no pairs');
+  assert.equal(wants(parseOptions(['--only', 'pairs', '--pairs', '0']), 'pairs'), false);
   for (const bad of ['', '10', '2.5', '0x3', ' 3', 'three']) {
     assert.throws(() => parseOptions([`--pairs=${bad}`]), /--pairs expects an integer from 0 to 9/);
   }
