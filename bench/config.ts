@@ -142,6 +142,13 @@ export function parseOptions(argv: string[]): BenchOptions {
     throw new Error('--pairs expects an integer from 0 to 9');
   }
   const pairs = values.pairs === undefined ? counts.e2ePairs : Number(values.pairs);
+  // Either would run nothing that was asked for, and say nothing.
+  if (only.includes('pairs') && pairs === 0) {
+    throw new Error('--only pairs: no pairs to take (a quick run takes none): add --pairs N');
+  }
+  if (values.pairs !== undefined && pairs > 0 && only.length > 0 && !only.includes('pairs')) {
+    throw new Error('--pairs: add pairs to --only');
+  }
   return {
     quick: values.quick,
     concurrency,

@@ -112,9 +112,9 @@ export async function tableSizes(url: string, tables: readonly string[]): Promis
  * moment, which a latency run at a moderate rate counts against whichever system it measures.
  * CHECKPOINT needs a superuser or pg_checkpoint; without either the run goes on, and says so.
  */
-export async function checkpoint(url: string, notes: string[]): Promise<void> {
+export async function checkpoint(url: string, notes: string[], before = 'a latency run'): Promise<void> {
   await withClient(url, (client) => client.query('checkpoint')).catch((error: Error) => {
-    notes.push(`could not CHECKPOINT before a latency run (${error.message}): a checkpoint may land in it`);
+    notes.push(`could not CHECKPOINT before ${before} (${error.message}): a checkpoint may land in it`);
   });
 }
 
@@ -128,5 +128,5 @@ export async function settle(url: string, notes: string[]): Promise<void> {
   await withClient(url, (client) => client.query('vacuum')).catch((error: Error) => {
     notes.push(`could not VACUUM before a pair's half (${error.message})`);
   });
-  await checkpoint(url, notes);
+  await checkpoint(url, notes, "a pair's half");
 }

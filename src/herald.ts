@@ -14,9 +14,10 @@ import { migrate } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
-import { asQueryable, type Db, type ForeignQueryable } from './db/port.ts';
+import { asQueryable, type Db, type ForeignQueryable, isNodePostgresClient } from './db/port.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
+import { HeraldError } from './errors.ts';
 import { createMetrics } from './ops/metrics.ts';
 import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks } from './ops/operator-app.ts';
@@ -178,9 +179,14 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     core,
     async publish(app, message, publishOptions = {}) {
       const input = parseOrThrow(MessageIn, message);
-      const target = publishOptions.db
-        ? asQueryable(publishOptions.db, { prepare: publishOptions.prepare ?? false })
-        : db;
+      const { db: callerDb, prepare = false } = publishOptions;
+      if (prepare && !(callerDb && isNodePostgresClient(callerDb))) {
+        throw new HeraldError(
+          'validation',
+          'prepare: true needs db, a node-postgres client (pg Client or PoolClient)',
+        );
+      }
+      const target = callerDb ? asQueryable(callerDb, { prepare }) : db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
         wake: publishOptions.wake,

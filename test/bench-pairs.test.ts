@@ -63,7 +63,9 @@ test('--pairs: three in a full run, none in a quick one, and only from 0 to 9', 
   assert.equal(parseOptions(['--pairs', '0']).counts.e2ePairs, 0);
   assert.equal(wants(parseOptions([]), 'pairs'), true);
   assert.equal(wants(parseOptions(['--quick']), 'pairs'), false, 'a quick run takes no pairs');
-  assert.equal(wants(parseOptions(['--only', 'pairs', '--pairs', '0']), 'pairs'), false);
+  assert.equal(wants(parseOptions(['--quick', '--only', 'pairs', '--pairs', '2']), 'pairs'), true);
+  assert.throws(() => parseOptions(['--quick', '--only', 'pairs']), /--only pairs: no pairs to take/);
+  assert.throws(() => parseOptions(['--only', 'e2e', '--pairs', '3']), /--pairs: add pairs to --only/);
   for (const bad of ['', '10', '2.5', '0x3', ' 3', 'three']) {
     assert.throws(() => parseOptions([`--pairs=${bad}`]), /--pairs expects an integer from 0 to 9/);
   }

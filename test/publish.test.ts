@@ -151,6 +151,20 @@ describe('the library face', () => {
     }
   });
 
+  test('prepare asks for a node-postgres client as db, and says so', async () => {
+    const notNodePostgres = { query: async () => ({ rows: [] }) };
+    for (const options of [{ prepare: true }, { db: notNodePostgres, prepare: true }]) {
+      await assert.rejects(
+        t.herald.publish('library', { eventType: 'e', payload: {} }, options),
+        (error: Error & { code?: string }) => {
+          assert.equal(error.code, 'validation');
+          assert.match(error.message, /prepare: true needs db, a node-postgres client/);
+          return true;
+        },
+      );
+    }
+  });
+
   test('the library validates like the API', async () => {
     await assert.rejects(
       t.herald.publish('library', { eventType: 'bad type!', payload: {} }),

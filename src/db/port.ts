@@ -9,9 +9,10 @@ export interface QueryResult<R> {
 /** Anything that runs SQL: the pool, a transaction, or a caller's own pg client. */
 export interface Queryable {
   /**
-   * `prepareAs` names a hot statement: on herald's own PostgreSQL connections it is parsed and
-   * analysed once per connection, not on every call (its text must never vary under one name).
-   * Other adapters run it as a plain statement.
+   * `prepareAs` names a hot statement: on herald's own PostgreSQL connections (and on a caller's
+   * node-postgres client when asked: asQueryable) it is parsed and analysed once per connection,
+   * not on every call (its text must never vary under one name). Other adapters run it as a plain
+   * statement.
    */
   query<R = Record<string, unknown>>(
     text: string,
@@ -51,7 +52,8 @@ export interface ForeignQueryable {
  */
 export function asQueryable(client: ForeignQueryable, options: { prepare?: boolean } = {}): Queryable {
   if (options.prepare) {
-    const named = preparingQueryable(client as unknown as NamingClient);
+    if (!isNodePostgresClient(client)) throw new TypeError('prepare needs a node-postgres client');
+    const named = preparingQueryable(client);
     return {
       query: (text, params, prepareAs) =>
         named.query(text, params, prepareAs === undefined ? undefined : `herald:${prepareAs}`),
@@ -66,6 +68,14 @@ export function asQueryable(client: ForeignQueryable, options: { prepare?: boole
       };
     },
   };
+}
+
+/**
+ * A node-postgres Client or PoolClient: it takes a query as a config object, with a name to prepare
+ * it under. (Its constructor sets `connectionParameters`; PGlite and other drivers have none.)
+ */
+export function isNodePostgresClient(client: ForeignQueryable): client is ForeignQueryable & NamingClient {
+  return typeof client === 'object' && client !== null && 'connectionParameters' in client;
 }
 
 /** A client that takes a query as a config object, with a name to prepare it under (node-postgres). */
