@@ -14,7 +14,14 @@ import { migrate } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import { openEmbeddedDb } from './db/pglite.ts';
-import { asQueryable, type Db, type ForeignQueryable, isNodePostgresClient } from './db/port.ts';
+import {
+  asQueryable,
+  type Db,
+  type ForeignQueryable,
+  isNodePostgresClient,
+  preparingQueryable,
+  type Queryable,
+} from './db/port.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
 import { HeraldError } from './errors.ts';
@@ -63,6 +70,19 @@ export interface Herald {
   wake(): Promise<void>;
   startWorker(): Promise<Worker>;
   close(): Promise<void>;
+}
+
+/**
+ * The caller's own client as the port (null: none given): plain statements, or with `prepare`
+ * herald's statements prepared once on it under names that begin with `herald:`.
+ */
+function callerQueryable(client: ForeignQueryable | undefined, prepare: boolean): Queryable | null {
+  if (!prepare) return client ? asQueryable(client) : null;
+  if (client && isNodePostgresClient(client)) return preparingQueryable(client, 'herald:');
+  throw new HeraldError(
+    'validation',
+    'prepare: true needs db, a node-postgres client (pg Client or PoolClient)',
+  );
 }
 
 /** JSON logs to stdout by default; `fd` 2 sends them to stderr (for CLI commands that print). */
@@ -179,14 +199,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     core,
     async publish(app, message, publishOptions = {}) {
       const input = parseOrThrow(MessageIn, message);
-      const { db: callerDb, prepare = false } = publishOptions;
-      if (prepare && !(callerDb && isNodePostgresClient(callerDb))) {
-        throw new HeraldError(
-          'validation',
-          'prepare: true needs db, a node-postgres client (pg Client or PoolClient)',
-        );
-      }
-      const target = callerDb ? asQueryable(callerDb, { prepare }) : db;
+      const target = callerQueryable(publishOptions.db, publishOptions.prepare ?? false) ?? db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
         wake: publishOptions.wake,

@@ -26,8 +26,9 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
   const h = await ctx.herald();
   const { concurrency } = ctx.options;
   const expected = messages * endpoints;
-  // The app's deliveries of an earlier run (the interleaved pairs run this case again).
+  // This run's deliveries recorded as succeeded: the interleaved pairs run this case again.
   const succeededBefore = await succeeded(ctx, app);
+  const recordedSoFar = async () => (await succeeded(ctx, app)) - succeededBefore;
   // The backlog is not measured: a few publishers keep herald's pool small for later scenarios.
   const published = await closedLoop(messages, 8, 300_000, async () => {
     await h.herald.publish(app, { eventType: EVENT_TYPE, payload: PAYLOAD });
@@ -58,10 +59,10 @@ async function runCase(ctx: Context, app: string, messages: number, endpoints: n
     const windowMs = stats.lastAt - stats.firstAt;
     // Outcomes are written after the response (group commit): wait until all are recorded.
     const deadline = Date.now() + (stats.complete ? 120_000 : 0);
-    let recorded = (await succeeded(ctx, app)) - succeededBefore;
+    let recorded = await recordedSoFar();
     while (recorded < expected && Date.now() < deadline) {
       await sleep(50);
-      recorded = (await succeeded(ctx, app)) - succeededBefore;
+      recorded = await recordedSoFar();
     }
     if (recorded < expected && stats.complete) {
       ctx.notes.push(

@@ -10,9 +10,8 @@ export interface QueryResult<R> {
 export interface Queryable {
   /**
    * `prepareAs` names a hot statement: on herald's own PostgreSQL connections (and on a caller's
-   * node-postgres client when asked: asQueryable) it is parsed and analysed once per connection,
-   * not on every call (its text must never vary under one name). Other adapters run it as a plain
-   * statement.
+   * node-postgres client when asked) it is parsed and analysed once per connection, not on every
+   * call (its text must never vary under one name). Other adapters run it as a plain statement.
    */
   query<R = Record<string, unknown>>(
     text: string,
@@ -44,21 +43,12 @@ export interface ForeignQueryable {
 }
 
 /**
- * Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port. By default
- * it runs every statement as a plain one: a library leaves nothing behind on a connection it does
- * not own, and a caller's driver or pooler may not support named statements. With `prepare` (for
- * a node-postgres client), herald's hot statements are prepared once on that connection, under
- * names that begin with `herald:`, as on herald's own connections.
+ * Adapts a caller's own client (pg Client/PoolClient, PGlite transaction) to the port; it runs
+ * every statement as a plain one: a library leaves nothing behind on a connection it does not own,
+ * and a caller's driver or pooler may not support named statements. (A caller may ask otherwise
+ * of a node-postgres client: preparingQueryable with a name prefix.)
  */
-export function asQueryable(client: ForeignQueryable, options: { prepare?: boolean } = {}): Queryable {
-  if (options.prepare) {
-    if (!isNodePostgresClient(client)) throw new TypeError('prepare needs a node-postgres client');
-    const named = preparingQueryable(client);
-    return {
-      query: (text, params, prepareAs) =>
-        named.query(text, params, prepareAs === undefined ? undefined : `herald:${prepareAs}`),
-    };
-  }
+export function asQueryable(client: ForeignQueryable): Queryable {
   return {
     async query<R>(text: string, params?: readonly unknown[]) {
       const result = await client.query(text, params as unknown[] | undefined);
@@ -86,11 +76,15 @@ interface NamingClient {
   }>;
 }
 
-/** A pg Pool or client as the port, with named statements prepared once per connection. */
-export function preparingQueryable(client: NamingClient): Queryable {
+/**
+ * A pg Pool or client as the port, with named statements prepared once per connection. On a
+ * connection herald does not own, `namePrefix` keeps its names apart from the owner's.
+ */
+export function preparingQueryable(client: NamingClient, namePrefix = ''): Queryable {
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
-      const result = await client.query({ text, values: params as unknown[] | undefined, name: prepareAs });
+      const name = prepareAs === undefined ? undefined : `${namePrefix}${prepareAs}`;
+      const result = await client.query({ text, values: params as unknown[] | undefined, name });
       return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
     },
   };
