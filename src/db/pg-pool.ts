@@ -1,8 +1,9 @@
 // The server adapter: a pg Pool shared by every query, plus one dedicated connection for every
-// LISTEN channel (pg-listener.ts).
+// LISTEN channel (pg-listener.ts) and one for every pipeline (pg-pipeline.ts).
 
 import pg from 'pg';
 import { createPgListener } from './pg-listener.ts';
+import { createPgPipeline, type PgPipeline } from './pg-pipeline.ts';
 import type { Db, Transaction } from './port.ts';
 import { preparingQueryable } from './port.ts';
 
@@ -31,6 +32,7 @@ export function createPgDb(options: PgDbOptions): Db {
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
+  const pipelines: PgPipeline[] = [];
   const listener = createPgListener({
     clientConfig,
     onState: options.onListenState,
@@ -67,8 +69,14 @@ export function createPgDb(options: PgDbOptions): Db {
       }
     },
     listen: (channel, onNotify) => listener.listen(channel, onNotify),
+    pipeline() {
+      const pipeline = createPgPipeline(clientConfig);
+      pipelines.push(pipeline);
+      return pipeline;
+    },
     async close() {
       await listener.close();
+      await Promise.all(pipelines.map((p) => p.close()));
       await pool.end();
     },
   };

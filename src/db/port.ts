@@ -31,6 +31,16 @@ export interface Db extends Queryable {
   transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T>;
   /** Subscribes to NOTIFY on `channel`; resolves to an unsubscribe function. */
   listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
+  /**
+   * A connection of its own for autocommit statements, each sent without waiting for the answers
+   * to the ones before it (PostgreSQL's pipelining): the server runs them one after another, each
+   * as its own transaction, and starts the next as soon as the one before has committed, not once
+   * herald has read that answer and sent another. A statement that fails fails alone. For the
+   * group commits' writes (group-commit.ts). Each call opens another, connected on first use and
+   * closed with the Db. The embedded database runs one statement at a time anyway: it answers
+   * with itself.
+   */
+  pipeline(): Queryable;
   close(): Promise<void>;
 }
 
