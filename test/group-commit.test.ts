@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { findApps } from '../src/db/apps.ts';
-import { coalesced, createGroupCommit } from '../src/db/group-commit.ts';
+import { coalesced, createGroupCommit, type WriteLane } from '../src/db/group-commit.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { type NewMessage, publishMessages } from '../src/db/messages.ts';
 import { asQueryable, type Queryable } from '../src/db/port.ts';
@@ -18,11 +18,15 @@ import { waitFor, waitForLockWaiter } from './support/wait.ts';
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
   const batches: I[][] = [];
+  const lanes: WriteLane[] = [];
   const gates: (() => void)[] = [];
   return {
     batches,
-    write: async (items: I[]) => {
+    /** The lane of each write, in the order of `batches`. */
+    lanes,
+    write: async (items: I[], lane: WriteLane) => {
       batches.push(items);
+      lanes.push(lane);
       await new Promise<void>((resolve) => gates.push(resolve));
       return fn(items);
     },
@@ -39,7 +43,8 @@ describe('group commit', () => {
     const gated = gatedWrite((items: number[]) => items.map((n) => n * 10));
     const submit = createGroupCommit(gated.write, {
       maxBatch: 100,
-      parallel: 1,
+      pipelined: 1,
+      beside: 0,
       splitAt: 100,
       maxWaitMs: 1000,
     });
@@ -56,11 +61,12 @@ describe('group commit', () => {
     assert.deepEqual(await Promise.all(rest), [20, 30, 40, 50]);
   });
 
-  test('a second writer starts only when splitAt callers wait: batches stay large below that', async () => {
+  test('a further writer starts only when splitAt callers wait, on the pipeline', async () => {
     const gated = gatedWrite((items: number[]) => items);
     const submit = createGroupCommit(gated.write, {
       maxBatch: 10,
-      parallel: 2,
+      pipelined: 2,
+      beside: 1,
       splitAt: 3,
       maxWaitMs: 60_000,
     });
@@ -71,22 +77,47 @@ describe('group commit', () => {
     assert.deepEqual(gated.batches, [[1]], 'two waiting callers are fewer than splitAt: one writer');
     all.push(submit(4));
     await settle();
-    assert.deepEqual(gated.batches, [[1], [2, 3, 4]], 'splitAt callers wait: a second writer takes them');
-    all.push(submit(5));
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4]], 'splitAt callers wait: a further writer takes them');
+    assert.deepEqual(gated.lanes, ['pipelined', 'pipelined'], 'right behind the first, on the pipeline');
+    all.push(submit(5), submit(6), submit(7));
     await settle();
-    assert.equal(gated.batches.length, 2, 'no third writer');
+    assert.equal(gated.batches.length, 2, 'no third writer: the pipeline is full');
     gated.releaseAll();
     await settle();
     gated.releaseAll();
-    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5]);
-    assert.deepEqual(gated.batches, [[1], [2, 3, 4], [5]]);
+    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5, 6, 7]);
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4], [5, 6, 7]]);
   });
 
-  test('callers that wait maxWaitMs behind a long write get a writer of their own', async () => {
+  test('splits go on the pipeline only: a full pipeline never spills beside it', async () => {
+    const gated = gatedWrite((items: number[]) => items);
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 10,
+      pipelined: 2,
+      beside: 1,
+      splitAt: 2,
+      maxWaitMs: 60_000,
+    });
+    const all = [submit(1)];
+    await settle();
+    all.push(submit(2), submit(3));
+    await settle();
+    all.push(submit(4), submit(5), submit(6));
+    await settle();
+    assert.deepEqual(gated.lanes, ['pipelined', 'pipelined'], 'two on the pipeline, none beside');
+    assert.deepEqual(gated.batches, [[1], [2, 3]]);
+    gated.releaseAll();
+    await settle();
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5, 6]);
+  });
+
+  test('callers that wait maxWaitMs behind a long write get a writer beside it', async () => {
     const gated = gatedWrite((items: number[]) => items);
     const submit = createGroupCommit(gated.write, {
       maxBatch: 100,
-      parallel: 2,
+      pipelined: 2,
+      beside: 1,
       splitAt: 100,
       maxWaitMs: 30,
     });
@@ -97,18 +128,25 @@ describe('group commit', () => {
     assert.deepEqual(gated.batches, [[1]], 'at first they wait behind the write under way');
     await waitFor('a second writer', () => gated.batches.length === 2, 5000);
     assert.deepEqual(gated.batches, [[1], [2, 3]], 'then a second writer takes them, together');
+    assert.deepEqual(gated.lanes, ['pipelined', 'beside'], 'beside the long write, not behind it');
     gated.releaseAll();
     assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
   });
 
-  test('refuses a splitAt outside 1..maxBatch', () => {
+  test('refuses a splitAt outside 1..maxBatch, and no writer on the pipeline', () => {
     const write = async (items: number[]) => items;
+    const options = {
+      maxBatch: 10,
+      pipelined: 2,
+      beside: 1,
+      splitAt: 5,
+      maxWaitMs: 5,
+    } as const;
     for (const splitAt of [0, 11]) {
-      assert.throws(
-        () => createGroupCommit(write, { maxBatch: 10, parallel: 2, splitAt, maxWaitMs: 5 }),
-        RangeError,
-      );
+      assert.throws(() => createGroupCommit(write, { ...options, splitAt }), RangeError);
     }
+    assert.throws(() => createGroupCommit(write, { ...options, pipelined: 0 }), RangeError);
+    assert.doesNotThrow(() => createGroupCommit(write, options));
   });
 
   test('a batch holds at most maxBatch items', async () => {
@@ -118,7 +156,7 @@ describe('group commit', () => {
         sizes.push(items.length);
         return items;
       },
-      { maxBatch: 3, parallel: 1, splitAt: 3, maxWaitMs: 1000 },
+      { maxBatch: 3, pipelined: 1, beside: 0, splitAt: 3, maxWaitMs: 1000 },
     );
     assert.deepEqual(await Promise.all([1, 2, 3, 4, 5, 6, 7].map(submit)), [1, 2, 3, 4, 5, 6, 7]);
     assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
@@ -133,7 +171,7 @@ describe('group commit', () => {
           throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
         return items.map((s) => s.toUpperCase());
       },
-      { maxBatch: 10, parallel: 1, splitAt: 10, maxWaitMs: 1000 },
+      { maxBatch: 10, pipelined: 1, beside: 0, splitAt: 10, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
     assert.deepEqual(
@@ -155,7 +193,8 @@ describe('group commit', () => {
     });
     const submit = createGroupCommit(gated.write, {
       maxBatch: 10,
-      parallel: 1,
+      pipelined: 1,
+      beside: 0,
       splitAt: 10,
       maxWaitMs: 1000,
       written: (results, seconds) => reported.push({ items: results.length, seconds }),
@@ -190,7 +229,7 @@ describe('group commit', () => {
         await settle();
         throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
       },
-      { maxBatch: 10, parallel: 1, splitAt: 10, maxWaitMs: 1000 },
+      { maxBatch: 10, pipelined: 1, beside: 0, splitAt: 10, maxWaitMs: 1000 },
     );
     const first = submit('a');
     const others = ['b', 'c'].map(submit);
@@ -276,9 +315,12 @@ describe('publishMessages: several messages in one call', () => {
     const db = database.db;
     const app = await seedApp(db, 'multi-vanished');
     await seedEndpoint(db, app.id, 'http://127.0.0.1:1/a');
+    // On a real pipeline, as publishes go: the rejected batch and then its items alone, each
+    // statement its own transaction on the one connection.
+    const pipeline = db.pipeline();
     const submit = createGroupCommit(
-      (items: (NewMessage & { actor: string })[]) => publishMessages(db, items),
-      { maxBatch: 50, parallel: 1, splitAt: 50, maxWaitMs: 1000 },
+      (items: (NewMessage & { actor: string })[]) => publishMessages(pipeline, items),
+      { maxBatch: 50, pipelined: 1, beside: 0, splitAt: 50, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled([
       submit(message(app.id)),

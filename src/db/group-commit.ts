@@ -9,24 +9,34 @@
 // retrying could write twice, so every caller of the batch gets that error, as a caller of a
 // single write would.
 
+/**
+ * Where a write goes. `pipelined`: on the group commit's own connection in pipeline mode
+ * (Db.pipeline), right behind the write under way there, which the database runs as soon as that
+ * one has committed: no pause while herald reads an answer and sends the next batch, and no second
+ * transaction competing with the first for the same cores and pages. `beside`: on a connection of
+ * the pool, where it runs at once, beside the pipeline's (for callers held up behind a long write).
+ */
+export type WriteLane = 'pipelined' | 'beside';
+
 export interface GroupCommitOptions<O = unknown> {
   /** Items per statement at most. */
   maxBatch: number;
   /**
-   * Writes under way at once, at most. A further writer starts only when `splitAt` callers are
-   * waiting or when callers have waited `maxWaitMs` behind the writes under way (a long one: a
-   * fan-out to many endpoints). Below that, callers gather behind the one write under way, and
-   * fewer, larger batches cost the database less per item than more, smaller ones.
+   * Writes on the pipeline at once, at most (at least 1). The first goes as soon as a caller
+   * comes; a further one only when `splitAt` callers are waiting. Below that, callers gather
+   * behind the write under way, and fewer, larger batches cost the database less per item than
+   * more, smaller ones.
    */
-  parallel: number;
-  /**
-   * Callers waiting that are worth a further writer. One writer keeps one database connection
-   * busy, so the database works on one core for it: where the database's share of each item is
-   * large, a second writer at a modest queue buys more than the larger batches it gives up.
-   * `maxBatch` means "only when one writer cannot keep up".
-   */
+  pipelined: number;
+  /** Writes beside the pipeline at once, at most: each starts when callers have waited `maxWaitMs`. */
+  beside: number;
+  /** Callers waiting that are worth a further write on the pipeline (1..maxBatch). */
   splitAt: number;
-  /** How long callers wait behind the writes under way before another writer takes them. */
+  /**
+   * How long callers wait behind the writes under way before a write beside them takes them: a
+   * long write (a fan-out to many endpoints) would otherwise hold up every publish queued behind
+   * it on the pipeline.
+   */
   maxWaitMs: number;
   /**
    * Told of every write that committed: its results and how long it took, from the call to the
@@ -38,7 +48,7 @@ export interface GroupCommitOptions<O = unknown> {
   written?: (results: readonly O[], seconds: number) => void;
 }
 
-export type Write<I, O> = (items: I[]) => Promise<O[]>;
+export type Write<I, O> = (items: I[], lane: WriteLane) => Promise<O[]>;
 
 /** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
 export function createGroupCommit<I, O>(
@@ -48,11 +58,14 @@ export function createGroupCommit<I, O>(
   if (!(options.splitAt >= 1 && options.splitAt <= options.maxBatch)) {
     throw new RangeError(`group commit: splitAt must be 1..maxBatch, got ${options.splitAt}`);
   }
+  if (!(options.pipelined >= 1)) {
+    throw new RangeError(`group commit: pipelined must be at least 1, got ${options.pipelined}`);
+  }
   const { written } = options;
   const write: Write<I, O> = written
-    ? async (items) => {
+    ? async (items, lane) => {
         const startedAt = performance.now();
-        const results = await untimedWrite(items);
+        const results = await untimedWrite(items, lane);
         written(results, (performance.now() - startedAt) / 1000);
         return results;
       }
@@ -63,20 +76,20 @@ export function createGroupCommit<I, O>(
     reject: (error: unknown) => void;
   }
   const queue: Waiting[] = [];
-  let writers = 0;
-  /** Armed while callers wait behind the writes under way: then another writer takes them. */
+  const writers: Record<WriteLane, number> = { pipelined: 0, beside: 0 };
+  /** Armed while callers wait behind the writes under way: then a write beside them takes them. */
   let waitTimer: NodeJS.Timeout | null = null;
 
-  async function writeAlone(w: Waiting): Promise<void> {
+  async function writeAlone(w: Waiting, lane: WriteLane): Promise<void> {
     try {
-      w.resolve((await write([w.item]))[0]!);
+      w.resolve((await write([w.item], lane))[0]!);
     } catch (error) {
       w.reject(error);
     }
   }
 
-  async function writer(): Promise<void> {
-    writers++;
+  async function writer(lane: WriteLane): Promise<void> {
+    writers[lane]++;
     try {
       while (queue.length > 0) {
         if (waitTimer !== null) {
@@ -85,15 +98,19 @@ export function createGroupCommit<I, O>(
         }
         const batch = queue.splice(0, options.maxBatch);
         try {
-          const results = await write(batch.map((w) => w.item));
+          const results = await write(
+            batch.map((w) => w.item),
+            lane,
+          );
           for (const [i, w] of batch.entries()) w.resolve(results[i]!);
         } catch (error) {
-          if (batch.length > 1 && rejectedByDatabase(error)) await Promise.all(batch.map(writeAlone));
+          if (batch.length > 1 && rejectedByDatabase(error))
+            await Promise.all(batch.map((w) => writeAlone(w, lane)));
           else for (const w of batch) w.reject(error);
         }
       }
     } finally {
-      writers--;
+      writers[lane]--;
     }
   }
 
@@ -101,11 +118,15 @@ export function createGroupCommit<I, O>(
     new Promise<O>((resolve, reject) => {
       queue.push({ item, resolve, reject });
       // (A writer that takes the queue disarms the timer.)
-      if (writers === 0 || (writers < options.parallel && queue.length >= options.splitAt)) void writer();
-      else if (writers < options.parallel && waitTimer === null) {
+      if (
+        writers.pipelined === 0 ||
+        (writers.pipelined < options.pipelined && queue.length >= options.splitAt)
+      ) {
+        void writer('pipelined');
+      } else if (writers.beside < options.beside && waitTimer === null) {
         waitTimer = setTimeout(() => {
           waitTimer = null;
-          if (queue.length > 0 && writers < options.parallel) void writer();
+          if (queue.length > 0 && writers.beside < options.beside) void writer('beside');
         }, options.maxWaitMs);
       }
     });

@@ -62,18 +62,23 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     log: deps.log,
   });
   const cache = new Map<string, CachedSource>();
-  // Receipts that arrive together are recorded by one call, in one transaction (group commit).
-  // Recording a receipt is database-heavy (claim, message, delivery, audit, observation): once 16
-  // wait, a second writer puts the database's second core to work (at 32 concurrent senders,
-  // 10–20 % more receipts per second than splitting only at a full batch).
+  // Receipts that arrive together are recorded by one call, in one transaction (group commit), on
+  // a pipeline of their own: once 16 wait, a second write goes right behind the one under way, and
+  // one beside them only when receipts have waited 5 ms (see group-commit.ts).
+  const intakePipeline = deps.db.pipeline();
   const submitIntake = createGroupCommit(
-    async (receipts: IntakeReceipt[]) =>
-      (await recordReceipts(deps.db, receipts, DEFAULT_RETENTION_DAYS)).map(
-        ({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed }),
-      ),
+    async (receipts: IntakeReceipt[], lane) =>
+      (
+        await recordReceipts(
+          lane === 'pipelined' ? intakePipeline : deps.db,
+          receipts,
+          DEFAULT_RETENTION_DAYS,
+        )
+      ).map(({ claimed, ...r }): RecordedIntake => ({ kind: 'accepted', ...r, duplicate: !claimed })),
     {
       maxBatch: 64,
-      parallel: 2,
+      pipelined: 2,
+      beside: 1,
       splitAt: 16,
       maxWaitMs: 5,
       written: (results, seconds) => deps.metrics?.batchWritten('intake', results.length, seconds),

@@ -162,7 +162,7 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
   });
   const batchSeconds = new Histogram({
     name: 'herald_batched_write_seconds',
-    help: 'Time of one batched write that committed, from the call to its commit: what a caller waits for, after the write ahead of it. An outcome write includes the claim it carries.',
+    help: 'Time of one batched write that committed, from the call to its commit: what a caller waits for, after the write ahead of it. An outcome write includes the claim it carries; a write pipelined behind another, its wait for that one.',
     labelNames: ['write'] as const,
     buckets: WRITE_BUCKETS,
     registers,
