@@ -33,6 +33,8 @@ function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
     releaseAll: () => {
       for (const open of gates.splice(0)) open();
     },
+    /** The gates of the writes under way, in the order they were called; each opens one write. */
+    gates: () => [...gates],
   };
 }
 
@@ -129,6 +131,56 @@ describe('group commit', () => {
     await waitFor('a second writer', () => gated.batches.length === 2, 5000);
     assert.deepEqual(gated.batches, [[1], [2, 3]], 'then a second writer takes them, together');
     assert.deepEqual(gated.lanes, ['pipelined', 'beside'], 'beside the long write, not behind it');
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
+  });
+
+  test('a write beside takes one batch, not the queue from then on', async () => {
+    const gated = gatedWrite((items: number[]) => items);
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 100,
+      pipelined: 1,
+      beside: 1,
+      splitAt: 100,
+      maxWaitMs: 20,
+    });
+    const all = [submit(1)];
+    await settle();
+    all.push(submit(2), submit(3));
+    await waitFor('a writer beside the first', () => gated.batches.length === 2, 5000);
+    all.push(submit(4), submit(5));
+    // Only the beside write's gate opens: the pipeline's long write is still under way.
+    const [, besideGate] = gated.gates();
+    besideGate!();
+    await settle();
+    await settle();
+    assert.deepEqual(gated.batches, [[1], [2, 3]], 'the writer beside did not go on with 4 and 5');
+    await waitFor('another writer beside, once 4 and 5 have waited', () => gated.batches.length === 3, 5000);
+    assert.deepEqual(gated.batches[2], [4, 5]);
+    assert.deepEqual(gated.lanes, ['pipelined', 'beside', 'beside']);
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5]);
+  });
+
+  test('no write is pipelined behind one that has run maxWaitMs: those callers go beside it', async () => {
+    const gated = gatedWrite((items: number[]) => items);
+    const submit = createGroupCommit(gated.write, {
+      maxBatch: 100,
+      pipelined: 2,
+      beside: 1,
+      splitAt: 2,
+      maxWaitMs: 30,
+    });
+    const long = submit(1);
+    await settle();
+    // The write under way has run longer than maxWaitMs before these come.
+    await new Promise((resolve) => setTimeout(resolve, 40));
+    const waiting = [submit(2), submit(3)];
+    await settle();
+    assert.deepEqual(gated.batches, [[1]], 'splitAt callers wait, but not behind the long write');
+    await waitFor('a writer beside the long write', () => gated.batches.length === 2, 5000);
+    assert.deepEqual(gated.batches, [[1], [2, 3]]);
+    assert.deepEqual(gated.lanes, ['pipelined', 'beside']);
     gated.releaseAll();
     assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
   });

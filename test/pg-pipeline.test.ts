@@ -6,7 +6,8 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { createPgPipeline, type PgPipeline } from '../src/db/pg-pipeline.ts';
+import { createPgPipeline } from '../src/db/pg-pipeline.ts';
+import type { Pipeline } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -19,8 +20,8 @@ after(async () => {
   await database.drop();
 });
 
-const open = (): PgPipeline => createPgPipeline({ connectionString: database.url });
-const backendOf = async (pipeline: PgPipeline) =>
+const open = (): Pipeline => createPgPipeline({ connectionString: database.url });
+const backendOf = async (pipeline: Pipeline) =>
   (await pipeline.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
 
 describe('a pipelined connection', () => {
@@ -98,6 +99,22 @@ describe('a pipelined connection', () => {
       );
       const second = await backendOf(pipeline);
       assert.notEqual(second, first, 'a new connection');
+    } finally {
+      await pipeline.close();
+    }
+  });
+
+  test('a named statement the server no longer has: that call fails, and the next prepares it on a new connection', async () => {
+    const pipeline = open();
+    try {
+      const named = () => pipeline.query<{ one: number }>('select 1 as one', [], 'piped_named');
+      await named();
+      const first = await backendOf(pipeline);
+      // Behind the client's back, as a failed Parse or a pooler's DISCARD would leave it.
+      await pipeline.query('deallocate piped_named');
+      await assert.rejects(named(), (error: { code?: string }) => error.code === '26000');
+      assert.equal((await named()).rows[0]!.one, 1, 'prepared again');
+      assert.notEqual(await backendOf(pipeline), first, 'on a new connection');
     } finally {
       await pipeline.close();
     }

@@ -77,8 +77,45 @@ export function createGroupCommit<I, O>(
   }
   const queue: Waiting[] = [];
   const writers: Record<WriteLane, number> = { pipelined: 0, beside: 0 };
+  /** When each write on the pipeline was sent (performance.now()), oldest first. */
+  const onThePipeline: { sentAt: number }[] = [];
   /** Armed while callers wait behind the writes under way: then a write beside them takes them. */
   let waitTimer: NodeJS.Timeout | null = null;
+
+  /**
+   * Whether a write sent now on the pipeline would start soon: not behind one that has run for
+   * `maxWaitMs` already (a long write: its callers are for a write beside it, once they have waited).
+   */
+  function pipelineMoving(): boolean {
+    const oldest = onThePipeline[0];
+    return oldest === undefined || performance.now() - oldest.sentAt < options.maxWaitMs;
+  }
+
+  function armWaitTimer(): void {
+    if (waitTimer !== null || writers.beside >= options.beside) return;
+    waitTimer = setTimeout(() => {
+      waitTimer = null;
+      if (queue.length > 0 && writers.beside < options.beside) void writer('beside');
+    }, options.maxWaitMs);
+  }
+
+  async function writeBatch(batch: Waiting[], lane: WriteLane): Promise<void> {
+    const sent = { sentAt: performance.now() };
+    if (lane === 'pipelined') onThePipeline.push(sent);
+    try {
+      const results = await write(
+        batch.map((w) => w.item),
+        lane,
+      );
+      for (const [i, w] of batch.entries()) w.resolve(results[i]!);
+    } catch (error) {
+      if (batch.length > 1 && rejectedByDatabase(error))
+        await Promise.all(batch.map((w) => writeAlone(w, lane)));
+      else for (const w of batch) w.reject(error);
+    } finally {
+      if (lane === 'pipelined') onThePipeline.splice(onThePipeline.indexOf(sent), 1);
+    }
+  }
 
   async function writeAlone(w: Waiting, lane: WriteLane): Promise<void> {
     try {
@@ -88,29 +125,25 @@ export function createGroupCommit<I, O>(
     }
   }
 
+  /**
+   * A pipelined writer takes the queue as long as there is one, unless the pipeline is held up by
+   * a long write; a writer beside takes one batch: it is there for callers held up, not to be a
+   * second transaction at all times.
+   */
   async function writer(lane: WriteLane): Promise<void> {
     writers[lane]++;
     try {
-      while (queue.length > 0) {
+      while (queue.length > 0 && (lane === 'beside' || pipelineMoving())) {
         if (waitTimer !== null) {
           clearTimeout(waitTimer);
           waitTimer = null;
         }
-        const batch = queue.splice(0, options.maxBatch);
-        try {
-          const results = await write(
-            batch.map((w) => w.item),
-            lane,
-          );
-          for (const [i, w] of batch.entries()) w.resolve(results[i]!);
-        } catch (error) {
-          if (batch.length > 1 && rejectedByDatabase(error))
-            await Promise.all(batch.map((w) => writeAlone(w, lane)));
-          else for (const w of batch) w.reject(error);
-        }
+        await writeBatch(queue.splice(0, options.maxBatch), lane);
+        if (lane === 'beside') break;
       }
     } finally {
       writers[lane]--;
+      if (queue.length > 0) armWaitTimer();
     }
   }
 
@@ -123,12 +156,7 @@ export function createGroupCommit<I, O>(
         (writers.pipelined < options.pipelined && queue.length >= options.splitAt)
       ) {
         void writer('pipelined');
-      } else if (writers.beside < options.beside && waitTimer === null) {
-        waitTimer = setTimeout(() => {
-          waitTimer = null;
-          if (queue.length > 0 && writers.beside < options.beside) void writer('beside');
-        }, options.maxWaitMs);
-      }
+      } else armWaitTimer();
     });
 }
 

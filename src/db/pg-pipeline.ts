@@ -8,30 +8,32 @@
 // a second write already on the wire, the server goes on to it as soon as the first has committed.
 
 import pg from 'pg';
-import { preparingQueryable, type Queryable } from './port.ts';
-
-export interface PgPipeline extends Queryable {
-  close(): Promise<void>;
-}
+import { type Pipeline, preparingQueryable } from './port.ts';
 
 /**
  * Connected on first use, and again after the connection broke. The statements on the wire when
- * it broke fail with it: each caller is told, and none is sent again, as it may have committed.
+ * it broke fail with it: each caller is told, and none is sent again, as it may have committed
+ * (a statement cut off by the client's query deadline breaks the connection too: those behind it
+ * on the wire fail with it, and may have committed).
  */
-export function createPgPipeline(clientConfig: pg.ClientConfig): PgPipeline {
+export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => void): Pipeline {
   let client: pg.Client | null = null;
   let connecting: Promise<pg.Client> | null = null;
   let closed = false;
 
+  /** Takes a connection out of use (once): the next statement opens another. */
+  function retire(broken: pg.Client): void {
+    if (client !== broken) return;
+    client = null;
+    broken.end().catch(() => {});
+  }
+
   async function connect(): Promise<pg.Client> {
     const fresh = new pg.Client({ ...clientConfig, pipeline: true });
-    // A broken connection is dropped, for the next statement to open another. Without a listener
-    // the 'error' event would kill the process; the statements on it fail on their own.
-    const drop = () => {
-      if (client === fresh) client = null;
-    };
-    fresh.on('error', drop);
-    fresh.on('end', drop);
+    // Without a listener the 'error' event would kill the process; the statements on the
+    // connection fail on their own.
+    fresh.on('error', () => retire(fresh));
+    fresh.on('end', () => retire(fresh));
     try {
       await fresh.connect();
     } catch (error) {
@@ -53,13 +55,32 @@ export function createPgPipeline(clientConfig: pg.ClientConfig): PgPipeline {
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
       if (closed) throw new Error('the pipelined connection is closed');
-      return preparingQueryable(client ?? (await connected())).query<R>(text, params, prepareAs);
+      const current = client ?? (await connected());
+      try {
+        return await preparingQueryable(current).query<R>(text, params, prepareAs);
+      } catch (error) {
+        if (unfitForMore(error)) retire(current);
+        throw error;
+      }
     },
     async close() {
+      if (closed) return;
       closed = true;
+      onClose?.();
       const open = client ?? (await connecting?.catch(() => null)) ?? null;
       client = null;
       await open?.end();
     },
   };
+}
+
+/**
+ * An error after which the connection must not take more statements: it broke (no severity: a
+ * socket error, the client's query deadline; FATAL: the server ended it), or the server's named
+ * statements are no longer what the client believes (a Parse that failed, a statement whose
+ * result changed under a migration). Its successor prepares them afresh.
+ */
+function unfitForMore(error: unknown): boolean {
+  const { severity, code } = error as { severity?: string; code?: string };
+  return severity !== 'ERROR' || code === '26000' || code === '42P05' || code === '0A000';
 }

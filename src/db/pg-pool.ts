@@ -3,8 +3,8 @@
 
 import pg from 'pg';
 import { createPgListener } from './pg-listener.ts';
-import { createPgPipeline, type PgPipeline } from './pg-pipeline.ts';
-import type { Db, Transaction } from './port.ts';
+import { createPgPipeline } from './pg-pipeline.ts';
+import type { Db, Pipeline, Transaction } from './port.ts';
 import { preparingQueryable } from './port.ts';
 
 export interface PgDbOptions {
@@ -32,7 +32,7 @@ export function createPgDb(options: PgDbOptions): Db {
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
-  const pipelines: PgPipeline[] = [];
+  const pipelines = new Set<Pipeline>();
   const listener = createPgListener({
     clientConfig,
     onState: options.onListenState,
@@ -70,13 +70,13 @@ export function createPgDb(options: PgDbOptions): Db {
     },
     listen: (channel, onNotify) => listener.listen(channel, onNotify),
     pipeline() {
-      const pipeline = createPgPipeline(clientConfig);
-      pipelines.push(pipeline);
+      const pipeline = createPgPipeline(clientConfig, () => pipelines.delete(pipeline));
+      pipelines.add(pipeline);
       return pipeline;
     },
     async close() {
       await listener.close();
-      await Promise.all(pipelines.map((p) => p.close()));
+      await Promise.all([...pipelines].map((p) => p.close()));
       await pool.end();
     },
   };

@@ -87,7 +87,7 @@ export async function openEmbeddedDb(dataDir: string): Promise<Db> {
       const unlisten = await pglite.listen(channel, onNotify);
       return () => unlisten();
     },
-    pipeline: () => queryable,
+    pipeline: () => ({ query: queryable.query, close: async () => {} }),
     async close() {
       await pglite.close();
       unlock();

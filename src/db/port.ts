@@ -20,6 +20,11 @@ export interface Queryable {
   ): Promise<QueryResult<R>>;
 }
 
+/** A connection of its own, sending statements without waiting for answers (Db.pipeline). */
+export interface Pipeline extends Queryable {
+  close(): Promise<void>;
+}
+
 /** A transaction handle; `script` runs several statements without parameters (migrations). */
 export interface Transaction extends Queryable {
   script(sql: string): Promise<void>;
@@ -36,11 +41,11 @@ export interface Db extends Queryable {
    * to the ones before it (PostgreSQL's pipelining): the server runs them one after another, each
    * as its own transaction, and starts the next as soon as the one before has committed, not once
    * herald has read that answer and sent another. A statement that fails fails alone. For the
-   * group commits' writes (group-commit.ts). Each call opens another, connected on first use and
-   * closed with the Db. The embedded database runs one statement at a time anyway: it answers
-   * with itself.
+   * group commits' writes (group-commit.ts). Each call makes another, connected on first use and
+   * closed by its owner or with the Db. The embedded database runs one statement at a time
+   * anyway: its pipeline is itself.
    */
-  pipeline(): Queryable;
+  pipeline(): Pipeline;
   close(): Promise<void>;
 }
 

@@ -182,7 +182,10 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       if (relayed) deps.metrics?.published('ingest');
       return result;
     },
-    close: () => sources.close(),
+    async close() {
+      await sources.close();
+      await intakePipeline.close();
+    },
   };
 }
 
