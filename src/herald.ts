@@ -162,6 +162,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       maxBatch: 256,
       pipelined: 2,
       beside: 1,
+      besideStays: false,
       splitAt: 16,
       maxWaitMs: 5,
       // Publishes refused before the database (an app missing or out of reach) are not items of

@@ -47,6 +47,7 @@ describe('group commit', () => {
       maxBatch: 100,
       pipelined: 1,
       beside: 0,
+      besideStays: false,
       splitAt: 100,
       maxWaitMs: 1000,
     });
@@ -69,6 +70,7 @@ describe('group commit', () => {
       maxBatch: 10,
       pipelined: 2,
       beside: 1,
+      besideStays: false,
       splitAt: 3,
       maxWaitMs: 60_000,
     });
@@ -97,6 +99,7 @@ describe('group commit', () => {
       maxBatch: 10,
       pipelined: 2,
       beside: 1,
+      besideStays: false,
       splitAt: 2,
       maxWaitMs: 60_000,
     });
@@ -120,6 +123,7 @@ describe('group commit', () => {
       maxBatch: 100,
       pipelined: 2,
       beside: 1,
+      besideStays: false,
       splitAt: 100,
       maxWaitMs: 30,
     });
@@ -135,32 +139,43 @@ describe('group commit', () => {
     assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
   });
 
-  test('a write beside takes one batch, not the queue from then on', async () => {
-    const gated = gatedWrite((items: number[]) => items);
-    const submit = createGroupCommit(gated.write, {
-      maxBatch: 100,
-      pipelined: 1,
-      beside: 1,
-      splitAt: 100,
-      maxWaitMs: 20,
+  for (const besideStays of [false, true]) {
+    test(`a writer beside ${besideStays ? 'goes on with the queue' : 'takes one batch and leaves'} (besideStays: ${besideStays})`, async () => {
+      const gated = gatedWrite((items: number[]) => items);
+      const submit = createGroupCommit(gated.write, {
+        maxBatch: 100,
+        pipelined: 1,
+        beside: 1,
+        besideStays,
+        splitAt: 100,
+        maxWaitMs: 20,
+      });
+      const all = [submit(1)];
+      await settle();
+      all.push(submit(2), submit(3));
+      await waitFor('a writer beside the first', () => gated.batches.length === 2, 5000);
+      all.push(submit(4), submit(5));
+      // Only the beside write's gate opens: the pipeline's long write is still under way.
+      const [, besideGate] = gated.gates();
+      besideGate!();
+      await settle();
+      await settle();
+      if (besideStays) {
+        assert.deepEqual(gated.batches, [[1], [2, 3], [4, 5]], 'the same writer went on with 4 and 5');
+      } else {
+        assert.deepEqual(gated.batches, [[1], [2, 3]], 'the writer beside did not go on with 4 and 5');
+        await waitFor(
+          'another writer beside, once 4 and 5 have waited',
+          () => gated.batches.length === 3,
+          5000,
+        );
+        assert.deepEqual(gated.batches[2], [4, 5]);
+      }
+      assert.deepEqual(gated.lanes, ['pipelined', 'beside', 'beside']);
+      gated.releaseAll();
+      assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5]);
     });
-    const all = [submit(1)];
-    await settle();
-    all.push(submit(2), submit(3));
-    await waitFor('a writer beside the first', () => gated.batches.length === 2, 5000);
-    all.push(submit(4), submit(5));
-    // Only the beside write's gate opens: the pipeline's long write is still under way.
-    const [, besideGate] = gated.gates();
-    besideGate!();
-    await settle();
-    await settle();
-    assert.deepEqual(gated.batches, [[1], [2, 3]], 'the writer beside did not go on with 4 and 5');
-    await waitFor('another writer beside, once 4 and 5 have waited', () => gated.batches.length === 3, 5000);
-    assert.deepEqual(gated.batches[2], [4, 5]);
-    assert.deepEqual(gated.lanes, ['pipelined', 'beside', 'beside']);
-    gated.releaseAll();
-    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5]);
-  });
+  }
 
   test('no write is pipelined behind one that has run maxWaitMs: those callers go beside it', async () => {
     const gated = gatedWrite((items: number[]) => items);
@@ -168,6 +183,7 @@ describe('group commit', () => {
       maxBatch: 100,
       pipelined: 2,
       beside: 1,
+      besideStays: false,
       splitAt: 2,
       maxWaitMs: 30,
     });
@@ -191,6 +207,7 @@ describe('group commit', () => {
       maxBatch: 10,
       pipelined: 2,
       beside: 1,
+      besideStays: false,
       splitAt: 5,
       maxWaitMs: 5,
     } as const;
@@ -208,7 +225,7 @@ describe('group commit', () => {
         sizes.push(items.length);
         return items;
       },
-      { maxBatch: 3, pipelined: 1, beside: 0, splitAt: 3, maxWaitMs: 1000 },
+      { maxBatch: 3, pipelined: 1, beside: 0, besideStays: false, splitAt: 3, maxWaitMs: 1000 },
     );
     assert.deepEqual(await Promise.all([1, 2, 3, 4, 5, 6, 7].map(submit)), [1, 2, 3, 4, 5, 6, 7]);
     assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
@@ -223,7 +240,7 @@ describe('group commit', () => {
           throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
         return items.map((s) => s.toUpperCase());
       },
-      { maxBatch: 10, pipelined: 1, beside: 0, splitAt: 10, maxWaitMs: 1000 },
+      { maxBatch: 10, pipelined: 1, beside: 0, besideStays: false, splitAt: 10, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
     assert.deepEqual(
@@ -247,6 +264,7 @@ describe('group commit', () => {
       maxBatch: 10,
       pipelined: 1,
       beside: 0,
+      besideStays: false,
       splitAt: 10,
       maxWaitMs: 1000,
       written: (results, seconds) => reported.push({ items: results.length, seconds }),
@@ -281,7 +299,7 @@ describe('group commit', () => {
         await settle();
         throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
       },
-      { maxBatch: 10, pipelined: 1, beside: 0, splitAt: 10, maxWaitMs: 1000 },
+      { maxBatch: 10, pipelined: 1, beside: 0, besideStays: false, splitAt: 10, maxWaitMs: 1000 },
     );
     const first = submit('a');
     const others = ['b', 'c'].map(submit);
@@ -372,7 +390,7 @@ describe('publishMessages: several messages in one call', () => {
     const pipeline = db.pipeline();
     const submit = createGroupCommit(
       (items: (NewMessage & { actor: string })[]) => publishMessages(pipeline, items),
-      { maxBatch: 50, pipelined: 1, beside: 0, splitAt: 50, maxWaitMs: 1000 },
+      { maxBatch: 50, pipelined: 1, beside: 0, besideStays: false, splitAt: 50, maxWaitMs: 1000 },
     );
     const results = await Promise.allSettled([
       submit(message(app.id)),

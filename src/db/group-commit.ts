@@ -30,6 +30,13 @@ export interface GroupCommitOptions<O = unknown> {
   pipelined: number;
   /** Writes beside the pipeline at once, at most: each starts when callers have waited `maxWaitMs`. */
   beside: number;
+  /**
+   * Whether a writer beside the pipeline goes on with the queue for as long as callers wait (a
+   * second transaction under load, on another core of the database: worth it where the
+   * database's share of an item is large, as a receipt's), or takes one batch and leaves (where
+   * it is small, as a publish's: the pipeline alone costs less per item).
+   */
+  besideStays: boolean;
   /** Callers waiting that are worth a further write on the pipeline (1..maxBatch). */
   splitAt: number;
   /**
@@ -127,8 +134,7 @@ export function createGroupCommit<I, O>(
 
   /**
    * A pipelined writer takes the queue as long as there is one, unless the pipeline is held up by
-   * a long write; a writer beside takes one batch: it is there for callers held up, not to be a
-   * second transaction at all times.
+   * a long write; a writer beside, one batch unless `besideStays`.
    */
   async function writer(lane: WriteLane): Promise<void> {
     writers[lane]++;
@@ -139,7 +145,7 @@ export function createGroupCommit<I, O>(
           waitTimer = null;
         }
         await writeBatch(queue.splice(0, options.maxBatch), lane);
-        if (lane === 'beside') break;
+        if (lane === 'beside' && !options.besideStays) break;
       }
     } finally {
       writers[lane]--;

@@ -79,6 +79,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       maxBatch: 64,
       pipelined: 2,
       beside: 1,
+      besideStays: true,
       splitAt: 16,
       maxWaitMs: 5,
       written: (results, seconds) => deps.metrics?.batchWritten('intake', results.length, seconds),
