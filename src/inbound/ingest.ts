@@ -63,8 +63,10 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   });
   const cache = new Map<string, CachedSource>();
   // Receipts that arrive together are recorded by one call, in one transaction (group commit), on
-  // a pipeline of their own: once 16 wait, a second write goes right behind the one under way, and
-  // one beside them only when receipts have waited 5 ms (see group-commit.ts).
+  // a pipeline of their own: once 16 wait, a second write goes right behind the one under way.
+  // Recording a receipt is database-heavy (claim, message, delivery, audit, observation): once
+  // receipts have waited 5 ms, a writer beside the pipeline puts the database's other core to
+  // work, and stays while they wait (see group-commit.ts).
   const intakePipeline = deps.db.pipeline();
   const submitIntake = createGroupCommit(
     async (receipts: IntakeReceipt[], lane) =>
