@@ -104,6 +104,31 @@ describe('a pipelined connection', () => {
     }
   });
 
+  test('a connection ended while idle is noticed: the next statement goes on a new one, at the first try', async () => {
+    const pipeline = open();
+    try {
+      const first = await backendOf(pipeline);
+      await database.db.query('select pg_terminate_backend($1)', [first]);
+      // Once the server has let it go, the client has had its turns to read the connection's end.
+      await waitFor(
+        'the backend to end',
+        async () =>
+          (
+            await database.db.query<{ n: number }>(
+              'select count(*)::int as n from pg_stat_activity where pid = $1',
+              [first],
+            )
+          ).rows[0]!.n === 0,
+        10_000,
+      );
+      // The entry goes as the backend exits, its socket a moment later: one more round trip.
+      await database.db.query('select 1');
+      assert.notEqual(await backendOf(pipeline), first);
+    } finally {
+      await pipeline.close();
+    }
+  });
+
   test('a named statement the server no longer has: that call fails, and the next prepares it on a new connection', async () => {
     const pipeline = open();
     try {
