@@ -85,36 +85,16 @@ describe('group commit', () => {
     assert.deepEqual(gated.lanes, ['pipelined', 'pipelined'], 'right behind the first, on the pipeline');
     all.push(submit(5), submit(6), submit(7));
     await settle();
-    assert.equal(gated.batches.length, 2, 'no third writer: the pipeline is full');
+    assert.equal(
+      gated.batches.length,
+      2,
+      'no third writer: the pipeline is full, and splits never go beside it',
+    );
     gated.releaseAll();
     await settle();
     gated.releaseAll();
     assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5, 6, 7]);
     assert.deepEqual(gated.batches, [[1], [2, 3, 4], [5, 6, 7]]);
-  });
-
-  test('splits go on the pipeline only: a full pipeline never spills beside it', async () => {
-    const gated = gatedWrite((items: number[]) => items);
-    const submit = createGroupCommit(gated.write, {
-      maxBatch: 10,
-      pipelined: 2,
-      beside: 1,
-      besideStays: false,
-      splitAt: 2,
-      maxWaitMs: 60_000,
-    });
-    const all = [submit(1)];
-    await settle();
-    all.push(submit(2), submit(3));
-    await settle();
-    all.push(submit(4), submit(5), submit(6));
-    await settle();
-    assert.deepEqual(gated.lanes, ['pipelined', 'pipelined'], 'two on the pipeline, none beside');
-    assert.deepEqual(gated.batches, [[1], [2, 3]]);
-    gated.releaseAll();
-    await settle();
-    gated.releaseAll();
-    assert.deepEqual(await Promise.all(all), [1, 2, 3, 4, 5, 6]);
   });
 
   test('callers that wait maxWaitMs behind a long write get a writer beside it', async () => {

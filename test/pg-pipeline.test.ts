@@ -21,6 +21,18 @@ after(async () => {
 });
 
 const open = (): Pipeline => createPgPipeline({ connectionString: database.url });
+const backendGone = (pid: number) =>
+  waitFor(
+    `backend ${pid} to end`,
+    async () =>
+      (
+        await database.db.query<{ n: number }>(
+          'select count(*)::int as n from pg_stat_activity where pid = $1',
+          [pid],
+        )
+      ).rows[0]!.n === 0,
+    10_000,
+  );
 const backendOf = async (pipeline: Pipeline) =>
   (await pipeline.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
 
@@ -110,17 +122,7 @@ describe('a pipelined connection', () => {
       const first = await backendOf(pipeline);
       await database.db.query('select pg_terminate_backend($1)', [first]);
       // Once the server has let it go, the client has had its turns to read the connection's end.
-      await waitFor(
-        'the backend to end',
-        async () =>
-          (
-            await database.db.query<{ n: number }>(
-              'select count(*)::int as n from pg_stat_activity where pid = $1',
-              [first],
-            )
-          ).rows[0]!.n === 0,
-        10_000,
-      );
+      await backendGone(first);
       // The entry goes as the backend exits, its socket a moment later: one more round trip.
       await database.db.query('select 1');
       assert.notEqual(await backendOf(pipeline), first);
@@ -150,17 +152,7 @@ describe('a pipelined connection', () => {
     const pid = await backendOf(pipeline);
     await pipeline.close();
     await assert.rejects(pipeline.query('select 1'), /closed/);
-    await waitFor(
-      'the backend to end',
-      async () =>
-        (
-          await database.db.query<{ n: number }>(
-            'select count(*)::int as n from pg_stat_activity where pid = $1',
-            [pid],
-          )
-        ).rows[0]!.n === 0,
-      10_000,
-    );
+    await backendGone(pid);
   });
 
   test('a pipeline that never ran a statement closes without connecting', async () => {
