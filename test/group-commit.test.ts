@@ -40,17 +40,20 @@ function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
 
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
+/** One writer on the pipeline, none beside: each test says what it changes. */
+const ONE_WRITER = {
+  maxBatch: 100,
+  pipelined: 1,
+  beside: 0,
+  besideStays: false,
+  splitAt: 100,
+  maxWaitMs: 60_000,
+} as const;
+
 describe('group commit', () => {
   test('callers that arrive during a write share the next one, and each gets its own result', async () => {
     const gated = gatedWrite((items: number[]) => items.map((n) => n * 10));
-    const submit = createGroupCommit(gated.write, {
-      maxBatch: 100,
-      pipelined: 1,
-      beside: 0,
-      besideStays: false,
-      splitAt: 100,
-      maxWaitMs: 1000,
-    });
+    const submit = createGroupCommit(gated.write, ONE_WRITER);
     const first = submit(1);
     await settle();
     const rest = [2, 3, 4, 5].map((n) => submit(n));
@@ -67,12 +70,11 @@ describe('group commit', () => {
   test('a further writer starts only when splitAt callers wait, on the pipeline', async () => {
     const gated = gatedWrite((items: number[]) => items);
     const submit = createGroupCommit(gated.write, {
+      ...ONE_WRITER,
       maxBatch: 10,
       pipelined: 2,
       beside: 1,
-      besideStays: false,
       splitAt: 3,
-      maxWaitMs: 60_000,
     });
     const all = [submit(1)];
     await settle();
@@ -99,14 +101,7 @@ describe('group commit', () => {
 
   test('callers that wait maxWaitMs behind a long write get a writer beside it', async () => {
     const gated = gatedWrite((items: number[]) => items);
-    const submit = createGroupCommit(gated.write, {
-      maxBatch: 100,
-      pipelined: 2,
-      beside: 1,
-      besideStays: false,
-      splitAt: 100,
-      maxWaitMs: 30,
-    });
+    const submit = createGroupCommit(gated.write, { ...ONE_WRITER, pipelined: 2, beside: 1, maxWaitMs: 30 });
     const long = submit(1);
     await settle();
     const waiting = [submit(2), submit(3)];
@@ -122,14 +117,7 @@ describe('group commit', () => {
   for (const besideStays of [false, true]) {
     test(`a writer beside ${besideStays ? 'goes on with the queue' : 'takes one batch and leaves'} (besideStays: ${besideStays})`, async () => {
       const gated = gatedWrite((items: number[]) => items);
-      const submit = createGroupCommit(gated.write, {
-        maxBatch: 100,
-        pipelined: 1,
-        beside: 1,
-        besideStays,
-        splitAt: 100,
-        maxWaitMs: 20,
-      });
+      const submit = createGroupCommit(gated.write, { ...ONE_WRITER, beside: 1, besideStays, maxWaitMs: 20 });
       const all = [submit(1)];
       await settle();
       all.push(submit(2), submit(3));
@@ -160,10 +148,9 @@ describe('group commit', () => {
   test('no write is pipelined behind one that has run maxWaitMs: those callers go beside it', async () => {
     const gated = gatedWrite((items: number[]) => items);
     const submit = createGroupCommit(gated.write, {
-      maxBatch: 100,
+      ...ONE_WRITER,
       pipelined: 2,
       beside: 1,
-      besideStays: false,
       splitAt: 2,
       maxWaitMs: 30,
     });
@@ -183,14 +170,7 @@ describe('group commit', () => {
 
   test('refuses a splitAt outside 1..maxBatch, and no writer on the pipeline', () => {
     const write = async (items: number[]) => items;
-    const options = {
-      maxBatch: 10,
-      pipelined: 2,
-      beside: 1,
-      besideStays: false,
-      splitAt: 5,
-      maxWaitMs: 5,
-    } as const;
+    const options = { ...ONE_WRITER, maxBatch: 10, pipelined: 2, beside: 1, splitAt: 5 };
     for (const splitAt of [0, 11]) {
       assert.throws(() => createGroupCommit(write, { ...options, splitAt }), RangeError);
     }
@@ -205,7 +185,7 @@ describe('group commit', () => {
         sizes.push(items.length);
         return items;
       },
-      { maxBatch: 3, pipelined: 1, beside: 0, besideStays: false, splitAt: 3, maxWaitMs: 1000 },
+      { ...ONE_WRITER, maxBatch: 3, splitAt: 3 },
     );
     assert.deepEqual(await Promise.all([1, 2, 3, 4, 5, 6, 7].map(submit)), [1, 2, 3, 4, 5, 6, 7]);
     assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
@@ -213,15 +193,12 @@ describe('group commit', () => {
 
   test('when the database rejects a batch, each item is written alone and only the bad one fails', async () => {
     const calls: string[][] = [];
-    const submit = createGroupCommit(
-      async (items: string[]) => {
-        calls.push(items);
-        if (items.includes('bad'))
-          throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
-        return items.map((s) => s.toUpperCase());
-      },
-      { maxBatch: 10, pipelined: 1, beside: 0, besideStays: false, splitAt: 10, maxWaitMs: 1000 },
-    );
+    const submit = createGroupCommit(async (items: string[]) => {
+      calls.push(items);
+      if (items.includes('bad'))
+        throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
+      return items.map((s) => s.toUpperCase());
+    }, ONE_WRITER);
     const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
     assert.deepEqual(
       results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
@@ -241,12 +218,7 @@ describe('group commit', () => {
       return items;
     });
     const submit = createGroupCommit(gated.write, {
-      maxBatch: 10,
-      pipelined: 1,
-      beside: 0,
-      besideStays: false,
-      splitAt: 10,
-      maxWaitMs: 1000,
+      ...ONE_WRITER,
       written: (results, seconds) => reported.push({ items: results.length, seconds }),
     });
     const first = submit('a');
@@ -273,14 +245,11 @@ describe('group commit', () => {
 
   test('an error that may follow the commit fails every caller and is not retried', async () => {
     let writes = 0;
-    const submit = createGroupCommit(
-      async (items: string[]) => {
-        writes++;
-        await settle();
-        throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
-      },
-      { maxBatch: 10, pipelined: 1, beside: 0, besideStays: false, splitAt: 10, maxWaitMs: 1000 },
-    );
+    const submit = createGroupCommit(async (items: string[]) => {
+      writes++;
+      await settle();
+      throw Object.assign(new Error('Connection terminated unexpectedly'), { items });
+    }, ONE_WRITER);
     const first = submit('a');
     const others = ['b', 'c'].map(submit);
     const results = await Promise.allSettled([first, ...others]);
@@ -370,14 +339,14 @@ describe('publishMessages: several messages in one call', () => {
     const pipeline = db.pipeline();
     const submit = createGroupCommit(
       (items: (NewMessage & { actor: string })[]) => publishMessages(pipeline, items),
-      { maxBatch: 50, pipelined: 1, beside: 0, besideStays: false, splitAt: 50, maxWaitMs: 1000 },
+      ONE_WRITER,
     );
     const results = await Promise.allSettled([
       submit(message(app.id)),
       submit(message(app.id)),
       submit(message('app_does_not_exist')),
       submit(message(app.id)),
-    ]);
+    ]).finally(() => pipeline.close());
     assert.deepEqual(
       results.map((r) => r.status),
       ['fulfilled', 'fulfilled', 'rejected', 'fulfilled'],

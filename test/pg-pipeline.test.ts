@@ -21,25 +21,33 @@ after(async () => {
 });
 
 const open = (): Pipeline => createPgPipeline({ connectionString: database.url });
+
+/** Runs `fn` on a new pipeline, closed afterwards whatever happens. */
+async function withPipeline(fn: (pipeline: Pipeline) => Promise<void>): Promise<void> {
+  const pipeline = open();
+  try {
+    await fn(pipeline);
+  } finally {
+    await pipeline.close();
+  }
+}
+
+/** Server processes with this pid (running `like`, when given). */
+const backends = async (pid: number, like = '%') =>
+  (
+    await database.db.query<{ n: number }>(
+      'select count(*)::int as n from pg_stat_activity where pid = $1 and query like $2',
+      [pid, like],
+    )
+  ).rows[0]!.n;
 const backendGone = (pid: number) =>
-  waitFor(
-    `backend ${pid} to end`,
-    async () =>
-      (
-        await database.db.query<{ n: number }>(
-          'select count(*)::int as n from pg_stat_activity where pid = $1',
-          [pid],
-        )
-      ).rows[0]!.n === 0,
-    10_000,
-  );
+  waitFor(`backend ${pid} to end`, async () => (await backends(pid)) === 0, 10_000);
 const backendOf = async (pipeline: Pipeline) =>
   (await pipeline.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
 
 describe('a pipelined connection', () => {
-  test('statements in flight together: each caller gets its own answer, each its own transaction, one backend', async () => {
-    const pipeline = open();
-    try {
+  test('statements in flight together: each caller gets its own answer, each its own transaction, one backend', async () =>
+    withPipeline(async (pipeline) => {
       const answers = await Promise.all(
         Array.from({ length: 20 }, (_, i) =>
           pipeline.query<{ i: number; xid: string; pid: number }>(
@@ -55,14 +63,10 @@ describe('a pipelined connection', () => {
       );
       assert.equal(new Set(answers.map((a) => a.rows[0]!.xid)).size, 20, 'twenty transactions');
       assert.equal(new Set(answers.map((a) => a.rows[0]!.pid)).size, 1, 'one connection');
-    } finally {
-      await pipeline.close();
-    }
-  });
+    }));
 
-  test('a statement that fails fails alone: the ones on the wire around it commit', async () => {
-    const pipeline = open();
-    try {
+  test('a statement that fails fails alone: the ones on the wire around it commit', async () =>
+    withPipeline(async (pipeline) => {
       await database.db.query('insert into piped (n) values (2)');
       const results = await Promise.allSettled(
         [1, 2, 3].map((n) => pipeline.query('insert into piped (n) values ($1)', [n], 'piped_insert')),
@@ -77,14 +81,10 @@ describe('a pipelined connection', () => {
         stored.rows.map((r) => r.n),
         [1, 2, 3],
       );
-    } finally {
-      await pipeline.close();
-    }
-  });
+    }));
 
-  test('a broken connection fails the statements on it, and the next statement opens another', async () => {
-    const pipeline = open();
-    try {
+  test('a broken connection fails the statements on it, and the next statement opens another', async () =>
+    withPipeline(async (pipeline) => {
       const first = await backendOf(pipeline);
       // Settled as they come: a rejection nobody awaits yet would fail the test as unhandled.
       const onTheWire = Promise.allSettled([
@@ -93,13 +93,7 @@ describe('a pipelined connection', () => {
       ]);
       await waitFor(
         'the sleep to run',
-        async () =>
-          (
-            await database.db.query<{ n: number }>(
-              `select count(*)::int as n from pg_stat_activity where pid = $1 and query like 'select pg_sleep%'`,
-              [first],
-            )
-          ).rows[0]!.n === 1,
+        async () => (await backends(first, 'select pg_sleep%')) === 1,
         10_000,
       );
       await database.db.query('select pg_terminate_backend($1)', [first]);
@@ -111,14 +105,10 @@ describe('a pipelined connection', () => {
       );
       const second = await backendOf(pipeline);
       assert.notEqual(second, first, 'a new connection');
-    } finally {
-      await pipeline.close();
-    }
-  });
+    }));
 
-  test('a connection ended while idle is noticed: the next statement goes on a new one, at the first try', async () => {
-    const pipeline = open();
-    try {
+  test('a connection ended while idle is noticed: the next statement goes on a new one, at the first try', async () =>
+    withPipeline(async (pipeline) => {
       const first = await backendOf(pipeline);
       await database.db.query('select pg_terminate_backend($1)', [first]);
       // Once the server has let it go, the client has had its turns to read the connection's end.
@@ -126,14 +116,10 @@ describe('a pipelined connection', () => {
       // The entry goes as the backend exits, its socket a moment later: one more round trip.
       await database.db.query('select 1');
       assert.notEqual(await backendOf(pipeline), first);
-    } finally {
-      await pipeline.close();
-    }
-  });
+    }));
 
-  test('a named statement the server no longer has: that call fails, and the next prepares it on a new connection', async () => {
-    const pipeline = open();
-    try {
+  test('a named statement the server no longer has: that call fails, and the next prepares it on a new connection', async () =>
+    withPipeline(async (pipeline) => {
       const named = () => pipeline.query<{ one: number }>('select 1 as one', [], 'piped_named');
       await named();
       const first = await backendOf(pipeline);
@@ -142,10 +128,7 @@ describe('a pipelined connection', () => {
       await assert.rejects(named(), (error: { code?: string }) => error.code === '26000');
       assert.equal((await named()).rows[0]!.one, 1, 'prepared again');
       assert.notEqual(await backendOf(pipeline), first, 'on a new connection');
-    } finally {
-      await pipeline.close();
-    }
-  });
+    }));
 
   test('once closed, its connection ends and a statement is refused', async () => {
     const pipeline = open();
@@ -155,7 +138,9 @@ describe('a pipelined connection', () => {
     await backendGone(pid);
   });
 
-  test('a pipeline that never ran a statement closes without connecting', async () => {
-    await open().close();
+  test('a pipeline that never ran a statement closes, and refuses statements after', async () => {
+    const pipeline = open();
+    await pipeline.close();
+    await assert.rejects(pipeline.query('select 1'), /closed/);
   });
 });
