@@ -3,7 +3,6 @@
 // against a PostgreSQL server; `migrate` applies migrations; `keys` manages API keys.
 
 import { Command, InvalidArgumentError } from 'commander';
-import { buildApi, buildMetricsServer } from './api/server.ts';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
@@ -47,12 +46,16 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
     const file = await ensureLocalAdminKey(herald.core.db, config.dataDir);
     if (file) log.info({ file }, 'created an admin API key for this embedded database; it is in this file');
   }
-  // A worker on its own has no API; HERALD_METRICS_PORT gives it a /metrics to scrape.
-  const api = role.api
-    ? await buildApi(herald.core)
-    : config.metricsPort !== undefined
-      ? await buildMetricsServer(herald.core)
-      : null;
+  // A worker on its own has no API; HERALD_METRICS_PORT gives it a /metrics to scrape. The HTTP
+  // stack (fastify, every route and schema) is loaded only by a process that serves: a worker
+  // without it (and without PGlite's code, see openDb) starts ~9 MiB smaller.
+  const serves = role.api || config.metricsPort !== undefined;
+  const server = serves ? await import('./api/server.ts') : null;
+  const api = !server
+    ? null
+    : role.api
+      ? await server.buildApi(herald.core)
+      : await server.buildMetricsServer(herald.core);
   if (api) await api.listen({ port: role.api ? config.port : config.metricsPort!, host: config.host });
   if (role.worker) await herald.startWorker();
   const listening = api ? `http://${config.host}:${(api.server.address() as { port: number }).port}` : null;

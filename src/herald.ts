@@ -13,7 +13,6 @@ import { wakeWorkers } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
 import { createPgDb } from './db/pg-pool.ts';
-import { openEmbeddedDb } from './db/pglite.ts';
 import {
   asQueryable,
   type Db,
@@ -117,6 +116,8 @@ export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promi
           : log.info('LISTEN connection restored'),
     });
   }
+  // Loaded only here: a process on PostgreSQL never needs the embedded database's code.
+  const { openEmbeddedDb } = await import('./db/pglite.ts');
   return openEmbeddedDb(config.dataDir);
 }
 
