@@ -70,6 +70,7 @@ function baseline(): ScaleOutHistory {
     webhookId: 'msg_1',
     startedAt,
     endedAt: startedAt + 10,
+    wallAt: startedAt,
     answered,
     status: answered ? 204 : null,
     remotePort: 40000 + seq,
@@ -114,6 +115,20 @@ describe('scale-out checker', () => {
     assert.equal(result.counts['leases.recovered'], 1);
     assert.equal(result.attemptOfRequest.get(1)?.id, 'atmpt_1');
     assert.equal(result.attemptOfRequest.get(2)?.id, 'atmpt_2');
+  });
+
+  test("the wall clock moved against the receiver's during the run: said, with by how much", () => {
+    const steady = checkScaleOut(baseline());
+    assert.equal(steady.counts['receiver_clock_drift_ms'], 0);
+    assert.deepEqual(steady.notes, []);
+    const adjusted = baseline();
+    adjusted.requests = [
+      adjusted.requests[0]!,
+      { ...adjusted.requests[1]!, wallAt: adjusted.requests[1]!.wallAt + 60 },
+    ];
+    const result = checkScaleOut(adjusted);
+    assert.equal(result.counts['receiver_clock_drift_ms'], 60);
+    assert.match(result.notes.join('\n'), /moved 60\.0 ms apart/);
   });
 
   test('a: a delivery left pending, and a message missing a delivery', () => {

@@ -29,6 +29,12 @@ export interface HeldRequest {
   /** When the request arrived, and when its answer was handed to the socket or the socket closed. */
   startedAt: number;
   endedAt: number | null;
+  /**
+   * Date.now() at its arrival: the wall clock, which PostgreSQL's now() reads too. `clock()` was
+   * anchored to it when the receiver started; the two drift apart when the system's time is
+   * adjusted, and the checker says by how much.
+   */
+  wallAt: number;
   /** true: a status was written; false: the connection closed first (the client went away). */
   answered: boolean;
   status: number | null;
@@ -58,6 +64,7 @@ async function serveReceiver(send: (m: FromReceiver) => void): Promise<void> {
       webhookId: typeof header === 'string' ? header : null,
       startedAt: clock(),
       endedAt: null,
+      wallAt: Date.now(),
       answered: false,
       status: null,
       remotePort: req.socket.remotePort ?? -1,
@@ -420,6 +427,21 @@ export function checkScaleOut(history: ScaleOutHistory): ScaleOutResult {
   const notes: string[] = [];
   const attemptOfRequest = new Map<number, AttemptRow>();
   const attemptsByDelivery = Map.groupBy(history.attempts, (a) => a.deliveryId);
+
+  // The receiver's times are compared with the database's below, within CLOCK_TOLERANCE_MS. Should
+  // the system's time be adjusted during the run, the two clocks part: a failure then says so.
+  let [lowest, highest] = [Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY];
+  for (const r of history.requests) {
+    lowest = Math.min(lowest, r.wallAt - r.startedAt);
+    highest = Math.max(highest, r.wallAt - r.startedAt);
+  }
+  const drift = history.requests.length === 0 ? 0 : highest - lowest;
+  count('receiver_clock_drift_ms', Math.round(drift));
+  if (drift > CLOCK_TOLERANCE_MS / 2) {
+    notes.push(
+      `the wall clock (PostgreSQL's now()) and the receiver's clock moved ${drift.toFixed(1)} ms apart during the run: times compared across them may be off by as much`,
+    );
+  }
 
   // ---- (a) every delivery there, and succeeded ----------------------------------------------------
   const deliveriesByPair = Map.groupBy(history.deliveries, (d) => `${d.endpointId}|${d.messageId}`);
