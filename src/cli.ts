@@ -49,13 +49,9 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
   // A worker on its own has no API; HERALD_METRICS_PORT gives it a /metrics to scrape. The HTTP
   // stack (fastify, every route and schema) is loaded only by a process that serves: a worker
   // without it (and without PGlite's code, see openDb) starts ~9 MiB smaller.
-  const serves = role.api || config.metricsPort !== undefined;
-  const server = serves ? await import('./api/server.ts') : null;
-  const api = !server
-    ? null
-    : role.api
-      ? await server.buildApi(herald.core)
-      : await server.buildMetricsServer(herald.core);
+  const server = role.api || config.metricsPort !== undefined ? await import('./api/server.ts') : null;
+  const api =
+    server && (role.api ? await server.buildApi(herald.core) : await server.buildMetricsServer(herald.core));
   if (api) await api.listen({ port: role.api ? config.port : config.metricsPort!, host: config.host });
   if (role.worker) await herald.startWorker();
   const listening = api ? `http://${config.host}:${(api.server.address() as { port: number }).port}` : null;

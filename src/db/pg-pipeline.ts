@@ -8,7 +8,7 @@
 // a second write already on the wire, the server goes on to it as soon as the first has committed.
 
 import pg from 'pg';
-import { type Pipeline, preparingQueryable } from './port.ts';
+import { type Pipeline, preparingQueryable, type Queryable } from './port.ts';
 
 /**
  * Connected on first use, and again after the connection broke. The statements on the wire when
@@ -17,18 +17,23 @@ import { type Pipeline, preparingQueryable } from './port.ts';
  * on the wire fail with it, and may have committed).
  */
 export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => void): Pipeline {
-  let client: pg.Client | null = null;
-  let connecting: Promise<pg.Client> | null = null;
+  /** The connection in use, with the Queryable its statements go through (made once per connection). */
+  interface Open {
+    client: pg.Client;
+    queryable: Queryable;
+  }
+  let open: Open | null = null;
+  let connecting: Promise<Open> | null = null;
   let closed = false;
 
   /** Takes a connection out of use (once): the next statement opens another. */
   function retire(broken: pg.Client): void {
-    if (client !== broken) return;
-    client = null;
+    if (open?.client !== broken) return;
+    open = null;
     broken.end().catch(() => {});
   }
 
-  async function connect(): Promise<pg.Client> {
+  async function connect(): Promise<Open> {
     const fresh = new pg.Client({ ...clientConfig, pipeline: true });
     // Without a listener the 'error' event would kill the process; the statements on the
     // connection fail on their own.
@@ -40,12 +45,12 @@ export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => 
       await fresh.end().catch(() => {});
       throw error;
     }
-    client = fresh;
-    return fresh;
+    open = { client: fresh, queryable: preparingQueryable(fresh) };
+    return open;
   }
 
   /** The connection being opened: statements that come meanwhile wait for the same one. */
-  function connected(): Promise<pg.Client> {
+  function connected(): Promise<Open> {
     connecting ??= connect().finally(() => {
       connecting = null;
     });
@@ -55,11 +60,11 @@ export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => 
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
       if (closed) throw new Error('the pipelined connection is closed');
-      const current = client ?? (await connected());
+      const current = open ?? (await connected());
       try {
-        return await preparingQueryable(current).query<R>(text, params, prepareAs);
+        return await current.queryable.query<R>(text, params, prepareAs);
       } catch (error) {
-        if (unfitForMore(error)) retire(current);
+        if (unfitForMore(error)) retire(current.client);
         throw error;
       }
     },
@@ -67,9 +72,9 @@ export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => 
       if (closed) return;
       closed = true;
       onClose?.();
-      const open = client ?? (await connecting?.catch(() => null)) ?? null;
-      client = null;
-      await open?.end();
+      const last = open ?? (await connecting?.catch(() => null)) ?? null;
+      open = null;
+      await last?.client.end();
     },
   };
 }
