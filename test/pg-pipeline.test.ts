@@ -1,8 +1,8 @@
 // The pipelined connection of the group commits (src/db/pg-pipeline.ts): statements sent while
 // others are still running come back to their own callers, in order, each its own transaction; a
 // failing one fails alone; a connection that breaks fails what was on it and is replaced; a closed
-// one refuses. (That it pipelines at all, and what that buys, is the benchmark's: see README,
-// Performance.)
+// one refuses. (That it pipelines at all, and what that buys, is the benchmark's: see
+// docs/performance.md, "What the engineering so far bought".)
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
