@@ -117,6 +117,23 @@ describe('claim and outbox', () => {
     assert.ok(!row.rows[0]!.row.includes('hopper'));
   });
 
+  test('a JSON body that begins with a byte-order mark is relayed as the JSON text, without the mark', async () => {
+    const json = '{"ticket":43,"action":"opened"}';
+    const body = `\uFEFF${json}`;
+    assert.equal((await deliver(signed('evt_bom', body), body)).status, 204);
+    const [request] = await waitFor('the relayed request', () => {
+      const found = receiver.requests.filter((r) => r.body === json);
+      return found.length > 0 && found;
+    });
+    assert.equal(request!.headers['idempotency-key'], '43:opened');
+    const intake = await t.database.db.query<{ message_id: string }>(
+      `select message_id from intake where delivery_id = 'evt_bom'`,
+    );
+    const message = await t.call('GET', `/api/v1/app/tickets/msg/${intake.rows[0]!.message_id}`);
+    assert.equal(message.status, 200, JSON.stringify(message.body));
+    assert.deepEqual(message.body.payload, JSON.parse(json));
+  });
+
   test('50 concurrent deliveries of one id yield one message and 49 duplicate observations', async () => {
     const body = '{"ticket":7,"action":"reopened"}';
     const headers = signed('evt_7', body);

@@ -196,10 +196,16 @@ type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: b
 
 /**
  * The relayed message's payload: a JSON object body exactly as the provider sent it (so the
- * downstream receiver sees the provider's bytes), anything else wrapped as {"body": …}.
+ * downstream receiver sees the provider's bytes), anything else wrapped as {"body": …}. A leading
+ * byte-order mark is dropped: it is not part of the JSON text (RFC 8259, 8.1), the parser skipped
+ * it, and a stored payload must parse as JSON wherever it is read back or delivered.
  */
 function relayedPayload(rawBody: Buffer, parsed: unknown): string {
-  if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed))
-    return rawBody.toString('utf8');
+  if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) {
+    const text = rawBody.toString('utf8');
+    return text.charCodeAt(0) === BYTE_ORDER_MARK ? text.slice(1) : text;
+  }
   return JSON.stringify({ body: parsed ?? rawBody.toString('utf8') });
 }
+
+const BYTE_ORDER_MARK = 0xfeff;
