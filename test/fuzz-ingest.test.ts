@@ -680,7 +680,12 @@ describe('business keys', () => {
                     : `{{${pad}body.${p.body.join('.')}${pad}}}`,
             )
             .join('');
-          const key = compileBusinessKey(template).render({ deliveryId, headers, payload });
+          const key = compileBusinessKey(template).render({
+            deliveryId,
+            headers,
+            payload,
+            rawBody: Buffer.from(JSON.stringify(payload)),
+          });
           const headerOf = (h: string) => (Object.hasOwn(headers, h) ? headers[h] : undefined);
           if (parts.some((p) => 'header' in p && !headerOf(p.header))) {
             assert.equal(key, null, `${template} with headers ${JSON.stringify(headers)}`);
@@ -723,7 +728,12 @@ describe('business keys', () => {
             assert.ok(error instanceof BusinessKeyTemplateError, `compile threw ${(error as Error).stack}`);
             return;
           }
-          const key = compiled.render({ deliveryId: 'd1', headers, payload });
+          const key = compiled.render({
+            deliveryId: 'd1',
+            headers,
+            payload,
+            rawBody: Buffer.from(JSON.stringify(payload)),
+          });
           assert.ok(key === null || (typeof key === 'string' && key.length >= 1 && key.length <= 512));
         },
       ),
@@ -760,8 +770,32 @@ describe('found by fuzzing, and fixed', () => {
       deliveryId: 'd1',
       headers: {},
       payload: {},
+      rawBody: Buffer.from('{}'),
     });
     assert.equal(key, null);
+  });
+});
+
+// Found in review, and fixed.
+describe('business keys read from the body as the provider wrote it', () => {
+  const render = (template: string, body: string) =>
+    compileBusinessKey(template).render({
+      deliveryId: 'd1',
+      headers: {},
+      payload: JSON.parse(body),
+      rawBody: Buffer.from(body),
+    });
+
+  test('a number is its text: ids past 2^53 stay apart, and so do 1 and 1.0', () => {
+    assert.equal(render('{{body.id}}', '{"id":1234567890123456789}'), '1234567890123456789');
+    assert.equal(render('{{body.id}}', '{"id":1234567890123456790}'), '1234567890123456790');
+    assert.equal(render('{{body.a.n}}/{{body.b}}', '{"a":{"n":1.0},"b":-2e3}'), '1.0/-2e3');
+    assert.equal(render('{{body.id}}', '{"id":1}'), '1');
+  });
+
+  test('a key with a lone surrogate is unusable: stored, it would read as U+FFFD like another', () => {
+    assert.equal(render('{{body.id}}', '{"id":"a\\ud800"}'), null);
+    assert.equal(render('{{body.id}}', '{"id":"a\\ud83d\\ude00"}'), 'a\u{1F600}');
   });
 });
 

@@ -134,6 +134,23 @@ describe('claim and outbox', () => {
     assert.deepEqual(message.body.payload, JSON.parse(json));
   });
 
+  test('ids past 2^53 in the business key are two events, each relayed under its own key', async () => {
+    const tickets = ['1234567890123456789', '1234567890123456790'];
+    for (const [i, ticket] of tickets.entries()) {
+      const body = `{"ticket":${ticket},"action":"merged"}`;
+      assert.equal((await deliver(signed(`evt_big_${i}`, body), body)).status, 204);
+    }
+    const keys = await waitFor('both relayed requests', () => {
+      const found = receiver.requests
+        .filter((r) => r.body.includes('"merged"'))
+        .map((r) => r.headers['idempotency-key']);
+      return found.length === 2 && found;
+    });
+    assert.deepEqual(keys.sort(), tickets.map((ticket) => `${ticket}:merged`).sort());
+    assert.equal(await count('intake', "business_key like '%:merged'"), 2);
+    assert.equal(await count('message', "business_key like '%:merged'"), 2);
+  });
+
   test('50 concurrent deliveries of one id yield one message and 49 duplicate observations', async () => {
     const body = '{"ticket":7,"action":"reopened"}';
     const headers = signed('evt_7', body);

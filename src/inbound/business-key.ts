@@ -3,10 +3,15 @@
 // — rendered after verification. Every outbound attempt of the relayed message carries it as
 // Idempotency-Key, so the receiver can apply the event once however often it arrives.
 
+import { parseJsonBody } from './verifiers/verdict.ts';
+
 export interface BusinessKeyInput {
   deliveryId: string;
   headers: Record<string, string | undefined>;
+  /** The verified body, parsed. */
   payload: unknown;
+  /** The bytes it was parsed from: a number in a key is their text, not the parsed double. */
+  rawBody: Buffer;
 }
 
 type Part = { literal: string } | { field: 'delivery_id' } | { header: string } | { body: string[] };
@@ -47,6 +52,12 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
   return {
     source: template,
     render(input) {
+      // The body again with every number as its text, parsed only if a key reads a number.
+      let exact: { parsed: unknown } | undefined;
+      const numbersAsText = () => {
+        exact ??= { parsed: parseJsonBody(input.rawBody, numberSource) };
+        return exact.parsed;
+      };
       let key = '';
       for (const part of parts) {
         const value =
@@ -56,9 +67,11 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
               ? input.deliveryId
               : 'header' in part
                 ? ownValue(input.headers, part.header)
-                : scalarAt(input.payload, part.body);
-        // A NUL cannot be stored (nor sent in a header): such a key is as good as missing.
-        if (typeof value !== 'string' || value === '' || value.includes('\u0000')) return null;
+                : scalarAt(input.payload, part.body, numbersAsText);
+        // A NUL cannot be stored (nor sent in a header), and a lone surrogate would be stored as
+        // U+FFFD, which two different keys could share: such a key is as good as missing.
+        if (typeof value !== 'string' || value === '' || value.includes('\u0000') || !value.isWellFormed())
+          return null;
         key += value;
       }
       return key.length <= MAX_KEY_LENGTH ? key : null;
@@ -71,13 +84,31 @@ function ownValue(record: object, key: string): unknown {
   return Object.hasOwn(record, key) ? (record as Record<string, unknown>)[key] : undefined;
 }
 
-function scalarAt(payload: unknown, path: readonly string[]): string | undefined {
+function scalarAt(
+  payload: unknown,
+  path: readonly string[],
+  numbersAsText: () => unknown,
+): string | undefined {
+  const node = nodeAt(payload, path);
+  if (typeof node === 'number') {
+    // A parsed number is a double: ids such as 1234567890123456789 and …790 parse to one value.
+    // The key takes the number as the provider wrote it.
+    const text = nodeAt(numbersAsText(), path);
+    return typeof text === 'string' ? text : undefined;
+  }
+  return typeof node === 'string' || typeof node === 'boolean' ? String(node) : undefined;
+}
+
+function nodeAt(payload: unknown, path: readonly string[]): unknown {
   let node = payload;
   for (const step of path) {
     if (node === null || typeof node !== 'object') return undefined;
     node = ownValue(node, step);
   }
-  return typeof node === 'string' || typeof node === 'number' || typeof node === 'boolean'
-    ? String(node)
-    : undefined;
+  return node;
+}
+
+/** A JSON.parse reviver that keeps each number's source text (a string in its place). */
+function numberSource(_key: string, value: unknown, context?: { source?: string }): unknown {
+  return typeof value === 'number' ? context?.source : value;
 }

@@ -162,6 +162,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         deliveryId: verdict.deliveryId,
         headers: request.headers,
         payload: verdict.payload,
+        rawBody: request.rawBody,
       });
       if (businessKey === null) {
         deps.metrics?.intake(label, 'rejected');

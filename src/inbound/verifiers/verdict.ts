@@ -40,9 +40,9 @@ const strictUtf8 = new TextDecoder('utf-8', { fatal: true });
  * Parsed only after the signature has been checked on the raw bytes. Invalid UTF-8 is "not JSON"
  * rather than replaced with U+FFFD, so the payload never differs from what was signed.
  */
-export function parseJsonBody(rawBody: Buffer): unknown {
+export function parseJsonBody(rawBody: Buffer, reviver?: Parameters<typeof JSON.parse>[1]): unknown {
   try {
-    return JSON.parse(strictUtf8.decode(rawBody));
+    return JSON.parse(strictUtf8.decode(rawBody), reviver);
   } catch {
     return null;
   }
