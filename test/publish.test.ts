@@ -291,6 +291,25 @@ describe('idempotent publish', () => {
     );
   });
 
+  test("a key of intake's own (intake:…) is refused, through the API and the library, and nothing is stored", async () => {
+    const app = await createApp(t, 'idem-reserved');
+    const body = { eventType: 'e', payload: { a: 1 } };
+    const refused = await t.call('POST', `/api/v1/app/${app}/msg`, body, {
+      'idempotency-key': 'intake:src_1:evt_1',
+    });
+    assert.equal(refused.status, 422);
+    assert.equal(refused.body.code, 'validation');
+    assert.deepEqual(refused.body.detail[0].loc, ['header', 'idempotency-key']);
+    await assert.rejects(
+      t.herald.publish(app, body, { idempotencyKey: 'intake:src_1:evt_1' }),
+      (error: Error & { code?: string }) => error.code === 'validation',
+    );
+    assert.equal(await count('from message where app_id = $1', [app]), 0);
+    // Only the prefix is reserved.
+    const taken = await t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': 'my-intake:1' });
+    assert.equal(taken.status, 202);
+  });
+
   test('concurrent duplicates resolve to one message', async () => {
     const app = await createApp(t, 'idem-race');
     await createEndpoint(t, app, { url: `${receiver.url}/race` });

@@ -6,6 +6,12 @@ import { inOrder, wellFormed } from './messages.ts';
 import type { Queryable } from './port.ts';
 
 /**
+ * The idempotency keys of relayed messages begin with this: a publish may not take one, or it
+ * would stand in for an inbound event that has not arrived yet (see engine/publish.ts).
+ */
+export const INTAKE_KEY_PREFIX = 'intake:';
+
+/**
  * A receipt to record, with the payload its relayed message carries should it claim its delivery
  * id (where that message goes — app, event type, retention — is read from the source row in the
  * database).
@@ -47,7 +53,7 @@ export async function recordReceipts(
     digest: r.bodySha256.toString('hex'),
     // The business key is the relayed message's idempotency key, scoped to the source, and
     // identifies its content: a replay of the key is the same event.
-    idempotency_key: `intake:${r.sourceId}:${r.businessKey}`,
+    idempotency_key: `${INTAKE_KEY_PREFIX}${r.sourceId}:${r.businessKey}`,
     request_hash: crypto.createHash('sha256').update(r.businessKey).digest('hex'),
     payload: r.payload,
     actor: `source:${r.sourceId}`,

@@ -4,6 +4,7 @@
 import crypto from 'node:crypto';
 import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
 import { findEventType } from '../db/event-types.ts';
+import { INTAKE_KEY_PREFIX } from '../db/intake.ts';
 import {
   type MessageRow,
   type NewMessage,
@@ -44,6 +45,7 @@ export async function publish(
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
   const key = options.idempotencyKey ?? null;
+  if (key?.startsWith(INTAKE_KEY_PREFIX)) throw reservedIdempotencyKey();
   // Once per publish: a group commit that writes its items alone after a failure asks again.
   const hash = key === null ? null : requestHash(input);
   const messageFor = (app: AppRow): NewMessage => ({
@@ -73,6 +75,13 @@ export async function publish(
     );
   }
   return { message: result.message, created: result.kind === 'created' };
+}
+
+function reservedIdempotencyKey(): HeraldError {
+  const msg = `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`;
+  return new HeraldError('validation', `idempotency-key: ${msg}`, [
+    { loc: ['header', 'idempotency-key'], msg, type: 'value_error' },
+  ]);
 }
 
 /** One publish waiting for its group commit: the app is looked up with the others of its batch. */
