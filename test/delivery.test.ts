@@ -233,6 +233,58 @@ describe('the receiver’s contract', () => {
   });
 });
 
+describe("failures of herald's own", () => {
+  test('deliveries whose payload expired fail without disabling their endpoint; the next one goes out', async () => {
+    const app = await createApp(t, 'expired');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/expired`, disabled: true });
+    // Six held deliveries outlive their payloads (expunged here, as retention would), more than
+    // the five failures that disable an endpoint; then one that still has its payload.
+    const expired: string[] = [];
+    for (let i = 0; i < 6; i++) expired.push(await publishVia(t, app, { eventType: 'e', payload: { i } }));
+    for (const id of expired) {
+      assert.equal((await t.call('DELETE', `/api/v1/app/${app}/msg/${id}/content`)).status, 204);
+    }
+    const kept = await publishVia(t, app, { eventType: 'e', payload: { kept: true } });
+    await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
+    await waitFor('the kept message', async () => (await deliveryOf(t, kept, ep))?.state === 'succeeded');
+    for (const id of expired) {
+      const delivery = (await deliveryOf(t, id, ep))!;
+      assert.equal(delivery.state, 'failed', 'nothing to send: the cycle ends');
+      const attempts = await attemptsOf(t, delivery.id);
+      assert.deepEqual(
+        attempts.map((a) => [a.outcome, a.response_class]),
+        [['failure', 'payload_expired']],
+      );
+    }
+    const endpoint = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}`);
+    assert.equal(endpoint.body.disabled, false);
+    assert.equal(requestsTo('/expired').length, 1);
+  });
+
+  test('an unreadable signing secret fails each attempt on the retry schedule without disabling the endpoint', async () => {
+    const app = await createApp(t, 'unreadable');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/unreadable` });
+    // As a worker with another HERALD_MASTER_KEY would find it.
+    await t.database.db.query(`update endpoint_secret set sealed = '\\x00'::bytea where endpoint_id = $1`, [
+      ep,
+    ]);
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    const delivery = await waitFor('the cycle to end', async () => {
+      const d = await deliveryOf(t, msg, ep);
+      return d?.state === 'failed' && d;
+    });
+    const attempts = await attemptsOf(t, delivery.id);
+    assert.equal(attempts.length, 8, 'every attempt of the cycle, on the schedule');
+    assert.ok(attempts.every((a) => a.outcome === 'failure' && a.response_class === 'no_signing_secret'));
+    const endpoint = await t.database.db.query<{ disabled: boolean; consecutive_failures: number }>(
+      'select disabled, consecutive_failures from endpoint where id = $1',
+      [ep],
+    );
+    assert.deepEqual(endpoint.rows[0], { disabled: false, consecutive_failures: 0 });
+    assert.equal(requestsTo('/unreadable').length, 0);
+  });
+});
+
 describe('resend', () => {
   test('an exhausted delivery fails; resend starts a new cycle keeping ids and history; competing resends start one', async () => {
     let healthy = false;

@@ -364,6 +364,8 @@ interface Finish {
   dueNow: boolean;
   gone: boolean;
   credentials: boolean;
+  /** A failure of herald's own (the payload expired): not the endpoint's, it counts for nothing. */
+  heralds: boolean;
 }
 
 const RESPONSE_CLASS: Record<Outcome, string> = {
@@ -384,9 +386,10 @@ const finish = (pick: number, f: Finish): Command => ({
       f.outcome === 'success' || !budgetLeft
         ? null
         : new Date(f.dueNow ? Date.now() - 60_000 - pick : Date.now() + 3_600_000 + pick);
-    const gone = failed && f.gone;
-    const credentials = failed && f.credentials;
-    const responseClass = gone ? 'http_4xx' : RESPONSE_CLASS[f.outcome];
+    const heralds = failed && f.heralds;
+    const gone = failed && f.gone && !heralds;
+    const credentials = failed && f.credentials && !heralds;
+    const responseClass = heralds ? 'payload_expired' : gone ? 'http_4xx' : RESPONSE_CLASS[f.outcome];
     const [result] = await recordOutcomes(
       r.db,
       [
@@ -394,13 +397,15 @@ const finish = (pick: number, f: Finish): Command => ({
           deliveryId: d.id,
           leaseToken: d.leaseToken!,
           outcome: f.outcome,
-          statusCode: f.outcome === 'success' ? 200 : gone ? 410 : credentials ? 401 : failed ? 503 : null,
+          statusCode:
+            f.outcome === 'success' ? 200 : gone ? 410 : credentials ? 401 : failed && !heralds ? 503 : null,
           responseClass,
           responseBody: '',
           durationMs: 5,
           nextAttemptAt: next,
           disableEndpoint: gone ? 'gone' : null,
           credentialsRejected: credentials,
+          endpointAtFault: !heralds,
         },
       ],
       DISABLE_AFTER,
@@ -419,7 +424,7 @@ const finish = (pick: number, f: Finish): Command => ({
     if (f.outcome === 'success') {
       e.failures = 0;
       e.credentialsFlagged = false;
-    } else if (failed) {
+    } else if (failed && !heralds) {
       e.failures += 1;
       if (!e.disabled && (gone || e.failures >= DISABLE_AFTER)) {
         e.disabled = true;
@@ -568,6 +573,7 @@ const stale = (pick: number, s: Stale): Command => ({
           nextAttemptAt: s.next ? new Date(Date.now() - 60_000) : null,
           disableEndpoint: s.gone ? 'gone' : null,
           credentialsRejected: s.credentials,
+          endpointAtFault: true,
         },
       ],
       DISABLE_AFTER,
@@ -596,6 +602,7 @@ const commandArbs = [
         dueNow: fc.boolean(),
         gone: fc.boolean(),
         credentials: fc.boolean(),
+        heralds: fc.constantFrom(false, false, false, true),
       }),
     )
     .map(([p, f]) => finish(p, f)),

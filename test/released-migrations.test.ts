@@ -32,6 +32,7 @@ const RELEASED: Record<number, string> = {
   21: 'eabb2c0bca97b97b84a3f655e929e2d26f021197d4b108d6c56ff3a5772045fa',
   22: 'c5bed1b0576e38c85754d08ed7327920dc1441d346e69df8e412d3276480cd4b',
   23: '1bec51227d3b40a4d3ed4868eac8eb34bc98b183a2d7effc0aa736b1d4c3e5db',
+  24: 'cd8a9bc7786049f0fcab05b3bdb260fe3b913c407cf526502789d76d3ffb350a',
 };
 
 test('released migrations are never edited', () => {

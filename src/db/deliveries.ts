@@ -95,6 +95,11 @@ export interface AttemptResult {
   disableEndpoint: 'gone' | null;
   /** The receiver refused herald's credentials (401/403): flag the endpoint. */
   credentialsRejected: boolean;
+  /**
+   * Whether a failure is the endpoint's, and counts towards auto-disable: false for herald's own
+   * (nothing to send: the payload expired; no readable signing secret).
+   */
+  endpointAtFault: boolean;
 }
 
 export interface RecordedOutcome {
@@ -174,6 +179,7 @@ function outcomeItems(results: readonly AttemptResult[]): string {
     next_attempt_at: r.nextAttemptAt?.toISOString() ?? null,
     disable_endpoint: r.disableEndpoint,
     credentials_rejected: r.credentialsRejected,
+    endpoint_at_fault: r.endpointAtFault,
   }));
   return JSON.stringify(items);
 }

@@ -75,20 +75,31 @@ export async function runAttempt(
 ): Promise<AttemptRun> {
   const now = ctx.now ?? (() => new Date());
   const base = { deliveryId: claim.deliveryId, leaseToken: claim.leaseToken };
+  const onSchedule = (retryAfterSeconds: number | null) =>
+    nextAttemptAt(ctx.policy, {
+      attemptsInCycle: claim.attemptsInCycle,
+      now: now(),
+      random: (ctx.random ?? Math.random)(),
+      retryAfterSeconds,
+    });
   if (claim.payload === null || keys.length === 0) {
-    // The payload passed its retention period (or the endpoint has no secret): there is nothing
-    // that could be sent, and retrying cannot change that.
+    // Nothing can be sent, and it is herald's doing, not the endpoint's: the attempt fails without
+    // counting towards the endpoint's auto-disable. A payload past its retention (or expunged) is
+    // gone for good: the cycle ends. An unreadable secret (a worker with another master key) may
+    // be readable by another worker, or once it is fixed: the attempt is retried on the schedule.
+    const expired = claim.payload === null;
     return {
       kind: 'finished',
       ...base,
       outcome: 'failure',
       statusCode: null,
-      responseClass: claim.payload === null ? 'payload_expired' : 'no_signing_secret',
+      responseClass: expired ? 'payload_expired' : 'no_signing_secret',
       responseBody: '',
       durationMs: 0,
-      nextAttemptAt: null,
+      nextAttemptAt: expired ? null : onSchedule(null),
       disableEndpoint: null,
       credentialsRejected: false,
+      endpointAtFault: false,
     };
   }
   const body = claim.payload;
@@ -103,15 +114,7 @@ export async function runAttempt(
   // The request left and was answered; a crash here leaves the attempt open for lease recovery.
   failpoint('attempt.after_send');
   const verdict = judgeAttempt(sent, claim);
-  const next =
-    sent.outcome === 'success' || verdict.stopCycle
-      ? null
-      : nextAttemptAt(ctx.policy, {
-          attemptsInCycle: claim.attemptsInCycle,
-          now: now(),
-          random: (ctx.random ?? Math.random)(),
-          retryAfterSeconds: sent.retryAfterSeconds,
-        });
+  const next = sent.outcome === 'success' || verdict.stopCycle ? null : onSchedule(sent.retryAfterSeconds);
   return {
     kind: 'finished',
     ...base,
@@ -123,5 +126,6 @@ export async function runAttempt(
     nextAttemptAt: next,
     disableEndpoint: verdict.disableEndpoint,
     credentialsRejected: verdict.credentialsRejected,
+    endpointAtFault: true,
   };
 }

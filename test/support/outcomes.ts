@@ -18,4 +18,5 @@ export const attemptResult = (
   nextAttemptAt: retryAt,
   disableEndpoint: null,
   credentialsRejected: false,
+  endpointAtFault: true,
 });
