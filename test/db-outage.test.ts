@@ -3,12 +3,14 @@
 // connections going through a TCP proxy; the receiver cuts the proxy (every connection destroyed,
 // new ones refused) just before it answers, so the outage hits exactly the finalization write.
 // And a claim whose answer is lost after it committed — the worker never saw those leases, so it
-// sent nothing — is given back at once, not left to lease recovery's `unknown`.
+// sent nothing — is given back at once, not left to lease recovery's `unknown`; so is a lease whose
+// request never left for its congested origin, retried within the lease while the database is away.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pino from 'pino';
 import { loadConfig } from '../src/config.ts';
+import { findApp } from '../src/db/apps.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint } from '../src/engine/endpoints.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
@@ -26,6 +28,9 @@ const RETRYING = 'retrying outcome write';
 const GAVE_UP = 'could not record the outcome within the lease; lease recovery will mark the attempt unknown';
 const DISCARDED = 'lease lost before the outcome was recorded; result discarded';
 const GAVE_BACK = 'a claim was not started; its leases were given back unsent';
+const GIVE_BACK_RETRIED = 'retrying a give-back of unsent leases';
+const CONGESTED =
+  'congested: the request waited for a connection to its origin past its start limit; not sent';
 
 let database: TestDatabase;
 const cleanups: (() => Promise<unknown>)[] = [];
@@ -234,6 +239,60 @@ test('an outage that outlasts the lease: the outcome is given up, recovery makes
   // fencing would have had to discard, or worse, accept).
   assert.equal(count(logs, GAVE_UP), 1, 'the worker said it gave the outcome up');
   assert.equal(count(logs, DISCARDED), 0);
+});
+
+test('an unsent lease given back during an outage is given back once the database returns: no unknown attempt', async () => {
+  // One connection to the origin, shared by two endpoints: the first request takes the database
+  // away and hangs until its deadline (2 s), so the other waits for the connection past its start
+  // limit (1 s into its 3 s lease) and is given back unsent, while the database is away.
+  const { proxy, herald, receiver, logs, appUid } = await rig(
+    'give_back_outage',
+    { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '3', HERALD_ATTEMPT_TIMEOUT_MS: '2000' },
+    (proxy) => (_request, n) => {
+      if (n !== 1) return { status: 204 };
+      proxy.pause();
+      proxy.cutAll();
+      return 'hang';
+    },
+  );
+  const app = (await findApp(database.db, appUid))!;
+  await database.db.transaction((tx) =>
+    createEndpoint(
+      herald.core,
+      tx,
+      LIBRARY_ACTOR,
+      app,
+      parseOrThrow(EndpointIn, { url: `${receiver.url}/other` }),
+    ),
+  );
+  const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 3 } });
+  await herald.startWorker();
+  await waitFor('the give-back of the unsent lease to be retried while the database is away', () =>
+    logs.some((l) => l.msg === GIVE_BACK_RETRIED && l['reason'] === 'origin_congested'),
+  );
+  proxy.resume();
+  const deliveries = async () =>
+    (
+      await database.db.query<{ id: string; state: string }>(
+        'select id, state from delivery where message_id = $1 order by id',
+        [message.id],
+      )
+    ).rows;
+  await waitFor('both deliveries to succeed', async () =>
+    (await deliveries()).every((d) => d.state === 'succeeded'),
+  );
+  const metrics = await herald.core.metrics.scrape();
+  await herald.close();
+
+  const outcomes = await Promise.all(
+    (await deliveries()).map(async (d) => (await attemptsOf(d.id)).map((a) => a.outcome)),
+  );
+  // The hung request's attempt is unknown (its deadline passed after it was sent); the one given
+  // back has no attempt but its success: it was never sent, and nobody may say it might have been.
+  assert.deepEqual(outcomes.sort(), [['success'], ['unknown', 'success']].sort(), JSON.stringify(outcomes));
+  // (Given back again, once the database returned, if the hung request still held the connection.)
+  assert.ok(count(logs, CONGESTED) >= 1);
+  assert.match(metrics, /herald_attempts_not_sent_total\{reason="origin_congested"\} [1-9]/);
 });
 
 // The answers a worker's claims come back in, told apart by their columns (src/db/deliveries.ts,

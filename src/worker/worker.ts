@@ -154,6 +154,24 @@ export function createWorker(options: WorkerOptions): Worker {
     });
   }
 
+  /**
+   * Runs a write that ends leases herald did not send, retried with backoff while the database
+   * fails, as long as the leases last (`until`) and the worker runs; then the last error is thrown,
+   * and lease recovery takes what is left. Given up, an unsent lease is recovered as `unknown`:
+   * nobody recorded that it was not sent.
+   */
+  async function whileLeased<T>(until: number, reason: NotSentReason, write: () => Promise<T>): Promise<T> {
+    for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
+      try {
+        return await write();
+      } catch (error) {
+        if (!running || Date.now() + backoff >= until) throw error;
+        log.warn({ err: (error as Error).message, backoff, reason }, 'retrying a give-back of unsent leases');
+        await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => {});
+      }
+    }
+  }
+
   /** Gives an unsent attempt's lease back (budget kept, attempt row removed), counted and logged. */
   async function giveBack(
     claim: ClaimedDelivery,
@@ -161,7 +179,9 @@ export function createWorker(options: WorkerOptions): Worker {
     message: string,
     details: Record<string, unknown> = {},
   ): Promise<void> {
-    const released = await releaseUnsent(db, claim);
+    const released = await whileLeased(claim.leaseExpiresAt.getTime(), reason, () =>
+      releaseUnsent(db, claim),
+    );
     metrics?.attemptNotSent(reason);
     log.warn({ deliveryId: claim.deliveryId, ...details, released }, message);
   }
@@ -189,28 +209,18 @@ export function createWorker(options: WorkerOptions): Worker {
    * round takes them (not at once: a failing claim must not turn into a tight loop).
    */
   async function giveBackClaim(claimId: string, reason: 'claim_lost' | 'keys_unavailable'): Promise<void> {
-    const until = Date.now() + options.leaseSeconds * 1000;
-    for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
-      try {
-        const released = await releaseClaim(db, claimId);
-        if (released > 0) {
-          metrics?.attemptNotSent(reason, released);
-          log.warn(
-            { claimId, released, reason },
-            'a claim was not started; its leases were given back unsent',
-          );
-        }
-        return;
-      } catch (error) {
-        if (!running || Date.now() + backoff >= until) {
-          log.error(
-            { claimId, reason, err: (error as Error).message },
-            'could not give back the leases of a claim that was not started; lease recovery will',
-          );
-          return;
-        }
-        await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => {});
+    try {
+      const until = Date.now() + options.leaseSeconds * 1000;
+      const released = await whileLeased(until, reason, () => releaseClaim(db, claimId));
+      if (released > 0) {
+        metrics?.attemptNotSent(reason, released);
+        log.warn({ claimId, released, reason }, 'a claim was not started; its leases were given back unsent');
       }
+    } catch (error) {
+      log.error(
+        { claimId, reason, err: (error as Error).message },
+        'could not give back the leases of a claim that was not started; lease recovery will',
+      );
     }
   }
 
