@@ -5,6 +5,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { Webhook as SvixWebhook } from 'svix';
+import { findApp } from '../src/db/apps.ts';
+import { findEndpoint } from '../src/db/endpoints.ts';
+import { LIBRARY_ACTOR } from '../src/engine/core.ts';
+import { patchToUpdate, replaceEndpoint } from '../src/engine/endpoints.ts';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
@@ -147,6 +151,42 @@ describe('retries', () => {
     const released = (await deliveryOf(t, first, ep))!;
     assert.equal(released.attempts_in_cycle, 6, 're-enabling does not reset the budget');
     assert.equal(released.cycle, 1);
+  });
+
+  test('a change made from a row read before an auto-disable keeps the endpoint disabled', async () => {
+    const app = await createApp(t, 'stale-patch');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/stale` });
+    const application = (await findApp(t.database.db, app))!;
+    const stale = (await findEndpoint(t.database.db, application.id, ep))!;
+    assert.equal(stale.disabled, false);
+    // The worker disables the endpoint after the API read it, before its transaction.
+    await t.database.db.query(
+      `update endpoint set disabled = true, disabled_reason = 'failures', consecutive_failures = 5 where id = $1`,
+      [ep],
+    );
+    const patched = await t.database.db.transaction((tx) =>
+      replaceEndpoint(t.herald.core, tx, LIBRARY_ACTOR, stale, (current) =>
+        patchToUpdate(current, { description: 'renamed' }),
+      ),
+    );
+    assert.equal(patched.description, 'renamed');
+    assert.equal(patched.disabled, true, 'the description changed, not the auto-disable');
+    assert.equal(patched.disabledReason, 'failures');
+    // Enabling from the same stale row is an enabling, and audited as one.
+    const enabled = await t.database.db.transaction((tx) =>
+      replaceEndpoint(t.herald.core, tx, LIBRARY_ACTOR, stale, (current) =>
+        patchToUpdate(current, { disabled: false }),
+      ),
+    );
+    assert.equal(enabled.disabled, false);
+    const audited = await t.database.db.query<{ action: string }>(
+      `select action from audit_entry where target_id = $1 and action like 'endpoint.%abled' order by id`,
+      [ep],
+    );
+    assert.deepEqual(
+      audited.rows.map((r) => r.action),
+      ['endpoint.enabled'],
+    );
   });
 
   test('an operator-disabled endpoint holds its backlog until enabled', async () => {

@@ -90,6 +90,17 @@ export async function findEndpoint(
   return result.rows[0] ?? null;
 }
 
+/**
+ * The endpoint's row, locked until the transaction ends: a change computed from it cannot undo one
+ * made since it was last read (a worker's auto-disable).
+ */
+export async function lockEndpoint(tx: Queryable, id: string): Promise<EndpointRow | null> {
+  const result = await tx.query<EndpointRow>(`select ${COLUMNS} from endpoint where id = $1 for update`, [
+    id,
+  ]);
+  return result.rows[0] ?? null;
+}
+
 /** Lists an app's endpoints; with `messageId`, only those the message has a delivery for. */
 export async function listEndpoints(
   db: Queryable,

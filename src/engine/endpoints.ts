@@ -9,6 +9,7 @@ import {
   type EndpointRow,
   findEndpoint,
   insertEndpoint,
+  lockEndpoint,
   setEndpointHeaders,
   updateEndpoint,
 } from '../db/endpoints.ts';
@@ -68,14 +69,25 @@ export async function createEndpoint(
   return endpoint;
 }
 
+/**
+ * Changes an endpoint as `change` says, given its current row: read again under its lock, as the
+ * row the caller read may be stale (a worker may have disabled the endpoint since), and a change
+ * made from it would silently undo that. A new URL is checked before the lock is taken (a DNS
+ * lookup must not hold up the worker's writes to the endpoint's row).
+ */
 export async function replaceEndpoint(
   core: Core,
   tx: Queryable,
   actor: Actor,
-  current: EndpointRow,
-  input: EndpointInput,
+  endpoint: EndpointRow,
+  change: (current: EndpointRow) => EndpointInput,
 ): Promise<EndpointRow> {
-  if (input.url !== current.url) await assertDestination(core, input.url);
+  const checkedUrl = change(endpoint).url;
+  if (checkedUrl !== endpoint.url) await assertDestination(core, checkedUrl);
+  const current = await lockEndpoint(tx, endpoint.id);
+  if (!current) throw notFound('endpoint');
+  const input = change(current);
+  if (input.url !== current.url && input.url !== checkedUrl) await assertDestination(core, input.url);
   const updated = await updateEndpoint(tx, current.id, toFields(input));
   await audit(tx, actor, 'endpoint.updated', updated, changes(current, updated));
   if (current.disabled !== updated.disabled) {

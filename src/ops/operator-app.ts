@@ -56,7 +56,7 @@ export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhoo
         return { appId: app.id, endpointId: created.id };
       }
       if (current.url !== url) {
-        await replaceEndpoint(core, tx, HERALD_ACTOR, current, patchToUpdate(current, { url }));
+        await replaceEndpoint(core, tx, HERALD_ACTOR, current, (locked) => patchToUpdate(locked, { url }));
       }
       if (secret && (await revealSecret(core, tx, current)) !== secret) {
         // The old secret keeps signing for the usual grace period, so a receiver can switch over.

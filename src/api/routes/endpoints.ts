@@ -104,7 +104,7 @@ export const endpointRoutes =
         return reply.status(201).send(presentEndpoint(created));
       }
       const updated = await db
-        .transaction((tx) => replaceEndpoint(core, tx, request.actor, current, input))
+        .transaction((tx) => replaceEndpoint(core, tx, request.actor, current, () => input))
         .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);
     });
@@ -119,7 +119,7 @@ export const endpointRoutes =
       const { endpoint } = await load(request.actor, request.params);
       const updated = await db
         .transaction((tx) =>
-          replaceEndpoint(core, tx, request.actor, endpoint, patchToUpdate(endpoint, patch)),
+          replaceEndpoint(core, tx, request.actor, endpoint, (locked) => patchToUpdate(locked, patch)),
         )
         .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);
