@@ -441,6 +441,62 @@ describe('source changes made anywhere', () => {
   });
 });
 
+describe('a source that cannot verify', () => {
+  test('a source no verifier can be built for is refused when created or changed, and stays as it was', async () => {
+    const malformed = await t.call('POST', '/api/v1/source', {
+      uid: 'malformed-secret',
+      scheme: 'standard-webhooks',
+      secret: 'whsec_not base64!',
+      app: 'tickets',
+      eventType: 'ticket.changed',
+    });
+    assert.equal(malformed.status, 422, JSON.stringify(malformed.body));
+    assert.deepEqual(malformed.body.detail[0].loc, ['body', 'secret']);
+
+    const sns = await t.call('POST', '/api/v1/source', {
+      uid: 'from-sns',
+      scheme: 'aws-sns',
+      app: 'tickets',
+      eventType: 'ticket.changed',
+    });
+    assert.equal(sns.status, 201, JSON.stringify(sns.body));
+    // Stripe verifies with a secret, and this source has none.
+    const switched = await t.call('PATCH', '/api/v1/source/from-sns', { scheme: 'stripe', settings: {} });
+    assert.equal(switched.status, 422, JSON.stringify(switched.body));
+    assert.deepEqual(switched.body.detail[0].loc, ['body', 'secret']);
+    assert.equal((await t.call('GET', '/api/v1/source/from-sns')).body.scheme, 'aws-sns');
+    const withSecret = await t.call('PATCH', '/api/v1/source/from-sns', {
+      scheme: 'stripe',
+      settings: {},
+      secret: 'whsec_stripe',
+    });
+    assert.equal(withSecret.status, 200, JSON.stringify(withSecret.body));
+  });
+
+  test('a source left unable to verify (its secrets gone in SQL) answers 503 and stores nothing', async () => {
+    const created = await t.call('POST', '/api/v1/source', {
+      uid: 'secretless',
+      scheme: 'standard-webhooks',
+      secret: SOURCE_SECRET,
+      app: 'tickets',
+      eventType: 'ticket.changed',
+    });
+    assert.equal(created.status, 201);
+    await t.database.db.query('delete from source_secret where source_id = $1', [created.body.id]);
+    // Any change to the row announces it, and the ingestor builds its verifier again.
+    await t.database.db.query('update source set updated_at = now() where id = $1', [created.body.id]);
+    const before = await tableCounts();
+    const body = '{"ticket":7,"action":"x"}';
+    const answer = await waitFor('the change to reach the ingestor', async () => {
+      const response = await deliver(signed('evt_secretless', body), body, 'secretless');
+      return response.status !== 204 && response;
+    });
+    assert.equal(answer.status, 503);
+    assert.equal(JSON.parse(answer.body).code, 'verification_unavailable');
+    assert.deepEqual(await tableCounts(), before);
+  });
+});
+
 describe("the relayed payload's retention", () => {
   test("the source's retention, else its app's, else 90 days", async () => {
     const cases = [

@@ -7,6 +7,7 @@ import {
   findSource,
   insertSource,
   insertSourceSecret,
+  liveSourceSecrets,
   rotateSourceSecrets,
   type SourceFields,
   type SourceRow,
@@ -14,7 +15,7 @@ import {
 } from '../db/sources.ts';
 import { invalidField, notFound } from '../errors.ts';
 import { BusinessKeyTemplateError, compileBusinessKey } from '../inbound/business-key.ts';
-import { SchemeConfig } from '../inbound/verifiers/index.ts';
+import { createVerifier, SchemeConfig } from '../inbound/verifiers/index.ts';
 import type { SourceIn } from '../schemas/sources.ts';
 import { requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
@@ -50,6 +51,27 @@ async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Prom
   };
 }
 
+/** Building a verifier fetches nothing; a check that did would be a fault of the check. */
+const NO_FETCH = {
+  fetchText: () => Promise.reject(new Error('nothing is fetched while a source is checked')),
+};
+
+/**
+ * Refuses a source no verifier can be built for (a scheme that needs a secret and has none, a
+ * secret in the wrong form for its scheme): every request to it would be turned away with a 503,
+ * for as long as it stayed that way.
+ */
+function assertVerifiable(fields: SourceFields, secrets: () => readonly string[]): void {
+  try {
+    createVerifier({ ...fields.settings, scheme: fields.scheme } as never, secrets(), NO_FETCH);
+  } catch (error) {
+    throw invalidField(
+      ['secret'],
+      `the ${fields.scheme} scheme cannot verify with the secrets the source would have (${(error as Error).message})`,
+    );
+  }
+}
+
 const secretsOf = (input: { secret?: string | string[] | null }): string[] =>
   input.secret === undefined || input.secret === null ? [] : [input.secret].flat();
 
@@ -64,6 +86,7 @@ export async function createSource(
   if (secrets.length === 0 && !SCHEMES_WITHOUT_SECRET.has(input.scheme)) {
     throw invalidField(['secret'], `the ${input.scheme} scheme needs a secret`);
   }
+  assertVerifiable(fields, () => secrets);
   const source = await insertSource(tx, fields);
   for (const secret of secrets) await insertSourceSecret(tx, source.id, core.box.seal(secret, source.id));
   await audit(tx, actor, 'source.created', source, { scheme: source.scheme });
@@ -86,7 +109,8 @@ export async function changeSource(
     businessKey: patch.businessKey ?? current.businessKey,
     retentionDays: patch.retentionDays === undefined ? current.retentionDays : patch.retentionDays,
   };
-  const updated = await updateSource(tx, current.id, await checkedFields(tx, actor, merged));
+  const fields = await checkedFields(tx, actor, merged);
+  const updated = await updateSource(tx, current.id, fields);
   const secrets = secretsOf(patch);
   if (secrets.length > 0) {
     await rotateSourceSecrets(
@@ -96,6 +120,9 @@ export async function changeSource(
       patch.secretOverlapSeconds ?? DEFAULT_SECRET_OVERLAP_SECONDS,
     );
   }
+  // With the secrets that verify from now on: a new scheme may not take the ones it had.
+  const live = await liveSourceSecrets(tx, current.id);
+  assertVerifiable(fields, () => live.sealed.map((sealed) => core.box.open(sealed, current.id)));
   await audit(tx, actor, 'source.updated', updated, { secretRotated: secrets.length > 0 });
   return updated;
 }

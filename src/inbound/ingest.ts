@@ -143,7 +143,15 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     async ingest(sourceIdOrUid, request) {
       const source = await sources.get(sourceIdOrUid);
       if (!source) throw notFound('source');
-      const { verifier, businessKey: template } = await prepared(source);
+      const { verifier, businessKey: template } = await prepared(source).catch((error: Error) => {
+        // Its settings or secrets cannot make a verifier (changed in SQL, or sealed with another
+        // master key): nothing can be accepted, and the sender should retry once it is mended.
+        deps.log.error({ sourceId: source.id, err: error.message }, 'the source cannot verify requests');
+        throw new HeraldError(
+          'verification_unavailable',
+          'this source cannot verify requests now; retry later',
+        );
+      });
       // Counted per source only once the source exists: the path is the sender's to choose, and
       // unknown names must not grow the metric set.
       const label = source.uid ?? source.id;
