@@ -764,6 +764,30 @@ describe('conflicts: 409', () => {
   });
 });
 
+describe('the database rolled the transaction back: 503, retry', () => {
+  for (const [errcode, what] of [
+    ['40P01', 'a deadlock'],
+    ['40001', 'a serialization failure'],
+  ] as const) {
+    test(`${what} (${errcode}) → 503 store_unavailable`, async () => {
+      await t.database.db.query(`create function refuse_app() returns trigger language plpgsql as $$
+        begin raise exception 'rolled back' using errcode = '${errcode}'; end $$`);
+      await t.database.db.query(
+        'create trigger refuse_app before insert on app for each row execute function refuse_app()',
+      );
+      try {
+        const answer = await rejected(() =>
+          send('POST', '/api/v1/app', { name: 'Rolled back', uid: 'rolled-back' }),
+        );
+        assertError(answer, 503, 'store_unavailable');
+      } finally {
+        await t.database.db.query('drop trigger refuse_app on app');
+        await t.database.db.query('drop function refuse_app()');
+      }
+    });
+  }
+});
+
 test('the fixtures themselves are intact after every rejection', async () => {
   const app = await send('GET', '/api/v1/app/acme');
   assert.equal(app.body.id, appId);

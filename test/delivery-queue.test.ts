@@ -153,7 +153,7 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
   );
   await db.query(`update delivery set state = 'failed', next_attempt_at = null where state = 'pending'`);
   // Kept for 0 days: every finished message is old enough.
-  assert.equal(await pruneFinishedHistory(db, 0), messages.length);
+  assert.equal(await db.transaction((tx) => pruneFinishedHistory(tx, 0)), messages.length);
   await assertFollows(app.id, 'finished history pruned', { due: 0, leased: 0, failed: 0 });
 });
 

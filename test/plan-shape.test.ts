@@ -360,7 +360,9 @@ test('retention finds the expired payloads and the old messages by index, never 
   let pruned = -1;
   const plans = await explained(async () => {
     expired = await expireOldPayloads(asQueryable(client));
+    await client.query('begin');
     pruned = await pruneFinishedHistory(asQueryable(client), 30);
+    await client.query('commit');
   });
   assert.deepEqual([expired, pruned], [0, 0]);
   assert.equal(plans.length, 2, 'both runs were explained');

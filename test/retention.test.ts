@@ -3,12 +3,15 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
+import { restartDeliveries } from '../src/db/deliveries.ts';
+import { asQueryable } from '../src/db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
 import { createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -111,7 +114,7 @@ test('history pruning removes old finished messages with their attempts, never u
     return rows.rowCount === 1;
   });
 
-  assert.equal(await pruneFinishedHistory(t.database.db, 30), 1);
+  assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
   const left = await t.database.db.query<{ id: string }>(
     'select id from message where id = any($1) order by id',
     [[finished, waiting, recent]],
@@ -123,4 +126,53 @@ test('history pruning removes old finished messages with their attempts, never u
   );
   const attempts = await t.database.db.query('select 1 from attempt where message_id = $1', [finished]);
   assert.equal(attempts.rowCount, 0, 'attempts go with their message');
+});
+
+test('a replay under way keeps its message from history pruning, and the delivery it restarted stays', async () => {
+  await t.call('POST', '/api/v1/app', { name: 'prune-race', uid: 'prune-race' });
+  const ep = await createEndpoint(t, 'prune-race', { url: `${receiver.url}/prune-race` });
+  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'prune-race'`))
+    .rows[0]!.id;
+  const message = idMintedAt('msg', Date.now() - 40 * 86_400_000, 7);
+  const delivery = (
+    await t.database.db.query<{ id: string }>(
+      `with m as (
+         insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+         values ($3, $1, 'e', '{}', now() + interval '1 day', now() - interval '40 days')
+         returning id
+       )
+       insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+       select $1, m.id, $2, 'failed', 8, 8 from m
+       returning id`,
+      [appId, ep, message],
+    )
+  ).rows[0]!.id;
+
+  // The replay restarts the failed delivery and has not committed when pruning runs.
+  const replay = new pg.Client({ connectionString: t.database.url });
+  await replay.connect();
+  try {
+    await replay.query('begin');
+    assert.equal((await restartDeliveries(asQueryable(replay), [delivery])).length, 1);
+    const pruning = t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30));
+    // Either pruning passes the message by, or it waits for the replay's lock on the delivery.
+    await Promise.race([pruning, waitForLockWaiter(t.database.db, 'delete from message')]);
+    await replay.query('commit');
+    assert.equal(await pruning, 0, 'a message under a replay is not pruned');
+  } finally {
+    await replay.end();
+  }
+  const kept = await t.database.db.query<{ state: string }>('select state from delivery where id = $1', [
+    delivery,
+  ]);
+  assert.equal(kept.rowCount, 1, 'the restarted delivery is still there');
+  assert.notEqual(kept.rows[0]!.state, 'failed');
+  // Finished again, the message is old and goes at the next pass.
+  await waitFor(
+    'the restarted delivery',
+    async () =>
+      (await t.database.db.query(`select 1 from delivery where id = $1 and state = 'succeeded'`, [delivery]))
+        .rowCount === 1,
+  );
+  assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
 });

@@ -34,11 +34,25 @@ declare module 'fastify' {
 
 const PUBLIC_PATHS = new Set(['/api/v1/health', '/api/v1/health/ping']);
 
-/** Errors that mean the database could not be reached: the client should retry later. */
+/**
+ * Errors that mean the database could not do it now: it could not be reached, or it rolled the
+ * transaction back to break a deadlock (40P01) or a serialization conflict (40001). The client
+ * should retry later.
+ */
 function isStoreUnavailable(error: unknown): boolean {
   const code = (error as { code?: string }).code ?? '';
   return (
-    ['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', '57P01', '57P03', '53300'].includes(code) ||
+    [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'ETIMEDOUT',
+      'EPIPE',
+      '57P01',
+      '57P03',
+      '53300',
+      '40P01',
+      '40001',
+    ].includes(code) ||
     code.startsWith('08') ||
     /Connection terminated|connection timeout/i.test((error as Error).message ?? '')
   );

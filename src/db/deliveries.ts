@@ -232,6 +232,12 @@ export async function recoverExpiredLeases(
  * lifetime history — attempts_total and the attempt rows — is never touched. Resend, recover and
  * replay all restart deliveries with this, so they cannot drift apart.
  */
+/**
+ * A restart's hold on its delivery's message, until its transaction ends: history retention
+ * (retention.ts) neither deletes the message under a restart nor misses one that committed.
+ */
+const MESSAGE_HELD = `exists (select 1 from message m where m.id = delivery.message_id for key share)`;
+
 const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
     attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
     state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()`;
@@ -255,7 +261,8 @@ export async function resendDelivery(
        values ($1, $2, $3, now(), 'manual')
        on conflict (message_id, endpoint_id) do nothing
      ), restarted as (
-       update delivery set ${RESTART} where message_id = $2 and endpoint_id = $3 and state <> 'sending'
+       update delivery set ${RESTART}
+        where message_id = $2 and endpoint_id = $3 and state <> 'sending' and ${MESSAGE_HELD}
      )
      select pg_notify('herald_work', $1)`,
     [appId, messageId, endpointId],
@@ -272,7 +279,8 @@ export async function recoverFailedDeliveries(
   const result = await db.query(
     `update delivery set ${RESTART}
       where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1)
-        and state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)`,
+        and state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)
+        and ${MESSAGE_HELD}`,
     [endpointId, since, until],
   );
   if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
@@ -297,7 +305,7 @@ export async function restartDeliveries(
 ): Promise<RestartedDelivery[]> {
   if (deliveryIds.length === 0) return [];
   const result = await db.query<RestartedDelivery>(
-    `update delivery set ${RESTART} where id = any($1) and state <> 'sending'
+    `update delivery set ${RESTART} where id = any($1) and state <> 'sending' and ${MESSAGE_HELD}
      returning id as "deliveryId", app_id as "appId", message_id as "messageId", endpoint_id as "endpointId", cycle`,
     [deliveryIds],
   );

@@ -5,23 +5,36 @@
 import type { Queryable } from './port.ts';
 import { firstIdAt } from './time-ids.ts';
 
+const UNFINISHED = `exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))`;
+
 /**
  * Deletes up to `batch` messages older than `days` whose deliveries are all finished, with their
  * deliveries and attempts (foreign keys cascade; intake records keep their claim, losing only the
  * link). Opt-in: by default herald keeps the history, which is its audit trail.
+ *
+ * Run it in a transaction (`db.transaction`): it locks the old messages, then deletes those still
+ * finished as a statement that starts after the locks were taken sees them. A replay, resend or
+ * recovery holds its delivery's message (deliveries.ts, MESSAGE_HELD) until it commits: one under
+ * way keeps its message out of the pass (skip locked), one committed before the delete is seen by
+ * it, one that comes after waits and finds the message gone. A single statement judged "finished"
+ * on a snapshot taken before it waited for its locks, and could delete a delivery a replay had
+ * just restarted, with the lease a worker held on it.
  */
-export async function pruneFinishedHistory(db: Queryable, days: number, batch = 1000): Promise<number> {
+export async function pruneFinishedHistory(tx: Queryable, days: number, batch = 1000): Promise<number> {
   // The old messages are the first ids of the primary key (time-ids.ts): a walk that stops at
   // the cutoff's id, never a read of the whole history.
-  const result = await db.query(
-    `delete from message where id in (
-       select m.id from message m
-        where m.id < ${firstIdAt('msg', 'now() - make_interval(days => $1)')}
-          and m.created_at < now() - make_interval(days => $1)
-          and not exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
-        order by m.id limit $2 for update skip locked)`,
+  const locked = await tx.query<{ id: string }>(
+    `select m.id from message m
+      where m.id < ${firstIdAt('msg', 'now() - make_interval(days => $1)')}
+        and m.created_at < now() - make_interval(days => $1)
+        and not ${UNFINISHED}
+      order by m.id limit $2 for update skip locked`,
     [days, batch],
   );
+  if (locked.rowCount === 0) return 0;
+  const result = await tx.query(`delete from message m where m.id = any($1) and not ${UNFINISHED}`, [
+    locked.rows.map((r) => r.id),
+  ]);
   return result.rowCount;
 }
 

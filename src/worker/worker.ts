@@ -326,7 +326,8 @@ export function createWorker(options: WorkerOptions): Worker {
       const expired = await expireOldPayloads(db);
       if (expired > 0) log.info({ count: expired }, 'removed payloads past their retention period');
       if (options.historyRetentionDays !== undefined) {
-        const pruned = await pruneFinishedHistory(db, options.historyRetentionDays);
+        const days = options.historyRetentionDays;
+        const pruned = await db.transaction((tx) => pruneFinishedHistory(tx, days));
         if (pruned > 0) log.info({ count: pruned }, 'pruned finished messages past the history retention');
       }
     }
