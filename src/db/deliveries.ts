@@ -8,7 +8,16 @@ export interface ClaimedDelivery {
   deliveryId: string;
   attemptId: string;
   leaseToken: string;
+  /** The lease's expiry by the database's clock. */
   leaseExpiresAt: Date;
+  /**
+   * The lease's end by this process's clock, never later than the real one whatever the skew
+   * between the hosts: the time the claim was sent, plus the lease. The database took its now()
+   * after the claim arrived, so its lease runs at least this long. Whatever the worker times
+   * against the lease (may a request still start? may an outcome write still be retried?) it
+   * times against this.
+   */
+  leaseEndsBy: Date;
   appId: string;
   messageId: string;
   endpointId: string;
@@ -37,15 +46,19 @@ const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", l
   payload_shared as "payloadShared"`;
 
 /** A claim's row: each message's payload comes on its first row only, as herald asks (migrations/0018). */
-type ClaimedRow = Omit<ClaimedDelivery, 'payload'> & { payload: string | null; payloadShared: boolean };
+type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy'> & {
+  payload: string | null;
+  payloadShared: boolean;
+};
 
 /**
- * Each message's payload as the bytes every attempt sends and signs: the claim sends it once per
+ * A claim's rows as deliveries, each with its lease's local end and its message's payload as the
+ * bytes every attempt sends and signs: the claim sends it once per
  * message (a fan-out claims many deliveries of one message), and it is encoded once, instead of
  * at every request and every signature; a Buffer's bytes also stay out of the young generation
  * the worker's garbage collector copies.
  */
-function withPayloadBytes(rows: readonly ClaimedRow[]): ClaimedDelivery[] {
+function asClaimed(rows: readonly ClaimedRow[], leaseEndsBy: Date): ClaimedDelivery[] {
   const bytes = new Map<string, Buffer | null>();
   // One object per delivery: the row's copy with its bytes. The row's other columns ride along
   // unread (payloadShared; on an outcome write's answer, its outcome columns, null).
@@ -53,13 +66,13 @@ function withPayloadBytes(rows: readonly ClaimedRow[]): ClaimedDelivery[] {
     if (!row.payloadShared) {
       const payload = row.payload === null ? null : Buffer.from(row.payload, 'utf8');
       bytes.set(row.messageId, payload);
-      return { ...row, payload };
+      return { ...row, payload, leaseEndsBy };
     }
     const payload = bytes.get(row.messageId);
     // The claim puts a message's first row before the ones that share its payload.
     if (payload === undefined)
       throw new Error(`claim: a shared payload came before its message ${row.messageId}`);
-    return { ...row, payload };
+    return { ...row, payload, leaseEndsBy };
   });
 }
 
@@ -73,12 +86,18 @@ export interface ClaimRequest {
 }
 
 export async function claimDeliveries(db: Queryable, claim: ClaimRequest): Promise<ClaimedDelivery[]> {
+  const leaseEndsBy = localLeaseEnd(claim);
   const result = await db.query<ClaimedRow>(
     `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid, share_payloads => true)`,
     [claim.batch, claim.leaseSeconds, claim.afterEndpoint, claim.claimId ?? null],
     'claim_deliveries',
   );
-  return withPayloadBytes(result.rows);
+  return asClaimed(result.rows, leaseEndsBy);
+}
+
+/** Taken just before a claim is sent: see ClaimedDelivery.leaseEndsBy. */
+function localLeaseEnd(claim: ClaimRequest): Date {
+  return new Date(Date.now() + claim.leaseSeconds * 1000);
 }
 
 export interface AttemptResult {
@@ -132,6 +151,7 @@ export async function recordOutcomesAndClaim(
   disableAfter: number,
   claim: ClaimRequest,
 ): Promise<{ recorded: RecordedOutcome[]; claimed: ClaimedDelivery[] }> {
+  const leaseEndsBy = localLeaseEnd(claim);
   const result = await db.query<
     // A recorded outcome's row or a claimed delivery's: each leaves the other's columns null.
     ClaimedRow & {
@@ -164,7 +184,7 @@ export async function recordOutcomesAndClaim(
         endpointDisabled: row.endpointDisabled === true,
       });
   }
-  return { recorded, claimed: withPayloadBytes(claimed) };
+  return { recorded, claimed: asClaimed(claimed, leaseEndsBy) };
 }
 
 function outcomeItems(results: readonly AttemptResult[]): string {

@@ -11,6 +11,7 @@ import { signPayload } from '../signing/standard-webhooks.ts';
 export interface AttemptContext {
   sender: Sender;
   policy: RetryPolicy;
+  /** The clock retries are scheduled and signatures timestamped by; the database's by default. */
   now?: () => Date;
   random?: () => number;
 }
@@ -46,6 +47,19 @@ function signatureHeaders(
   };
 }
 
+/**
+ * The database's time, read on this host's clock: the claim's lease expiry (the database's now()
+ * at the claim, plus the lease) less its local end (this host's time as the claim left, plus the
+ * lease) is the clocks' difference, to within the claim's trip to the database. Retries are due
+ * by the database's clock (claims compare them with its now()), so they are scheduled by it: a
+ * worker host whose clock is off neither hurries nor delays them. Signatures are timestamped by it
+ * too: one clock to keep right, the database's, however many worker hosts there are.
+ */
+function databaseClock(claim: ClaimedDelivery): () => Date {
+  const offsetMs = claim.leaseExpiresAt.getTime() - claim.leaseEndsBy.getTime();
+  return () => new Date(Date.now() + offsetMs);
+}
+
 /** The attempt ran and has an outcome, to be recorded under its lease. */
 export interface FinishedAttempt extends AttemptResult {
   kind: 'finished';
@@ -73,7 +87,7 @@ export async function runAttempt(
   keys: readonly Buffer[],
   startBy: Date,
 ): Promise<AttemptRun> {
-  const now = ctx.now ?? (() => new Date());
+  const now = ctx.now ?? databaseClock(claim);
   const base = { deliveryId: claim.deliveryId, leaseToken: claim.leaseToken };
   const onSchedule = (retryAfterSeconds: number | null) =>
     nextAttemptAt(ctx.policy, {

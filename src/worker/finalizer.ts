@@ -19,7 +19,7 @@ import type { Db, Queryable } from '../db/port.ts';
 
 export interface PendingResult {
   result: AttemptResult;
-  leaseExpiresAt: Date;
+  leaseEndsBy: Date;
   done: (recorded: Recorded) => void;
 }
 
@@ -71,7 +71,7 @@ export interface Recorded {
 }
 
 export interface Finalizer {
-  record(result: AttemptResult, leaseExpiresAt: Date): Promise<Recorded>;
+  record(result: AttemptResult, leaseEndsBy: Date): Promise<Recorded>;
   /** Resolves once everything handed over so far is written or given up. */
   drain(): Promise<void>;
 }
@@ -117,7 +117,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
       } catch (error) {
         options.onRetry?.();
         const now = Date.now();
-        const expired = live.filter((p) => p.leaseExpiresAt.getTime() <= now + backoff);
+        const expired = live.filter((p) => p.leaseEndsBy.getTime() <= now + backoff);
         for (const p of expired) {
           options.log.error(
             { deliveryId: p.result.deliveryId, outcome: p.result.outcome, err: (error as Error).message },
@@ -167,9 +167,9 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
   }
 
   return {
-    record(result, leaseExpiresAt) {
+    record(result, leaseEndsBy) {
       return new Promise((done) => {
-        queue.push({ result, leaseExpiresAt, done });
+        queue.push({ result, leaseEndsBy, done });
         running ??= pump();
       });
     },

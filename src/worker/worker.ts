@@ -179,9 +179,7 @@ export function createWorker(options: WorkerOptions): Worker {
     message: string,
     details: Record<string, unknown> = {},
   ): Promise<void> {
-    const released = await whileLeased(claim.leaseExpiresAt.getTime(), reason, () =>
-      releaseUnsent(db, claim),
-    );
+    const released = await whileLeased(claim.leaseEndsBy.getTime(), reason, () => releaseUnsent(db, claim));
     metrics?.attemptNotSent(reason);
     log.warn({ deliveryId: claim.deliveryId, ...details, released }, message);
   }
@@ -242,8 +240,10 @@ export function createWorker(options: WorkerOptions): Worker {
       // nearly gone — or already recovered and taken by another worker. Sending then could put a
       // second request in flight at the endpoint. An attempt starts only if its whole deadline
       // fits in what is left of the lease; otherwise the lease is given back, unsent. The sender
-      // applies the same rule again once the request has its turn at its origin (startBy).
-      const startBy = new Date(claim.leaseExpiresAt.getTime() - options.attemptTimeoutMs);
+      // applies the same rule again once the request has its turn at its origin (startBy). Both
+      // read this host's clock against the lease's end by this host's clock: a clock behind the
+      // database's must not stretch the lease.
+      const startBy = new Date(claim.leaseEndsBy.getTime() - options.attemptTimeoutMs);
       if (Date.now() > startBy.getTime()) {
         await giveBack(claim, 'lease_short', 'too little of the lease left to send; not sent');
         return;
@@ -270,7 +270,7 @@ export function createWorker(options: WorkerOptions): Worker {
       recording++;
       let recorded: RecordedOutcome | null;
       try {
-        ({ outcome: recorded, claimedAlong } = await finalizer.record(result, claim.leaseExpiresAt));
+        ({ outcome: recorded, claimedAlong } = await finalizer.record(result, claim.leaseEndsBy));
       } finally {
         recording--;
       }
