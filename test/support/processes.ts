@@ -3,6 +3,7 @@
 // spawned here is registered, and `killAll()` (call it from `after`) SIGKILLs whatever is left.
 
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFile } from 'node:fs/promises';
 import net from 'node:net';
 import { fileURLToPath } from 'node:url';
 import { waitFor } from './wait.ts';
@@ -186,14 +187,24 @@ export async function killAll(): Promise<void> {
   await Promise.all([...running].map((proc) => proc.kill('SIGKILL', 10_000).catch(() => {})));
 }
 
-/** A port nobody listens on right now (bind to 0, read it, close). */
+/**
+ * A port nobody listens on, for a process a test starts (and restarts) at one address. It is taken
+ * below the kernel's range of ephemeral ports: a port from that range (bind to 0) can be taken, as
+ * the source port of any outgoing connection on the machine, between one start and the next.
+ */
 export async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', resolve);
-  });
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
+  const ephemeralFrom = await readFile('/proc/sys/net/ipv4/ip_local_port_range', 'utf8')
+    .then((range) => Number(range.trim().split(/\s+/)[0]))
+    .catch(() => 32_768);
+  for (;;) {
+    const port = 10_000 + Math.floor(Math.random() * Math.max(1000, ephemeralFrom - 10_000));
+    const server = net.createServer();
+    const bound = await new Promise<boolean>((resolve) => {
+      server.once('error', () => resolve(false));
+      server.listen(port, '127.0.0.1', () => resolve(true));
+    });
+    if (!bound) continue;
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    return port;
+  }
 }
