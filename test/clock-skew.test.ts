@@ -9,17 +9,12 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { loadConfig } from '../src/config.ts';
-import { findApp } from '../src/db/apps.ts';
-import { LIBRARY_ACTOR } from '../src/engine/core.ts';
-import { createEndpoint } from '../src/engine/endpoints.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
-import { EndpointIn } from '../src/schemas/svix.ts';
-import { parseOrThrow } from '../src/schemas/validate.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import { killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { seedApp } from './support/seed.ts';
+import { addEndpoint, seedApp } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
 
 const CLOCK_OFFSET_MS = -120_000;
@@ -74,12 +69,9 @@ async function attempts(messageId: string): Promise<AttemptRow[]> {
 }
 
 test('a worker whose clock runs two minutes behind the database starts no request its lease cannot cover, and retries and signs by the database clock', async () => {
-  await seedApp(database.db, 'skewed');
-  const app = (await findApp(database.db, 'skewed'))!;
+  const app = await seedApp(database.db, 'skewed');
   for (const url of [`${shared.url}/a`, `${shared.url}/b`, `${failing.url}/c`]) {
-    await database.db.transaction((tx) =>
-      createEndpoint(herald.core, tx, LIBRARY_ACTOR, app, parseOrThrow(EndpointIn, { url })),
-    );
+    await addEndpoint(herald, database.db, app, { url });
   }
   const { message } = await herald.publish('skewed', { eventType: 'invoice.paid', payload: { n: 1 } });
 

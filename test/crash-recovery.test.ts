@@ -6,16 +6,12 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import { LIBRARY_ACTOR } from '../src/engine/core.ts';
-import { createEndpoint } from '../src/engine/endpoints.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
-import { EndpointIn } from '../src/schemas/svix.ts';
-import { parseOrThrow } from '../src/schemas/validate.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import { killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { seedApp } from './support/seed.ts';
+import { addEndpoint, seedApp } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
 
 let database: TestDatabase;
@@ -77,15 +73,7 @@ async function deliveryOf(messageId: string) {
 
 test('a worker killed mid-request is recovered only after its lease, as unknown, then redelivered', async () => {
   const app = await seedApp(database.db, 'crash');
-  await database.db.transaction((tx) =>
-    createEndpoint(
-      herald.core,
-      tx,
-      LIBRARY_ACTOR,
-      app,
-      parseOrThrow(EndpointIn, { url: `${receiver.url}/hook` }),
-    ),
-  );
+  await addEndpoint(herald, database.db, app, { url: `${receiver.url}/hook` });
 
   // Two worker processes. The second is frozen (SIGSTOP) before anything is published, so the
   // first one claims the message; it is thawed the moment the first one dies, while the dead

@@ -11,16 +11,12 @@ import { after, before, test } from 'node:test';
 import pino from 'pino';
 import { loadConfig } from '../src/config.ts';
 import { findApp } from '../src/db/apps.ts';
-import { LIBRARY_ACTOR } from '../src/engine/core.ts';
-import { createEndpoint } from '../src/engine/endpoints.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
-import { EndpointIn } from '../src/schemas/svix.ts';
-import { parseOrThrow } from '../src/schemas/validate.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import type { LogRecord } from './support/processes.ts';
 import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
-import { seedApp } from './support/seed.ts';
+import { addEndpoint, seedApp } from './support/seed.ts';
 import { type Answer, startTcpProxy, type TcpProxy } from './support/tcp-proxy.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -87,15 +83,7 @@ async function rig(
 
   // Set-up goes straight to the database; only the worker's traffic crosses the proxy.
   const app = await seedApp(database.db, label);
-  await database.db.transaction((tx) =>
-    createEndpoint(
-      herald.core,
-      tx,
-      LIBRARY_ACTOR,
-      app,
-      parseOrThrow(EndpointIn, { url: `${receiver.url}/hook`, ...endpoint }),
-    ),
-  );
+  await addEndpoint(herald, database.db, app, { url: `${receiver.url}/hook`, ...endpoint });
   return { proxy, herald, receiver, logs, appUid: label } satisfies Rig;
 }
 
@@ -256,15 +244,7 @@ test('an unsent lease given back during an outage is given back once the databas
     },
   );
   const app = (await findApp(database.db, appUid))!;
-  await database.db.transaction((tx) =>
-    createEndpoint(
-      herald.core,
-      tx,
-      LIBRARY_ACTOR,
-      app,
-      parseOrThrow(EndpointIn, { url: `${receiver.url}/other` }),
-    ),
-  );
+  await addEndpoint(herald, database.db, app, { url: `${receiver.url}/other` });
   const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 3 } });
   await herald.startWorker();
   await waitFor('the give-back of the unsent lease to be retried while the database is away', () =>

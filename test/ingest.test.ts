@@ -16,6 +16,20 @@ let t: TestHerald;
 let receiver: Receiver;
 let appId: string;
 
+/** A Standard Webhooks source signed with SOURCE_SECRET, created through the API (201). */
+async function createSource(uid: string, fields: Record<string, unknown> = {}) {
+  const created = await t.call('POST', '/api/v1/source', {
+    uid,
+    scheme: 'standard-webhooks',
+    secret: SOURCE_SECRET,
+    app: 'tickets',
+    eventType: 'ticket.changed',
+    ...fields,
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  return created;
+}
+
 before(async () => {
   t = await startTestHerald('ingest');
   receiver = await startReceiver();
@@ -295,14 +309,7 @@ describe('the outbound leg', () => {
       request.path === '/flaky' && failing ? { status: 503 } : { status: 204 };
     const app = await createApp(t, 'relay');
     const ep = await createEndpoint(t, app, { url: `${receiver.url}/flaky` });
-    const created = await t.call('POST', '/api/v1/source', {
-      uid: 'relay-src',
-      scheme: 'standard-webhooks',
-      secret: SOURCE_SECRET,
-      app: 'relay',
-      eventType: 'ticket.changed',
-    });
-    assert.equal(created.status, 201);
+    await createSource('relay-src', { app: 'relay' });
     const body = '{"ticket":11,"action":"opened"}';
     assert.equal((await deliver(signed('evt_relay', body), body, 'relay-src')).status, 204);
     await waitFor(
@@ -334,14 +341,7 @@ describe('the outbound leg', () => {
 describe('source secret rotation', () => {
   test('the replaced secret verifies during its overlap and stops at its end; the new one verifies', async () => {
     const NEW_SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
-    const created = await t.call('POST', '/api/v1/source', {
-      uid: 'rotating',
-      scheme: 'standard-webhooks',
-      secret: SOURCE_SECRET,
-      app: 'tickets',
-      eventType: 'ticket.changed',
-    });
-    assert.equal(created.status, 201);
+    await createSource('rotating');
     // Verify once first, so the ingestor has the source cached when the rotation happens.
     const first = '{"ticket":100,"action":"a"}';
     assert.equal((await deliver(signed('evt_rot_0', first), first, 'rotating')).status, 204);
@@ -380,14 +380,7 @@ describe('source changes made anywhere', () => {
   // (migration 0006's trigger): a change made behind herald's back — here plain SQL — must take
   // effect on the next receipts, not whenever an entry happens to expire.
   test('an update and a delete in SQL take effect on the next receipts', async () => {
-    const created = await t.call('POST', '/api/v1/source', {
-      uid: 'changing',
-      scheme: 'standard-webhooks',
-      secret: SOURCE_SECRET,
-      app: 'tickets',
-      eventType: 'ticket.before',
-    });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
+    await createSource('changing', { eventType: 'ticket.before' });
     const moved = await createApp(t, 'tickets-moved');
     const relayedAs = async (deliveryId: string) =>
       (
@@ -474,14 +467,7 @@ describe('a source that cannot verify', () => {
   });
 
   test('a source left unable to verify (its secrets gone in SQL) answers 503 and stores nothing', async () => {
-    const created = await t.call('POST', '/api/v1/source', {
-      uid: 'secretless',
-      scheme: 'standard-webhooks',
-      secret: SOURCE_SECRET,
-      app: 'tickets',
-      eventType: 'ticket.changed',
-    });
-    assert.equal(created.status, 201);
+    const created = await createSource('secretless');
     await t.database.db.query('delete from source_secret where source_id = $1', [created.body.id]);
     // Any change to the row announces it, and the ingestor builds its verifier again.
     await t.database.db.query('update source set updated_at = now() where id = $1', [created.body.id]);

@@ -1,5 +1,5 @@
 // Rows for tests that work below the API, straight on the db modules: an app, endpoints with
-// the defaults the API would give them, messages published through the real fan-out, an inbound
+// the defaults the API would give them (or made by the engine, signing secret and all), messages published through the real fan-out, an inbound
 // source and receipts as the ingestor hands them to recordReceipts.
 
 import crypto from 'node:crypto';
@@ -7,8 +7,13 @@ import { type AppRow, insertApp } from '../../src/db/apps.ts';
 import { type EndpointRow, insertEndpoint } from '../../src/db/endpoints.ts';
 import type { IntakeReceipt } from '../../src/db/intake.ts';
 import { type NewMessage, publishMessage } from '../../src/db/messages.ts';
-import type { Queryable } from '../../src/db/port.ts';
+import type { Db, Queryable } from '../../src/db/port.ts';
 import { insertSource, type SourceRow } from '../../src/db/sources.ts';
+import { LIBRARY_ACTOR } from '../../src/engine/core.ts';
+import { createEndpoint } from '../../src/engine/endpoints.ts';
+import type { Herald } from '../../src/herald.ts';
+import { EndpointIn } from '../../src/schemas/svix.ts';
+import { parseOrThrow } from '../../src/schemas/validate.ts';
 
 export const seedApp = (db: Queryable, uid: string): Promise<AppRow> =>
   insertApp(db, { uid, name: uid, throttleRate: null, metadata: {}, retentionDays: null });
@@ -32,6 +37,15 @@ export const seedEndpoint = (
     idempotent,
     clientErrorPolicy: 'retry',
   });
+
+/** An endpoint as the library makes one (`body` as the API takes it), with its signing secret. */
+export const addEndpoint = (
+  herald: Herald,
+  db: Db,
+  app: AppRow,
+  body: Record<string, unknown>,
+): Promise<EndpointRow> =>
+  db.transaction((tx) => createEndpoint(herald.core, tx, LIBRARY_ACTOR, app, parseOrThrow(EndpointIn, body)));
 
 /** A message of event type `e` to the app, kept a day; `over` changes any field. */
 export const newMessage = (appId: string, over: Partial<NewMessage> = {}): NewMessage => ({
