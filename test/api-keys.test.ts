@@ -150,6 +150,16 @@ describe('scopes, app restrictions and revocation', () => {
     await refused(key, 'POST', `/api/v1/app/${appB}/endpoint`, 403, { url: EP_URL });
     await refused(key, 'DELETE', `/api/v1/app/${appB}`, 403);
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'another tenant' });
+    // get_if_exists shows an existing app only to a key that may see it.
+    await refused(key, 'POST', '/api/v1/app?get_if_exists=true', 403, { name: 'x', uid: 'keys-b' });
+    const mine = await t.call(
+      'POST',
+      '/api/v1/app?get_if_exists=true',
+      { name: 'x', uid: 'keys-a' },
+      bearer(key),
+    );
+    assert.equal(mine.status, 200);
+    assert.equal(mine.body.id, appA);
     // Nor may it mint a key that reaches every app, or manage keys at all.
     await refused(key, 'POST', '/api/v1/api-key', 403, { name: 'escalate', scopes: ['admin'] });
     await refused(key, 'GET', '/api/v1/api-key', 403);

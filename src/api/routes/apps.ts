@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } from '../../db/apps.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { appFieldsFrom, createApp, requireApp } from '../../engine/apps.ts';
+import { appFieldsFrom, assertAppAllowed, createApp, requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
@@ -46,8 +46,15 @@ export const appRoutes =
     app.post('/api/v1/app', async (request, reply) => {
       const input = parseOrThrow(ApplicationIn, request.body);
       const getIfExists = (request.query as { get_if_exists?: string }).get_if_exists === 'true';
+      // The existing app is shown only to a key allowed to see it: get_if_exists is no way round
+      // a key's restriction to some applications.
+      const existingAllowed = async (uid: string) => {
+        const existing = await findApp(db, uid);
+        if (existing) assertAppAllowed(request.actor, existing.id);
+        return existing;
+      };
       if (getIfExists && input.uid) {
-        const existing = await findApp(db, input.uid);
+        const existing = await existingAllowed(input.uid);
         if (existing) return reply.status(200).send(presentApp(existing));
       }
       if (request.actor.appIds !== null)
@@ -58,7 +65,7 @@ export const appRoutes =
       } catch (error) {
         if (!isUniqueViolation(error)) throw error;
         // Two creators raced on one uid: with get_if_exists the loser gets the winner's app.
-        const existing = getIfExists && input.uid ? await findApp(db, input.uid) : null;
+        const existing = getIfExists && input.uid ? await existingAllowed(input.uid) : null;
         if (existing) return reply.status(200).send(presentApp(existing));
         throw new HeraldError('conflict', APP_UID_TAKEN);
       }
