@@ -38,8 +38,12 @@ import { rethrowTakenUid } from '../uid-conflict.ts';
 type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
 
-/** Header names whose values are credentials: listed by name, value withheld. */
-const SENSITIVE_HEADER = /^(authorization|x-api-key|cookie|proxy-authorization)$/i;
+/**
+ * Header names whose values are credentials: listed by name, value withheld (Svix's list, and
+ * the usual API-key and cookie headers).
+ */
+const SENSITIVE_HEADER =
+  /^(authorization|proxy-authorization|x-auth-token|www-authenticate|proxy-authenticate|x-api-key|cookie)$/i;
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
