@@ -316,6 +316,21 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'channels', 0],
     },
     {
+      // An empty filter would match nothing and leave the endpoint deaf; null removes a filter.
+      name: 'endpoint patch with empty filterTypes',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1',
+      body: { filterTypes: [] },
+      loc: ['body', 'filterTypes'],
+    },
+    {
+      name: 'endpoint patch with empty channels',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1',
+      body: { channels: [] },
+      loc: ['body', 'channels'],
+    },
+    {
       name: 'message without eventType',
       method: 'POST',
       path: '/api/v1/app/acme/msg',

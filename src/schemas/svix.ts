@@ -90,9 +90,11 @@ export const EndpointPatch = z.object({
   uid: ident(256).nullish(),
   version: z.number().int().min(1).max(2147483647).nullish(),
   throttleRate: z.number().int().min(0).max(65535).nullish(),
-  filterTypes: z.array(ident(256)).nullish(),
-  eventTypes: z.array(ident(256)).nullish(),
-  channels: z.array(ident(128)).max(10).nullish(),
+  // An empty filter would match no message and leave the endpoint silently deaf: null (or
+  // leaving it out) is how a filter is removed; an empty list is refused, as on create.
+  filterTypes: eventTypes.nullish(),
+  eventTypes: eventTypes.nullish(),
+  channels: channels(10).nullish(),
   metadata: metadata.optional(),
   disabled: z.boolean().optional(),
   idempotent: z.boolean().optional(),
