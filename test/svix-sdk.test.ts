@@ -487,6 +487,7 @@ describe('svix SDK against herald', () => {
       const seen: string[] = [];
       let iterator: string | null | undefined;
       let pages = 0;
+      let prevIterator: string | null | undefined;
       for (;;) {
         pages++;
         assert.ok(pages <= 10, 'pagination terminates');
@@ -494,6 +495,7 @@ describe('svix SDK against herald', () => {
         assert.ok(page.data.length <= 3);
         for (const m of page.data) assertDate(m.timestamp, 'timestamp');
         seen.push(...page.data.map((m) => m.id));
+        prevIterator = page.prevIterator;
         if (page.done) break;
         iterator = page.iterator;
       }
@@ -501,6 +503,23 @@ describe('svix SDK against herald', () => {
       assert.equal(new Set(seen).size, seen.length, 'no message twice');
       assert.deepEqual(new Set(seen), new Set(created));
       assert.deepEqual(seen, [...seen].sort().reverse(), 'newest first');
+
+      // And back from the last page: prevIterator walks to the first one, and says done there.
+      const back: string[] = [];
+      for (let pagesBack = 1; ; pagesBack++) {
+        assert.ok(pagesBack <= 10, 'walking back terminates');
+        const page = await svix.message.list('paging', { limit: 3, iterator: prevIterator });
+        back.unshift(...page.data.map((m) => m.id));
+        if (page.done) break;
+        prevIterator = page.prevIterator;
+      }
+      assert.deepEqual([...back, ...seen.slice(-1)], seen, 'every page before the last, once, in order');
+      // Before the first page there is nothing: an empty page, done, with nothing to go on from.
+      const beforeFirst = await svix.message.list('paging', { limit: 3, iterator: `-${seen[0]}` });
+      assert.deepEqual(
+        { data: beforeFirst.data, done: beforeFirst.done, iterator: beforeFirst.iterator ?? null },
+        { data: [], done: true, iterator: null },
+      );
       // Payloads on the listing, and their absence on request.
       const first = await svix.message.list('paging', { limit: 1 });
       assert.equal(typeof first.data[0]!.payload.i, 'number');

@@ -52,8 +52,11 @@ export function toPage<T>(
   const last = data.at(-1);
   return {
     data,
-    iterator: last ? idOf(last) : request.iterator,
+    // An empty page forwards keeps its cursor, to poll from for what comes next; walking back
+    // there is nothing before it, and no cursor to go on from.
+    iterator: last ? idOf(last) : query.reversed ? null : request.iterator,
     prevIterator: first ? `-${idOf(first)}` : null,
-    done: query.reversed ? false : !more,
+    // In either direction, as Svix says it: whether this page reached the end of the walk.
+    done: !more,
   };
 }
