@@ -509,6 +509,7 @@ describe('valid signed requests, mutated', () => {
 // The verifiers themselves, with random headers: they never throw.
 
 describe('verify() never throws', () => {
+  const SNS_TOPIC = 'arn:aws:sns:us-east-1:123456789012:orders';
   const fetchText = fc.func(
     fc.oneof(fc.constant('not a certificate'), fc.json(), fc.constant('{"keys":[]}')),
   );
@@ -566,7 +567,11 @@ describe('verify() never throws', () => {
       secrets: [],
       headers: ['authorization'],
     },
-    { config: { scheme: 'aws-sns' }, secrets: [], headers: ['x-amz-sns-message-type'] },
+    {
+      config: { scheme: 'aws-sns', topicArns: [SNS_TOPIC] },
+      secrets: [],
+      headers: ['x-amz-sns-message-type'],
+    },
   ];
 
   const stringValue = fc.oneof(
@@ -588,11 +593,12 @@ describe('verify() never throws', () => {
         MessageId: fc.string(),
         Message: fc.string(),
         Timestamp: fc.string(),
-        TopicArn: fc.string(),
+        TopicArn: fc.oneof(fc.constant(SNS_TOPIC), fc.string()),
         SignatureVersion: fc.constantFrom('1', '2', '3', 1),
         Signature: fc.oneof(fc.base64String(), fc.string()),
         SigningCertURL: fc.oneof(
           fc.constantFrom(
+            'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-01d088a6f77103d0.pem',
             'https://sns.us-east-1.amazonaws.com/cert.pem',
             'http://sns.us-east-1.amazonaws.com/c.pem',
           ),

@@ -9,6 +9,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
+import pino from 'pino';
+import { createSecretBox } from '../src/crypto/secret-box.ts';
+import { insertSource } from '../src/db/sources.ts';
+import { createIngestor } from '../src/inbound/ingest.ts';
 import {
   createVerifier,
   type InboundRequest,
@@ -16,6 +20,9 @@ import {
   type SchemeConfigInput,
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
+import { freshDatabase } from './support/database.ts';
+import { MASTER_KEY } from './support/herald.ts';
+import { seedApp } from './support/seed.ts';
 
 const TOPIC = 'arn:aws:sns:us-east-1:123456789012:orders';
 const CERT_URL =
@@ -195,8 +202,11 @@ function post(body: string | SnsMessage, headers: Record<string, string> = {}): 
   };
 }
 
-function snsVerifier(settings: Omit<Extract<SchemeConfigInput, { scheme: 'aws-sns' }>, 'scheme'> = {}) {
-  return createVerifier({ scheme: 'aws-sns', ...settings }, [], { fetchText });
+type SnsSettings = Omit<Extract<SchemeConfigInput, { scheme: 'aws-sns' }>, 'scheme'>;
+
+/** A verifier for the source that takes TOPIC, unless told otherwise. */
+function snsVerifier(settings: Partial<SnsSettings> = {}) {
+  return createVerifier({ scheme: 'aws-sns', topicArns: [TOPIC], ...settings }, [], { fetchText });
 }
 
 function assertRejected(verdict: Verdict, status: number, code?: string): void {
@@ -310,7 +320,7 @@ describe('aws-sns', () => {
     }
   });
 
-  test('a SigningCertURL that is not https on an SNS host is refused without any fetch', async () => {
+  test('a SigningCertURL that is not an SNS signing certificate is refused without any fetch', async () => {
     const verifier = snsVerifier();
     fetched.length = 0;
     for (const certUrl of [
@@ -323,6 +333,11 @@ describe('aws-sns', () => {
       'https://sns.amazonaws.com/cert.pem',
       'https://127.0.0.1/cert.pem',
       'file:///etc/passwd',
+      // On an SNS host, but not where SNS keeps its signing certificates.
+      'https://sns.us-east-1.amazonaws.com/cert.pem',
+      'https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=x',
+      `${CERT_URL}?x=1`,
+      'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-../x.pem',
     ]) {
       const message = signed(notification({ SigningCertURL: certUrl }));
       assertRejected(await verifier.verify(post(message), now), 401, 'bad_signature');
@@ -381,13 +396,21 @@ describe('aws-sns', () => {
     assertRejected(await snsVerifier().verify(post(message), inTenYears), 401, 'bad_signature');
   });
 
-  test('topicArns: a genuine message from an unlisted topic is refused', async () => {
+  test('topicArns: a genuine message from an unlisted topic is refused, before any fetch', async () => {
     const message = signed(notification());
     assert.equal((await snsVerifier({ topicArns: [TOPIC] }).verify(post(message), now)).ok, true);
+    // AWS signs every topic's messages: another account's topic must not reach the source.
     const other = snsVerifier({ topicArns: ['arn:aws:sns:us-east-1:123456789012:other'] });
+    fetched.length = 0;
     assertRejected(await other.verify(post(message), now), 401, 'bad_signature');
     const { TopicArn: _dropped, ...noTopic } = notification();
     assertRejected(await snsVerifier({ topicArns: [TOPIC] }).verify(post(signed(noTopic)), now), 401);
+    assert.deepEqual(fetched, [], 'nothing fetched for a topic the source does not take');
+  });
+
+  test('a source without topicArns cannot be configured', () => {
+    assert.throws(() => createVerifier({ scheme: 'aws-sns' } as SchemeConfigInput, [], { fetchText }));
+    assert.throws(() => createVerifier({ scheme: 'aws-sns', topicArns: [] }, [], { fetchText }));
   });
 
   test('an x-amz-sns-message-type header that contradicts Type is malformed', async () => {
@@ -421,6 +444,50 @@ describe('aws-sns', () => {
       ]!;
       const verdict = await verifier.verify(post({ ...good, [field]: garbage() }), now);
       assert.equal(verdict.ok, false);
+    }
+  });
+});
+
+describe('aws-sns through the ingestor', () => {
+  test('a Notification is relayed; subscription and unsubscribe confirmations store nothing', async () => {
+    const database = await freshDatabase('sns_ingest');
+    const ingestor = createIngestor({
+      db: database.db,
+      box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
+      log: pino({ level: 'silent' }),
+      fetchText,
+    });
+    try {
+      const app = await seedApp(database.db, 'orders');
+      await insertSource(database.db, {
+        uid: 'orders-topic',
+        scheme: 'aws-sns',
+        settings: { topicArns: [TOPIC] },
+        appId: app.id,
+        eventType: 'order.placed',
+        businessKey: '{{delivery_id}}',
+        retentionDays: null,
+      });
+      const stored = async () =>
+        (
+          await database.db.query<{ intake: number; message: number }>(
+            'select (select count(*)::int from intake) as intake, (select count(*)::int from message) as message',
+          )
+        ).rows[0]!;
+
+      const relayed = await ingestor.ingest('orders-topic', post(signed(notification())));
+      assert.equal(relayed.kind, 'accepted');
+      assert.deepEqual(await stored(), { intake: 1, message: 1 });
+
+      // Neither is an event of the topic: SNS telling herald about its subscription.
+      for (const type of ['SubscriptionConfirmation', 'UnsubscribeConfirmation'] as const) {
+        const answer = await ingestor.ingest('orders-topic', post(signed(confirmation(type))));
+        assert.deepEqual(answer, { kind: 'subscription', confirmed: false }, type);
+      }
+      assert.deepEqual(await stored(), { intake: 1, message: 1 }, 'nothing relayed for a confirmation');
+    } finally {
+      await ingestor.close();
+      await database.drop();
     }
   });
 });

@@ -601,8 +601,9 @@ describe('SchemeConfig and createVerifier', () => {
         serviceAccountEmail: 'sa@x',
       },
     );
-    assert.deepEqual(SchemeConfig.parse({ scheme: 'aws-sns' }), {
+    assert.deepEqual(SchemeConfig.parse({ scheme: 'aws-sns', topicArns: ['arn:aws:sns:eu-west-1:1:t'] }), {
       scheme: 'aws-sns',
+      topicArns: ['arn:aws:sns:eu-west-1:1:t'],
       confirmSubscriptions: false,
     });
   });
@@ -620,7 +621,7 @@ describe('SchemeConfig and createVerifier', () => {
   });
 
   test('schemes that fetch keys need fetchText', () => {
-    assert.throws(() => createVerifier({ scheme: 'aws-sns' }, [], {}), /fetchText/);
+    assert.throws(() => createVerifier({ scheme: 'aws-sns', topicArns: ['arn:t'] }, [], {}), /fetchText/);
     assert.throws(
       () => createVerifier({ scheme: 'gcp-pubsub', audience: 'a', serviceAccountEmail: 'sa@x' }, [], {}),
       /fetchText/,

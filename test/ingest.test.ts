@@ -446,9 +446,19 @@ describe('a source that cannot verify', () => {
     assert.equal(malformed.status, 422, JSON.stringify(malformed.body));
     assert.deepEqual(malformed.body.detail[0].loc, ['body', 'secret']);
 
+    // AWS signs every topic's messages alike: an SNS source must say which topics it takes.
+    const anyTopic = await t.call('POST', '/api/v1/source', {
+      uid: 'from-sns',
+      scheme: 'aws-sns',
+      app: 'tickets',
+      eventType: 'ticket.changed',
+    });
+    assert.equal(anyTopic.status, 422, JSON.stringify(anyTopic.body));
+    assert.deepEqual(anyTopic.body.detail[0].loc, ['body', 'settings', 'topicArns']);
     const sns = await t.call('POST', '/api/v1/source', {
       uid: 'from-sns',
       scheme: 'aws-sns',
+      settings: { topicArns: ['arn:aws:sns:us-east-1:123456789012:tickets'] },
       app: 'tickets',
       eventType: 'ticket.changed',
     });

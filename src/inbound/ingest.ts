@@ -160,11 +160,14 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(verdict.code, verdict.reason);
       }
-      if (
-        source.scheme === 'aws-sns' &&
-        (verdict.payload as { Type?: string })?.Type === 'SubscriptionConfirmation'
-      ) {
-        return confirmSubscription(source, verdict.payload);
+      if (source.scheme === 'aws-sns') {
+        const type = (verdict.payload as { Type?: string })?.Type;
+        if (type === 'SubscriptionConfirmation') return confirmSubscription(source, verdict.payload);
+        // SNS telling that herald's subscription ended is news for the operator, not an event.
+        if (type === 'UnsubscribeConfirmation') {
+          deps.log.warn({ sourceId: source.id }, 'SNS: the subscription of this source was ended');
+          return { kind: 'subscription', confirmed: false };
+        }
       }
       const businessKey = template.render({
         deliveryId: verdict.deliveryId,

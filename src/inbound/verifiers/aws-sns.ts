@@ -3,14 +3,17 @@
 // a JSON document whose own fields are signed: SignatureVersion 1 is SHA1withRSA, 2 is
 // SHA256withRSA, over "Key\nValue\n" for each signed key in the documented (alphabetical) order,
 // skipping keys the message lacks (Subject is optional on a Notification). The public key comes
-// from the X.509 certificate at SigningCertURL, which must be https on an SNS host: the trust in
-// the certificate is the trust in the TLS connection to that host, so any other host is refused
-// before anything is fetched.
+// from the X.509 certificate at SigningCertURL, which must be https on an SNS host, at SNS's
+// certificate path: the trust in the certificate is the trust in the TLS connection to that host,
+// so any other URL is refused before anything is fetched. A genuine message proves only that AWS
+// sent it: the source lists the topics it takes (`topicArns`), and any other is refused, before
+// anything is fetched too.
 //
 // This is the one scheme that parses JSON before verifying: the signed content lives inside the
 // body. Nothing from it is trusted or returned until the signature checks out.
-// The delivery id is MessageId. A valid SubscriptionConfirmation is returned like any message;
-// the caller decides whether to visit its SubscribeURL (check it with isSnsUrl first).
+// The delivery id is MessageId. Valid Subscription and Unsubscribe confirmations are returned
+// like any message; the caller decides what to do with them (visit SubscribeURL only after
+// checking it with isSnsUrl).
 
 import { verify as verifySignatureBytes, X509Certificate } from 'node:crypto';
 import { z } from 'zod';
@@ -22,8 +25,11 @@ import { accept, parseJsonBody, reject } from './verdict.ts';
 
 export const AwsSnsSettings = z.strictObject({
   scheme: z.literal('aws-sns'),
-  /** When set, messages from any other topic are refused even if AWS signed them. */
-  topicArns: z.array(z.string().min(1)).min(1).optional(),
+  /**
+   * The topics this source takes messages from. Required: AWS's signature proves that AWS sent a
+   * message, not whose topic it came from — anyone can subscribe herald to a topic of their own.
+   */
+  topicArns: z.array(z.string().min(1)).min(1),
   /** Whether the caller should visit SubscribeURL of a verified SubscriptionConfirmation. */
   confirmSubscriptions: z.boolean().default(false),
 });
@@ -68,6 +74,15 @@ export function isSnsUrl(raw: string): boolean {
     url.password === '' &&
     SNS_HOST.test(url.hostname)
   );
+}
+
+/** Where SNS keeps its signing certificates: `/SimpleNotificationService-<hex>.pem`, no query. */
+const SIGNING_CERT_PATH = /^\/SimpleNotificationService-[0-9a-f]+\.pem$/;
+
+function isSigningCertUrl(raw: unknown): raw is string {
+  if (typeof raw !== 'string' || !isSnsUrl(raw)) return false;
+  const url = new URL(raw);
+  return url.search === '' && url.hash === '' && SIGNING_CERT_PATH.test(url.pathname);
 }
 
 function isMessageType(value: unknown): value is MessageType {
@@ -115,8 +130,13 @@ export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchT
       if (signature === null) return reject('malformed', 'Signature is not base64');
       const signed = stringToSign(message, type);
       if (signed === null) return reject('malformed', 'a signed field is not a string');
-      if (typeof certUrl !== 'string' || !isSnsUrl(certUrl)) {
-        return reject('bad_signature', 'SigningCertURL is not an https URL on an SNS host');
+      // Both checked before anything is fetched: a sender's request makes herald fetch nothing
+      // but an SNS signing certificate, and only for a topic this source takes.
+      if (!settings.topicArns.includes(String(message['TopicArn']))) {
+        return reject('bad_signature', 'TopicArn is not one this source accepts');
+      }
+      if (!isSigningCertUrl(certUrl)) {
+        return reject('bad_signature', 'SigningCertURL is not an SNS signing certificate (https, SNS host)');
       }
 
       let certificate: X509Certificate;
@@ -137,10 +157,6 @@ export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchT
         // A signature of the wrong length for the key, say: not genuine, and not our failure.
       }
       if (!genuine) return reject('bad_signature', 'the signature does not match the signing certificate');
-
-      if (settings.topicArns !== undefined && !settings.topicArns.includes(String(message['TopicArn']))) {
-        return reject('bad_signature', 'TopicArn is not one this source accepts');
-      }
       return accept(message['MessageId'], message, 'MessageId of the message');
     },
   };

@@ -1,7 +1,9 @@
 // GitHub (https://docs.github.com/webhooks/using-webhooks/validating-webhook-deliveries):
 // `X-Hub-Signature-256: sha256=<hex>` of HMAC-SHA256 over the body, keyed by the secret's UTF-8
-// bytes. The legacy SHA-1 `X-Hub-Signature` is not accepted. GitHub signs no timestamp, so
-// replays are caught by the delivery id (`X-GitHub-Delivery`, the same on a redelivery) alone.
+// bytes. The legacy SHA-1 `X-Hub-Signature` is not accepted. GitHub signs no timestamp, and not
+// the delivery id (`X-GitHub-Delivery`, the same on a redelivery): a redelivery is a duplicate by
+// its id, but a captured request sent again under a new id is one only by a business key read
+// from the signed body (`{{body.…}}`; see the README).
 
 import { z } from 'zod';
 import { anyKeyMatches, decodeHex, hmac, utf8Keys } from './bytes.ts';
