@@ -2,6 +2,7 @@
 // commit, duplicates observed and never republished, one business key on every outbound attempt.
 
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
@@ -146,6 +147,52 @@ describe('claim and outbox', () => {
     const message = await t.call('GET', `/api/v1/app/tickets/msg/${intake.rows[0]!.message_id}`);
     assert.equal(message.status, 200, JSON.stringify(message.body));
     assert.deepEqual(message.body.payload, JSON.parse(json));
+  });
+
+  test('a body that is not UTF-8 is relayed as base64, byte for byte; other text as {"body": text}', async () => {
+    await createSource('raw-bytes');
+    const relayedPayload = async (deliveryId: string) => {
+      const intake = await t.database.db.query<{ message_id: string }>(
+        'select message_id from intake where delivery_id = $1',
+        [deliveryId],
+      );
+      const message = await t.call('GET', `/api/v1/app/tickets/msg/${intake.rows[0]!.message_id}`);
+      assert.equal(message.status, 200, JSON.stringify(message.body));
+      return message.body.payload;
+    };
+    // A Latin-1 form post and bytes no text encoding holds: signed as bytes, kept as bytes.
+    for (const [id, bytes] of [
+      ['evt_latin1', Buffer.from('name=Ren\xe9', 'latin1')],
+      ['evt_binary', Buffer.from([0xff, 0xfe, 0x41, 0x80])],
+    ] as const) {
+      const timestamp = Math.floor(Date.now() / 1000);
+      const signature = crypto
+        .createHmac('sha256', Buffer.from(SOURCE_SECRET.slice('whsec_'.length), 'base64'))
+        .update(Buffer.concat([Buffer.from(`${id}.${timestamp}.`), bytes]))
+        .digest('base64');
+      const response = await fetch(`${t.url}/ingest/raw-bytes`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/octet-stream',
+          'webhook-id': id,
+          'webhook-timestamp': String(timestamp),
+          'webhook-signature': `v1,${signature}`,
+        },
+        body: bytes,
+      });
+      assert.equal(response.status, 204, await response.text());
+      const payload = await relayedPayload(id);
+      assert.deepEqual(Object.keys(payload), ['bodyBase64'], JSON.stringify(payload));
+      assert.deepEqual(Buffer.from(payload.bodyBase64, 'base64'), bytes);
+    }
+    const text = 'name=René&plan=pro';
+    const sent = await deliver(
+      { ...signed('evt_text', text), 'content-type': 'text/plain' },
+      text,
+      'raw-bytes',
+    );
+    assert.equal(sent.status, 204, sent.body);
+    assert.deepEqual(await relayedPayload('evt_text'), { body: text });
   });
 
   test('ids past 2^53 in the business key are two events, each relayed under its own key', async () => {

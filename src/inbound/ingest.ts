@@ -3,6 +3,7 @@
 // The caller answers 2xx only after this resolves, i.e. after COMMIT. A redelivery of a claimed
 // id records a duplicate observation and publishes nothing.
 
+import { isUtf8 } from 'node:buffer';
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
@@ -208,11 +209,14 @@ type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: b
 
 /**
  * The relayed message's payload: a JSON object body exactly as the provider sent it (so the
- * downstream receiver sees the provider's bytes), anything else wrapped as {"body": …}. A leading
- * byte-order mark is dropped: it is not part of the JSON text (RFC 8259, 8.1), the parser skipped
- * it, and a stored payload must parse as JSON wherever it is read back or delivered.
+ * downstream receiver sees the provider's bytes), other text wrapped as {"body": …}, and bytes
+ * that are not UTF-8 (a Latin-1 form post, a binary body) as {"bodyBase64": …}: as text they would
+ * lose what they hold for good. A leading byte-order mark is dropped: it is not part of the JSON
+ * text (RFC 8259, 8.1), the parser skipped it, and a stored payload must parse as JSON wherever
+ * it is read back or delivered.
  */
 function relayedPayload(rawBody: Buffer, parsed: unknown): string {
+  if (!isUtf8(rawBody)) return JSON.stringify({ bodyBase64: rawBody.toString('base64') });
   if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) {
     const text = rawBody.toString('utf8');
     return text.charCodeAt(0) === BYTE_ORDER_MARK ? text.slice(1) : text;
