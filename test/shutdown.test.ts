@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
-import { createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
+import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
@@ -109,4 +109,56 @@ test('an attempt that outlives the grace period is abandoned, then recovered and
     20_000,
   );
   assert.deepEqual(await attempts(delivery.id), ['unknown', 'success']);
+});
+
+test('a stopping worker sends nothing more: requests still waiting for their origin are given back unsent', async () => {
+  // One connection to an origin that four endpoints share, and a receiver that answers each
+  // request 1.5 s after it arrives: when the stop begins, one request is out and three wait for
+  // the connection. The stop's grace (200 ms) ends long before the request out is answered.
+  let arrived = 0;
+  const slow = http.createServer((_request, response) => {
+    arrived++;
+    setTimeout(() => response.writeHead(204).end(), 1500);
+  });
+  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  const s = await startTestHerald('shutdown_waiting', {
+    worker: false,
+    env: { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '30' },
+  });
+  try {
+    const app = await createApp(s, 'waiting');
+    const origin = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
+    const endpoints: string[] = [];
+    for (const path of ['/a', '/b', '/c', '/d'])
+      endpoints.push(await createEndpoint(s, app, { url: `${origin}${path}` }));
+    const message = await publishVia(s, app, { eventType: 'e', payload: {} });
+    const worker = await s.herald.startWorker();
+    await waitFor('the first request to arrive', () => arrived === 1);
+    await waitFor('all four deliveries to be leased', async () => {
+      const states = await Promise.all(
+        endpoints.map(async (ep) => (await deliveryOf(s, message, ep))!.state),
+      );
+      return states.every((state) => state === 'sending');
+    });
+    await worker.stop(200);
+
+    const deliveries = await Promise.all(endpoints.map(async (ep) => (await deliveryOf(s, message, ep))!));
+    const waited = deliveries.filter((d) => d.attempts_total === 0);
+    // The three that waited are due again, their budget whole, with no attempt behind them.
+    assert.equal(waited.length, 3, JSON.stringify(deliveries));
+    for (const d of waited) {
+      assert.equal(d.state, 'pending');
+      assert.deepEqual(await attemptsOf(s, d.id), []);
+    }
+    const notSent = await s.herald.core.metrics.registry
+      .getSingleMetric('herald_attempts_not_sent_total')
+      ?.get();
+    assert.equal((notSent?.values ?? []).find((v) => v.labels['reason'] === 'stopping')?.value, 3);
+  } finally {
+    // Closing waits for the request out (and, were any let through, for them too).
+    await s.close();
+    slow.closeAllConnections();
+    await new Promise((resolve) => slow.close(resolve));
+  }
+  assert.equal(arrived, 1, 'no request left after the stop began');
 });

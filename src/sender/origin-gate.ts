@@ -23,6 +23,11 @@ export type GateEntry =
 
 export interface OriginGate {
   enter(origin: string, startBy?: Date): Promise<GateEntry>;
+  /**
+   * Lets no request with a startBy in from now on: those waiting leave at once, not let through,
+   * and later ones are turned away as they come. Requests without a startBy wait as before.
+   */
+  closeDoors(): void;
   /** Resolves once no origin has a request inside or waiting. */
   idle(): Promise<void>;
   /** Lanes alive now (origins with a request inside or waiting). */
@@ -52,6 +57,7 @@ export function createOriginGate(limit: number): OriginGate {
   // ONE timer for the whole gate, due at the earliest startBy of those waiting: a busy worker has
   // hundreds of requests waiting at once, and a timer each cost ~3 % of its CPU.
   let expiry: { at: number; timer: ReturnType<typeof setTimeout> } | null = null;
+  let doorsClosed = false;
 
   function expireAt(at: number): void {
     if (!Number.isFinite(at) || (expiry !== null && expiry.at <= at)) return;
@@ -72,13 +78,18 @@ export function createOriginGate(limit: number): OriginGate {
           next = Math.min(next, waiter.startBy);
           continue;
         }
-        lane.waiting.delete(waiter);
-        waiting--;
-        waiter.settle({ entered: false, waitedMs: now - waiter.queuedAt });
+        turnAway(lane, waiter, now);
       }
       dropIfIdle(origin, lane);
     }
     expireAt(next);
+  }
+
+  /** Takes a waiter out of its queue, not let through: it must not be sent. */
+  function turnAway(lane: Lane, waiter: Waiter, now: number): void {
+    lane.waiting.delete(waiter);
+    waiting--;
+    waiter.settle({ entered: false, waitedMs: now - waiter.queuedAt });
   }
 
   /** Nobody waits any more: no timer keeps the process alive. */
@@ -140,7 +151,9 @@ export function createOriginGate(limit: number): OriginGate {
     enter(origin, startBy) {
       const now = Date.now();
       const latest = startBy === undefined ? Number.POSITIVE_INFINITY : startBy.getTime();
-      if (now > latest) return Promise.resolve({ entered: false, waitedMs: 0 });
+      if (now > latest || (doorsClosed && startBy !== undefined)) {
+        return Promise.resolve({ entered: false, waitedMs: 0 });
+      }
       let lane = lanes.get(origin);
       if (lane === undefined) {
         lane = { inside: 0, waiting: new Set() };
@@ -154,6 +167,17 @@ export function createOriginGate(limit: number): OriginGate {
         waiting++;
         expireAt(latest);
       });
+    },
+    closeDoors() {
+      doorsClosed = true;
+      const now = Date.now();
+      for (const [origin, lane] of lanes) {
+        for (const waiter of lane.waiting) {
+          if (Number.isFinite(waiter.startBy)) turnAway(lane, waiter, now);
+        }
+        dropIfIdle(origin, lane);
+      }
+      stopExpiryIfNoneWait();
     },
     idle() {
       if (lanes.size === 0) return Promise.resolve();

@@ -101,6 +101,11 @@ export interface Sender {
   send(req: OutboundRequestBy): Promise<SendResult>;
   /** With no `startBy` the request waits for its origin as long as it takes: it is always attempted. */
   send(req: OutboundRequest & { startBy?: undefined }): Promise<SendAttempt>;
+  /**
+   * From now on no request with a `startBy` starts: those waiting for their origin come back
+   * `not_started` at once, as do later ones (the worker is stopping). Those under way finish.
+   */
+  stopStarting(): void;
   /** Waits for in-flight attempts, then closes every connection. */
   close(): Promise<void>;
 }
@@ -165,6 +170,9 @@ export function createSender(opts: SenderOptions): Sender {
   }
   return {
     send,
+    stopStarting() {
+      settings.gate.closeDoors();
+    },
     async close() {
       // As undici's close() waits for its queued requests, this waits for those at the gate.
       await settings.gate.idle();

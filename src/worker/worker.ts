@@ -83,8 +83,7 @@ export function createWorker(options: WorkerOptions): Worker {
             // A wake-up refused while this claim held the slots was not answered by it.
             if (slots.settle(claimed)) nudge();
             if (running) track(dispatching, startClaimed(claimed, slots.request.claimId));
-            // The worker began stopping while this write ran: what it claimed is given back unsent.
-            else for (const claim of claimed) track(givingBack, giveBackWhileStopping(claim));
+            else giveBackWhileStopping(claimed);
           },
           released() {
             if (slots.settle(null)) nudge();
@@ -190,13 +189,19 @@ export function createWorker(options: WorkerOptions): Worker {
       log.error({ err: error.message }, 'claimed deliveries could not be started'),
     );
 
-  const giveBackWhileStopping = (claim: ClaimedDelivery): Promise<void> =>
-    giveBack(claim, 'stopping', 'claimed while stopping; given back unsent').catch((error: Error) =>
-      log.error(
-        { deliveryId: claim.deliveryId, err: error.message },
-        'could not give back a lease claimed while stopping; lease recovery will',
-      ),
-    );
+  /** The worker began stopping while a claim ran: what it claimed is given back unsent. */
+  const giveBackWhileStopping = (claimed: readonly ClaimedDelivery[]): void => {
+    for (const claim of claimed) {
+      const given = giveBack(claim, 'stopping', 'claimed while stopping; given back unsent').catch(
+        (error: Error) =>
+          log.error(
+            { deliveryId: claim.deliveryId, err: error.message },
+            'could not give back a lease claimed while stopping; lease recovery will',
+          ),
+      );
+      track(givingBack, given);
+    }
+  };
 
   /**
    * Gives back, unsent, every lease of a claim this worker does not start: the claim's answer was
@@ -255,6 +260,11 @@ export function createWorker(options: WorkerOptions): Worker {
         startBy,
       );
       releaseSlot();
+      if (result.kind === 'not_started' && !running) {
+        // Its request was still waiting for its origin when the worker began stopping.
+        await giveBack(claim, 'stopping', 'waiting for its origin when the worker stopped; not sent');
+        return;
+      }
       if (result.kind === 'not_started') {
         // Its request waited for a connection to its origin (shared with other endpoints) until
         // its deadline no longer fitted in the lease. That is herald's congestion, not the
@@ -400,7 +410,8 @@ export function createWorker(options: WorkerOptions): Worker {
       throw error;
     }
     slots.settle(claimed);
-    await dispatch(claimed, slots.request.claimId);
+    if (running) await dispatch(claimed, slots.request.claimId);
+    else giveBackWhileStopping(claimed);
     return claimed.length;
   }
 
@@ -464,6 +475,9 @@ export function createWorker(options: WorkerOptions): Worker {
     },
     async stop(graceMs = 10_000) {
       running = false;
+      // Requests still waiting for their origin are not sent now: their leases go back unsent,
+      // budget kept, instead of going out one by one while the process is being stopped.
+      options.sender.stopStarting();
       nudge();
       stopping.abort();
       await loop;
