@@ -20,6 +20,7 @@ import { buildApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/config.ts';
 import type { ClaimedDelivery } from '../src/db/deliveries.ts';
 import type { RetryPolicy } from '../src/domain/retry-policy.ts';
+import { steadyNow } from '../src/domain/steady-clock.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
 import { createOriginGate, type GateEntry } from '../src/sender/origin-gate.ts';
 import { createSender, type Resolver, type SenderOptions, type SendResult } from '../src/sender/send.ts';
@@ -94,7 +95,7 @@ function senderFor(overrides: Partial<SenderOptions>) {
 
 /** With one connection per origin, a request that may wait only briefly gets the place: none is held. */
 async function assertPlaceFree(sender: ReturnType<typeof senderFor>, url: string): Promise<void> {
-  const next = await sender.send({ url, headers: {}, body: '{}', startBy: new Date(Date.now() + 500) });
+  const next = await sender.send({ url, headers: {}, body: '{}', startBy: new Date(steadyNow() + 500) });
   assert.equal(next.kind, 'attempted', describeResult(next));
 }
 
@@ -143,12 +144,12 @@ describe('origin gate', () => {
     const gate = createOriginGate(1);
     const inside = await gate.enter('http://a');
     assert.ok(inside.entered);
-    const t0 = Date.now();
+    const t0 = steadyNow();
     const soon = gate.enter('http://a', new Date(t0 + 150));
     const patient = gate.enter('http://a');
     const expired = await soon;
     assert.equal(expired.entered, false);
-    assert.ok(Date.now() - t0 >= 140, 'turned away at its startBy, not before');
+    assert.ok(steadyNow() - t0 >= 140, 'turned away at its startBy, not before');
     assert.equal(gate.origins, 1);
     inside.leave();
     const next = await patient;
@@ -156,7 +157,7 @@ describe('origin gate', () => {
     next.leave();
     assert.equal(gate.origins, 0);
 
-    const late: GateEntry = await gate.enter('http://a', new Date(Date.now() - 1));
+    const late: GateEntry = await gate.enter('http://a', new Date(steadyNow() - 1));
     assert.equal(late.entered, false);
     assert.equal(gate.origins, 0, 'a refused request leaves no lane behind');
   });
@@ -166,11 +167,11 @@ describe('origin gate', () => {
     const inA = await gate.enter('http://a');
     const inB = await gate.enter('http://b');
     assert.ok(inA.entered && inB.entered);
-    const t0 = Date.now();
+    const t0 = steadyNow();
     const at = new Map<string, number>();
     const wait = (origin: string, name: string, afterMs: number) =>
       gate.enter(origin, new Date(t0 + afterMs)).then((entry) => {
-        at.set(name, Date.now() - t0);
+        at.set(name, steadyNow() - t0);
         return entry;
       });
     // The latest limit first: an earlier one that comes in after it must not wait for it.
@@ -201,9 +202,9 @@ describe('origin gate', () => {
     assert.ok(inside.entered);
     // The place is handed on synchronously in leave(); block the event loop past startBy first
     // so that the waiter's timer cannot have fired.
-    const waiter = gate.enter('http://a', new Date(Date.now() + 30));
-    const until = Date.now() + 60;
-    while (Date.now() <= until) {
+    const waiter = gate.enter('http://a', new Date(steadyNow() + 30));
+    const until = steadyNow() + 60;
+    while (steadyNow() <= until) {
       // busy wait: the timer must not get its turn
     }
     inside.leave();
@@ -249,7 +250,7 @@ describe('sender: waiting for a connection is not the attempt', () => {
   it('(a, b) with startBy: each request succeeds or comes back not_started, in FIFO order; a not-started one never reaches the receiver', async () => {
     const sender = senderFor({ connectionsPerOrigin: 1, timeoutMs: 1000 });
     try {
-      const t0 = Date.now();
+      const t0 = steadyNow();
       // Request k can start no earlier than (k - 1) × 300 ms: the 6th and 7th (1.5 s, 1.8 s) cannot
       // start by 1.4 s; the first ones surely can.
       const startBy = new Date(t0 + 1400);
@@ -260,7 +261,7 @@ describe('sender: waiting for a connection is not the attempt', () => {
         sender
           .send({ url: `${receiver.url}/b/${i}`, headers: {}, body: `{"b":${i}}`, startBy })
           .finally(() => {
-            settledAt[i - 1] = Date.now();
+            settledAt[i - 1] = steadyNow();
           }),
       );
       const results = await Promise.all(sends);
@@ -377,7 +378,7 @@ describe('sender: waiting for a connection is not the attempt', () => {
         url: `${receiver.url}/c/late`,
         headers: {},
         body: '{}',
-        startBy: new Date(Date.now() - 1),
+        startBy: new Date(steadyNow() - 1),
       });
       assert.equal(late.kind, 'not_started');
       const sentinel = await sender.send({ url: `${receiver.url}/c/sentinel`, headers: {}, body: '{}' });
@@ -445,7 +446,7 @@ describe('attempt: a request that waited for its origin is signed as it leaves',
       attemptId: `atmpt_${i}`,
       leaseToken: crypto.randomUUID(),
       leaseExpiresAt: new Date(Date.now() + 60_000),
-      leaseEndsBy: new Date(Date.now() + 60_000),
+      leaseEndsBy: new Date(steadyNow() + 60_000),
       appId: 'app_signed',
       messageId: `msg_${i}`,
       endpointId: `ep_${i}`,
@@ -473,7 +474,7 @@ describe('attempt: a request that waited for its origin is signed as it leaves',
       // Both claimed at once; the second waits HOLD ms for the one connection.
       const runs = await Promise.all(
         [0, 1].map((i) =>
-          runAttempt({ sender, policy, now: clockOf(i) }, claim(i), [key], new Date(Date.now() + 30_000)),
+          runAttempt({ sender, policy, now: clockOf(i) }, claim(i), [key], new Date(steadyNow() + 30_000)),
         ),
       );
       for (const run of runs) assert.equal(run.kind === 'finished' && run.outcome, 'success');

@@ -2,6 +2,7 @@
 // claim, outcome recording and lease recovery) and the manual ones: resend and recover.
 
 import type { DeliveryState } from '../domain/message-status.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
 import type { Queryable } from './port.ts';
 
 export interface ClaimedDelivery {
@@ -11,11 +12,11 @@ export interface ClaimedDelivery {
   /** The lease's expiry by the database's clock. */
   leaseExpiresAt: Date;
   /**
-   * The lease's end by this process's clock, never later than the real one whatever the skew
-   * between the hosts: the time the claim was sent, plus the lease. The database took its now()
-   * after the claim arrived, so its lease runs at least this long. Whatever the worker times
-   * against the lease (may a request still start? may an outcome write still be retried?) it
-   * times against this.
+   * The lease's end on this process's steady clock (domain/steady-clock.ts), never later than the
+   * real one whatever the skew between the hosts or a step of this host's wall clock: the time
+   * the claim was sent, plus the lease. The database took its now() after the claim arrived, so
+   * its lease runs at least this long. Whatever the worker times against the lease (may a
+   * request still start? may an outcome write still be retried?) it times against this.
    */
   leaseEndsBy: Date;
   appId: string;
@@ -97,7 +98,7 @@ export async function claimDeliveries(db: Queryable, claim: ClaimRequest): Promi
 
 /** Taken just before a claim is sent: see ClaimedDelivery.leaseEndsBy. */
 function localLeaseEnd(claim: ClaimRequest): Date {
-  return new Date(Date.now() + claim.leaseSeconds * 1000);
+  return new Date(steadyNow() + claim.leaseSeconds * 1000);
 }
 
 export interface AttemptResult {

@@ -8,12 +8,15 @@
 // `limit` of one origin inside undici at a time, and the attempt's deadline starts only once a
 // request is let through.
 //
-// A request may carry the latest moment it may start (`startBy`: beyond it, its deadline no longer
-// fits in the worker's lease). If its turn has not come by then, it leaves the queue at that moment,
-// not let through: nothing was sent, and the caller gives the work back.
+// A request may carry the latest moment it may start (`startBy`, on the steady clock of
+// domain/steady-clock.ts: beyond it, its deadline no longer fits in the worker's lease). If its
+// turn has not come by then, it leaves the queue at that moment, not let through: nothing was
+// sent, and the caller gives the work back.
 //
 // An origin's lane exists only while someone is in it or waiting for it, so memory is bounded by
 // the origins in use, not by every origin ever seen.
+
+import { steadyNow } from '../domain/steady-clock.ts';
 
 export type GateEntry =
   /** Let through: the request may go to undici now; `leave()` once it is completely done. */
@@ -63,14 +66,14 @@ export function createOriginGate(limit: number): OriginGate {
     if (!Number.isFinite(at) || (expiry !== null && expiry.at <= at)) return;
     if (expiry !== null) clearTimeout(expiry.timer);
     // A startBy beyond what a timer can hold (about 24.8 days) is looked at again then.
-    const delay = Math.min(Math.max(0, at - Date.now()), MAX_TIMER_MS);
+    const delay = Math.min(Math.max(0, at - steadyNow()), MAX_TIMER_MS);
     expiry = { at, timer: setTimeout(turnAwayExpired, delay) };
   }
 
   /** Takes every waiter whose startBy has come out of its queue, unsent; waits for the next one. */
   function turnAwayExpired(): void {
     expiry = null;
-    const now = Date.now();
+    const now = steadyNow();
     let next = Number.POSITIVE_INFINITY;
     for (const [origin, lane] of lanes) {
       for (const waiter of lane.waiting) {
@@ -114,7 +117,7 @@ export function createOriginGate(limit: number): OriginGate {
     let inside = true;
     return {
       entered: true,
-      waitedMs: Date.now() - queuedAt,
+      waitedMs: steadyNow() - queuedAt,
       leave() {
         if (!inside) return;
         inside = false;
@@ -132,7 +135,7 @@ export function createOriginGate(limit: number): OriginGate {
       const waiter = next.value;
       lane.waiting.delete(waiter);
       waiting--;
-      const now = Date.now();
+      const now = steadyNow();
       if (now > waiter.startBy) {
         // Its timer has not fired yet, but its moment has passed all the same.
         waiter.settle({ entered: false, waitedMs: now - waiter.queuedAt });
@@ -149,7 +152,7 @@ export function createOriginGate(limit: number): OriginGate {
       return lanes.size;
     },
     enter(origin, startBy) {
-      const now = Date.now();
+      const now = steadyNow();
       const latest = startBy === undefined ? Number.POSITIVE_INFINITY : startBy.getTime();
       if (now > latest || (doorsClosed && startBy !== undefined)) {
         return Promise.resolve({ entered: false, waitedMs: 0 });
@@ -170,7 +173,7 @@ export function createOriginGate(limit: number): OriginGate {
     },
     closeDoors() {
       doorsClosed = true;
-      const now = Date.now();
+      const now = steadyNow();
       for (const [origin, lane] of lanes) {
         for (const waiter of lane.waiting) {
           if (Number.isFinite(waiter.startBy)) turnAway(lane, waiter, now);

@@ -67,7 +67,10 @@ export interface OutboundRequest {
   body: string | Buffer;
 }
 
-/** A request that may start no later than `startBy` (its whole deadline must fit before a limit). */
+/**
+ * A request that may start no later than `startBy` (on the steady clock of domain/steady-clock.ts):
+ * its whole deadline must fit before a limit.
+ */
 export interface OutboundRequestBy extends OutboundRequest {
   startBy: Date;
 }

@@ -4,6 +4,7 @@
 import type { AttemptResult, ClaimedDelivery } from '../db/deliveries.ts';
 import { judgeAttempt } from '../domain/outcome-policy.ts';
 import { nextAttemptAt, type RetryPolicy } from '../domain/retry-policy.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
 import { failpoint } from '../ops/failpoints.ts';
 import type { Sender } from '../sender/send.ts';
 import { signPayload } from '../signing/standard-webhooks.ts';
@@ -48,16 +49,17 @@ function signatureHeaders(
 }
 
 /**
- * The database's time, read on this host's clock: the claim's lease expiry (the database's now()
- * at the claim, plus the lease) less its local end (this host's time as the claim left, plus the
- * lease) is the clocks' difference, to within the claim's trip to the database. Retries are due
+ * The database's time, read on this process's steady clock: the claim's lease expiry (the
+ * database's now() at the claim, plus the lease) less its local end (the steady clock as the
+ * claim left, plus the lease) is the clocks' difference, to within the claim's trip to the
+ * database; a step of this host's wall clock does not enter. Retries are due
  * by the database's clock (claims compare them with its now()), so they are scheduled by it: a
  * worker host whose clock is off neither hurries nor delays them. Signatures are timestamped by it
  * too: one clock to keep right, the database's, however many worker hosts there are.
  */
 function databaseClock(claim: ClaimedDelivery): () => Date {
   const offsetMs = claim.leaseExpiresAt.getTime() - claim.leaseEndsBy.getTime();
-  return () => new Date(Date.now() + offsetMs);
+  return () => new Date(steadyNow() + offsetMs);
 }
 
 /** The attempt ran and has an outcome, to be recorded under its lease. */

@@ -16,6 +16,7 @@ import {
   recordOutcomesAndClaim,
 } from '../db/deliveries.ts';
 import type { Db, Queryable } from '../db/port.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
 
 export interface PendingResult {
   result: AttemptResult;
@@ -116,7 +117,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         return;
       } catch (error) {
         options.onRetry?.();
-        const now = Date.now();
+        const now = steadyNow();
         const expired = live.filter((p) => p.leaseEndsBy.getTime() <= now + backoff);
         for (const p of expired) {
           options.log.error(

@@ -22,6 +22,7 @@ import type { Db, Queryable } from '../db/port.ts';
 import { DUE_DEAD_ROWS_TO_VACUUM, vacuumDueDeliveries } from '../db/queue-vacuum.ts';
 import { expireOldPayloads, pruneFinishedHistory } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
@@ -155,7 +156,7 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /**
    * Runs a write that ends leases herald did not send, retried with backoff while the database
-   * fails, as long as the leases last (`until`) and the worker runs; then the last error is thrown,
+   * fails, as long as the leases last (`until`, on the steady clock) and the worker runs; then the last error is thrown,
    * and lease recovery takes what is left. Given up, an unsent lease is recovered as `unknown`:
    * nobody recorded that it was not sent.
    */
@@ -164,7 +165,7 @@ export function createWorker(options: WorkerOptions): Worker {
       try {
         return await write();
       } catch (error) {
-        if (!running || Date.now() + backoff >= until) throw error;
+        if (!running || steadyNow() + backoff >= until) throw error;
         log.warn({ err: (error as Error).message, backoff, reason }, 'retrying a give-back of unsent leases');
         await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => {});
       }
@@ -213,7 +214,7 @@ export function createWorker(options: WorkerOptions): Worker {
    */
   async function giveBackClaim(claimId: string, reason: 'claim_lost' | 'keys_unavailable'): Promise<void> {
     try {
-      const until = Date.now() + options.leaseSeconds * 1000;
+      const until = steadyNow() + options.leaseSeconds * 1000;
       const released = await whileLeased(until, reason, () => releaseClaim(db, claimId));
       if (released > 0) {
         metrics?.attemptNotSent(reason, released);
@@ -246,10 +247,10 @@ export function createWorker(options: WorkerOptions): Worker {
       // second request in flight at the endpoint. An attempt starts only if its whole deadline
       // fits in what is left of the lease; otherwise the lease is given back, unsent. The sender
       // applies the same rule again once the request has its turn at its origin (startBy). Both
-      // read this host's clock against the lease's end by this host's clock: a clock behind the
-      // database's must not stretch the lease.
+      // are on this process's steady clock, as the lease's end is: neither a clock behind the
+      // database's nor a step of this host's clock may stretch the lease.
       const startBy = new Date(claim.leaseEndsBy.getTime() - options.attemptTimeoutMs);
-      if (Date.now() > startBy.getTime()) {
+      if (steadyNow() > startBy.getTime()) {
         await giveBack(claim, 'lease_short', 'too little of the lease left to send; not sent');
         return;
       }

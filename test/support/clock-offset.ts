@@ -1,10 +1,14 @@
-// Preloaded into a child process (`node --import`) to run it with its wall clock off by
-// TEST_CLOCK_OFFSET_MS (negative: behind), as on a host whose clock drifted. Date.now() and
-// `new Date()` read the shifted clock; timers and performance.now() keep real time, as they do
-// on such a host.
+// Preloaded into a child process (`node --import`) to run it on a host whose wall clock is off by
+// TEST_CLOCK_OFFSET_MS (negative: behind) from the start, as on a host whose clock drifted: Date
+// and performance.timeOrigin read the shifted clock. Each SIGUSR2 then steps the wall clock by
+// TEST_CLOCK_STEP_MS, as NTP or an operator would: Date moves, timeOrigin (taken at start) does
+// not. Timers and performance.now() keep real time, as they do on such a host.
 
-const offsetMs = Number(process.env['TEST_CLOCK_OFFSET_MS'] ?? '0');
+let offsetMs = Number(process.env['TEST_CLOCK_OFFSET_MS'] ?? '0');
+const stepMs = Number(process.env['TEST_CLOCK_STEP_MS'] ?? '0');
 const RealDate = Date;
+
+Object.defineProperty(performance, 'timeOrigin', { value: performance.timeOrigin + offsetMs });
 
 class ShiftedDate extends RealDate {
   constructor(...args: ConstructorParameters<DateConstructor> | []) {
@@ -18,3 +22,7 @@ class ShiftedDate extends RealDate {
 }
 
 globalThis.Date = ShiftedDate as DateConstructor;
+
+process.on('SIGUSR2', () => {
+  offsetMs += stepMs;
+});
