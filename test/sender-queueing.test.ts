@@ -26,7 +26,9 @@ import { createOriginGate, type GateEntry } from '../src/sender/origin-gate.ts';
 import { createSender, type Resolver, type SenderOptions, type SendResult } from '../src/sender/send.ts';
 import { runAttempt } from '../src/worker/attempt.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { ADMIN_KEY, testEnv } from './support/herald.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { ADMIN_KEY, startTestHerald, testEnv } from './support/herald.ts';
+import { startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
 
 const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
@@ -644,5 +646,46 @@ describe('worker: many endpoints on one origin, more claims than connections', (
       ?.get();
     const congestedCount = (notSent?.values ?? []).find((v) => v.labels['reason'] === 'origin_congested');
     assert.equal(congestedCount?.value, congested.length, 'each one given back is counted, by reason');
+  });
+});
+
+describe('worker: a request starts only while its deadline and its outcome’s recording fit in its lease', () => {
+  test('a request that waited for its origin past that limit is given back, though its deadline alone still fitted', async () => {
+    // Lease 10 s, deadline 4 s: the worker keeps 3 s (half of the 6 s beyond the deadline) to
+    // record the outcome, so a request may start up to 3 s after its claim — not up to 6 s, which
+    // would leave nothing to retry the outcome's write with. Two endpoints share one connection;
+    // the first request hangs until its deadline (4 s), and the other waits past its limit.
+    const receiver = await startReceiver((_request, n) => (n === 1 ? 'hang' : { status: 204 }));
+    const s = await startTestHerald('start_limit', {
+      env: {
+        HERALD_CONNECTIONS_PER_ORIGIN: '1',
+        HERALD_LEASE_SECONDS: '10',
+        HERALD_ATTEMPT_TIMEOUT_MS: '4000',
+      },
+    });
+    try {
+      const app = await createApp(s, 'limit');
+      const endpoints = new Map<string, string>();
+      for (const path of ['/a', '/b'])
+        endpoints.set(path, await createEndpoint(s, app, { url: `${receiver.url}${path}` }));
+      await publishVia(s, app, { eventType: 'e', payload: {} });
+      await waitFor('both requests to arrive', () => receiver.requests.length === 2, 20_000);
+      const waited = receiver.requests[1]!;
+      const { rows } = await s.database.db.query<{ startedAt: Date }>(
+        `select a.started_at as "startedAt" from attempt a join delivery d on d.id = a.delivery_id
+          where d.endpoint_id = $1 order by a.started_at desc limit 1`,
+        [endpoints.get(waited.path)],
+      );
+      const afterClaimMs = waited.startedAt - rows[0]!.startedAt.getTime();
+      assert.ok(afterClaimMs < 3000, `${waited.path} was sent ${afterClaimMs} ms after its attempt's claim`);
+      const notSent = await s.herald.core.metrics.registry
+        .getSingleMetric('herald_attempts_not_sent_total')
+        ?.get();
+      const congested = (notSent?.values ?? []).find((v) => v.labels['reason'] === 'origin_congested')?.value;
+      assert.ok((congested ?? 0) >= 1, 'given back unsent at its limit, then claimed again');
+    } finally {
+      await s.close();
+      await receiver.close();
+    }
   });
 });

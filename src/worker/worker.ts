@@ -98,6 +98,10 @@ export function createWorker(options: WorkerOptions): Worker {
   // Expired leases are looked for a few times per lease, so a dead worker's deliveries come back
   // soon after their lease ends, without a query per claim round.
   const recoverEveryMs = Math.min(5000, (options.leaseSeconds * 1000) / 4);
+  // What a request's start limit keeps of the lease after its deadline, to record its outcome —
+  // and to retry that write through a database blip (invariant 7): half of what the lease leaves
+  // beyond the deadline, at most 5 s.
+  const recordingReserveMs = Math.min(5000, (options.leaseSeconds * 1000 - options.attemptTimeoutMs) / 2);
 
   let running = false;
   let loop: Promise<void> | null = null;
@@ -244,12 +248,12 @@ export function createWorker(options: WorkerOptions): Worker {
     try {
       // A worker that was stalled (GC, SIGSTOP, a slow host) after its claim may find its lease
       // nearly gone — or already recovered and taken by another worker. Sending then could put a
-      // second request in flight at the endpoint. An attempt starts only if its whole deadline
-      // fits in what is left of the lease; otherwise the lease is given back, unsent. The sender
-      // applies the same rule again once the request has its turn at its origin (startBy). Both
-      // are on this process's steady clock, as the lease's end is: neither a clock behind the
-      // database's nor a step of this host's clock may stretch the lease.
-      const startBy = new Date(claim.leaseEndsBy.getTime() - options.attemptTimeoutMs);
+      // second request in flight at the endpoint. An attempt starts only if its whole deadline,
+      // and time to record its outcome, fit in what is left of the lease; otherwise the lease is
+      // given back, unsent. The sender applies the same rule again once the request has its turn
+      // at its origin (startBy). Both are on this process's steady clock, as the lease's end is:
+      // neither a clock behind the database's nor a step of this host's clock may stretch it.
+      const startBy = new Date(claim.leaseEndsBy.getTime() - options.attemptTimeoutMs - recordingReserveMs);
       if (steadyNow() > startBy.getTime()) {
         await giveBack(claim, 'lease_short', 'too little of the lease left to send; not sent');
         return;
