@@ -16,6 +16,7 @@ import {
   type InboundRequest,
   SchemeConfig,
   type SchemeConfigInput,
+  URL_VERIFICATION,
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
 
@@ -519,6 +520,29 @@ describe('scheme specifics', () => {
     });
     const withoutHeader = createVerifier({ scheme: 'slack' }, [secret], {});
     assertRejected(await withoutHeader.verify(request(headers, body), now), 400, 'missing_delivery_id');
+  });
+
+  test('slack: a signed url_verification handshake is accepted as one, and only with its challenge', async () => {
+    const secret = 'slack-secret';
+    const signedAs = (body: string, key = secret) => ({
+      'x-slack-signature': `v0=${hmacOf('sha256', key, `v0:${nowSeconds}:${body}`).toString('hex')}`,
+      'x-slack-request-timestamp': String(nowSeconds),
+    });
+    const verifier = createVerifier({ scheme: 'slack' }, [secret], {});
+    const body =
+      '{"token":"t","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}';
+    assert.deepEqual(await verifier.verify(request(signedAs(body), body), now), {
+      ok: true,
+      deliveryId: URL_VERIFICATION,
+      payload: JSON.parse(body),
+    });
+    assertRejected(
+      await verifier.verify(request(signedAs(body, 'another'), body), now),
+      401,
+      'bad_signature',
+    );
+    const noChallenge = '{"token":"t","type":"url_verification"}';
+    assertRejected(await verifier.verify(request(signedAs(noChallenge), noChallenge), now), 401, 'malformed');
   });
 
   test('slack: a missing or non-numeric timestamp header is a 401', async () => {

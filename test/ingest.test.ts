@@ -195,6 +195,40 @@ describe('claim and outbox', () => {
     assert.deepEqual(await relayedPayload('evt_text'), { body: text });
   });
 
+  test('a Slack url_verification handshake is answered with its challenge, and stores nothing', async () => {
+    const secret = 'slack-signing-secret';
+    await createSource('slack-events', { scheme: 'slack', secret });
+    const slackSigned = (body: string) => {
+      const timestamp = Math.floor(Date.now() / 1000);
+      const signature = crypto.createHmac('sha256', secret).update(`v0:${timestamp}:${body}`).digest('hex');
+      return {
+        'content-type': 'application/json',
+        'x-slack-request-timestamp': String(timestamp),
+        'x-slack-signature': `v0=${signature}`,
+      };
+    };
+    const before = await tableCounts();
+    const handshake =
+      '{"token":"t","challenge":"3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P","type":"url_verification"}';
+    const answer = await deliver(slackSigned(handshake), handshake, 'slack-events');
+    assert.equal(answer.status, 200, answer.body);
+    assert.deepEqual(JSON.parse(answer.body), {
+      challenge: '3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P',
+    });
+    assert.deepEqual(await tableCounts(), before, 'a handshake is not an event');
+    // Unsigned, it is refused like any request.
+    const forged = await deliver(
+      { ...slackSigned(handshake), 'x-slack-signature': `v0=${'0'.repeat(64)}` },
+      handshake,
+      'slack-events',
+    );
+    assert.equal(forged.status, 401);
+    // And the events that follow are relayed by their event_id.
+    const event = '{"type":"event_callback","event_id":"Ev01","event":{"type":"app_mention"}}';
+    assert.equal((await deliver(slackSigned(event), event, 'slack-events')).status, 204);
+    assert.equal(await count('intake', "delivery_id = 'Ev01'"), 1);
+  });
+
   test('ids past 2^53 in the business key are two events, each relayed under its own key', async () => {
     const tickets = ['1234567890123456789', '1234567890123456790'];
     for (const [i, ticket] of tickets.entries()) {

@@ -22,6 +22,7 @@ import {
   type FetchText,
   type InboundRequest,
   isSnsUrl,
+  URL_VERIFICATION,
   type Verifier,
 } from './verifiers/index.ts';
 
@@ -35,7 +36,9 @@ export interface IngestDeps {
 
 export type IngestResult =
   | { kind: 'accepted'; intakeId: string; messageId: string | null; duplicate: boolean }
-  | { kind: 'subscription'; confirmed: boolean };
+  | { kind: 'subscription'; confirmed: boolean }
+  /** A provider's handshake (Slack's url_verification): its challenge is answered, nothing stored. */
+  | { kind: 'challenge'; challenge: string };
 
 export interface Ingestor {
   ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
@@ -160,6 +163,9 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       if (!verdict.ok) {
         deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(verdict.code, verdict.reason);
+      }
+      if (source.scheme === 'slack' && verdict.deliveryId === URL_VERIFICATION) {
+        return { kind: 'challenge', challenge: (verdict.payload as { challenge: string }).challenge };
       }
       if (source.scheme === 'aws-sns') {
         const type = (verdict.payload as { Type?: string })?.Type;

@@ -109,6 +109,7 @@ export const RESPONSE_SCHEMAS = {
   ListResponse_ApiKeyOut_: out.ListResponse_ApiKeyOut_,
   SourceOut: out.SourceOut,
   ListResponse_SourceOut_: out.ListResponse_SourceOut_,
+  ChallengeOut: out.ChallengeOut,
   ReadyOut: out.ReadyOut,
   ReplayOut: out.ReplayOut,
   MessageStatus: out.MessageStatus,
@@ -697,10 +698,13 @@ export const OPERATIONS: Operation[] = [
     tag: 'Ingest',
     summary: 'Receive a signed delivery',
     description:
-      'The provider’s request, verified on its raw bytes by the source’s scheme. 204 only after the delivery claim, the relayed message and the observation are committed; a duplicate delivery id is recorded and answered 204 again. Other methods answer 405 with `Allow: POST`.',
+      'The provider’s request, verified on its raw bytes by the source’s scheme. 204 only after the delivery claim, the relayed message and the observation are committed; a duplicate delivery id is recorded and answered 204 again. A Slack `url_verification` handshake is answered 200 with its challenge, and stores nothing. Other methods answer 405 with `Allow: POST`.',
     auth: 'signature',
     rawBody: true,
-    responses: { 204: none('Recorded (or already recorded)') },
+    responses: {
+      200: one('A handshake answered (Slack `url_verification`); nothing stored', out.ChallengeOut),
+      204: none('Recorded (or already recorded)'),
+    },
     errors: [400, 401, 404, 413, 503],
   },
 

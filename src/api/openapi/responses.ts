@@ -175,6 +175,10 @@ export const SourceOut = z.object({
   updatedAt: timestamp,
 });
 
+export const ChallengeOut = z.object({
+  challenge: z.string().describe('The challenge of the handshake, echoed'),
+});
+
 export const ReadyOut = z.object({
   database: z.literal('ok'),
   migrations: z.array(z.number().int()).describe('The migration versions applied'),

@@ -6,7 +6,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
-import type { Ingestor } from '../../inbound/ingest.ts';
+import type { Ingestor, IngestResult } from '../../inbound/ingest.ts';
 
 type Params = { source: string };
 
@@ -32,14 +32,16 @@ export const ingestRoutes =
         headers[name] = Array.isArray(value) ? value.join(', ') : value;
       }
       const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      let result: IngestResult;
       try {
-        await ingestor.ingest(request.params.source, { method: request.method, headers, rawBody });
+        result = await ingestor.ingest(request.params.source, { method: request.method, headers, rawBody });
       } catch (error) {
         if (error instanceof HeraldError) throw error;
         // Past verification, any failure is the store's: the sender must retry, never give up.
         request.log.error({ err: (error as Error).message, source: request.params.source }, 'ingest failed');
         throw new HeraldError('store_unavailable', 'the delivery could not be recorded; retry later');
       }
+      if (result.kind === 'challenge') return reply.status(200).send({ challenge: result.challenge });
       return reply.status(204).send();
     });
 

@@ -20,6 +20,7 @@ export {
   type SafeFetchText,
   type SafeFetchTextOptions,
 } from './fetch-text.ts';
+export { URL_VERIFICATION } from './slack.ts';
 export type { FetchText, InboundRequest, RejectionCode, Verdict, Verifier, VerifierDeps } from './types.ts';
 
 export const SchemeConfig = z.discriminatedUnion('scheme', [

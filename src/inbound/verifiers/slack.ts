@@ -3,9 +3,11 @@
 // keyed by the app's signing secret (UTF-8); requests more than five minutes from now are refused.
 //
 // Slack sends no delivery id header. Events API callbacks carry `event_id` in the JSON body, and
-// a retry (X-Slack-Retry-Num) repeats it, so it is the delivery id. Other request kinds (slash
-// commands, interactivity, the url_verification handshake) have no such id; a source receiving
-// them must name a header its proxy or sender adds (`deliveryIdHeader`), else they get a 400.
+// a retry (X-Slack-Retry-Num) repeats it, so it is the delivery id. The Events API's
+// `url_verification` handshake, signed like any request, is accepted under the id
+// URL_VERIFICATION: the ingestor answers its challenge and stores nothing. Other request kinds
+// (slash commands, interactivity) have no id; a source receiving them must name a header its
+// proxy or sender adds (`deliveryIdHeader`), else they get a 400.
 
 import { z } from 'zod';
 import { anyKeyMatches, decodeHex, hmac, utf8Keys } from './bytes.ts';
@@ -20,6 +22,9 @@ export const SlackSettings = z.strictObject({
   deliveryIdHeader: z.string().regex(HEADER_NAME).toLowerCase().optional(),
 });
 export type SlackSettings = z.output<typeof SlackSettings>;
+
+/** The delivery id of a verified url_verification handshake (never stored: see ingest.ts). */
+export const URL_VERIFICATION = 'url_verification';
 
 const VERSION = 'v0';
 const PREFIX = `${VERSION}=`;
@@ -51,6 +56,12 @@ export function createSlackVerifier(settings: SlackSettings, secrets: readonly s
       }
 
       const payload = parseJsonBody(request.rawBody);
+      if (field(payload, 'type') === 'url_verification') {
+        if (typeof field(payload, 'challenge') !== 'string') {
+          return reject('malformed', 'a url_verification request without a challenge');
+        }
+        return accept(URL_VERIFICATION, payload, 'the url_verification handshake');
+      }
       const eventId = field(payload, 'event_id');
       if (eventId !== undefined || settings.deliveryIdHeader === undefined) {
         return accept(eventId, payload, 'the event_id of the body');
