@@ -555,6 +555,15 @@ describe('svix SDK against herald', () => {
     const chosen = newSecret();
     await svix.endpoint.rotateSecret('rot-app', endpoint.id, { key: chosen });
     assert.equal((await svix.endpoint.getSecret('rot-app', endpoint.id)).key, chosen);
+    // One given without its whsec_ prefix (as Svix takes it) comes back with it, as Svix gives it.
+    const bare = newSecret();
+    await svix.endpoint.rotateSecret('rot-app', endpoint.id, { key: bare.slice('whsec_'.length) });
+    assert.equal((await svix.endpoint.getSecret('rot-app', endpoint.id)).key, bare);
+    const created = await svix.endpoint.create('rot-app', {
+      url: `${receiver.url}/rotate-bare`,
+      secret: chosen.slice('whsec_'.length),
+    });
+    assert.equal((await svix.endpoint.getSecret('rot-app', created.id)).key, chosen);
   });
 
   test('recover: failed deliveries start again and succeed', async () => {

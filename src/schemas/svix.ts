@@ -2,7 +2,7 @@
 // with the same schemas, so a message is judged the same way however it arrives.
 
 import { z } from 'zod';
-import { isValidEndpointSecret } from '../signing/standard-webhooks.ts';
+import { isValidEndpointSecret, withSecretPrefix } from '../signing/standard-webhooks.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
 const ident = (max: number) => z.string().min(1).max(max).regex(IDENT, 'only letters, digits, - _ and .');
@@ -15,7 +15,10 @@ const metadata = z.record(text(), text());
 // The pattern alone lets through text that is not canonical base64 (e.g. 33 'A's), which no
 // worker could decode into a signing key: require what signing needs (24 to 64 bytes).
 const secret = () =>
-  z.string().refine(isValidEndpointSecret, 'expected whsec_ followed by the base64 of 24 to 64 random bytes');
+  z
+    .string()
+    .refine(isValidEndpointSecret, 'expected whsec_ followed by the base64 of 24 to 64 random bytes')
+    .transform(withSecretPrefix);
 const hasNul = (value: unknown): boolean =>
   typeof value === 'string'
     ? value.includes('\0')

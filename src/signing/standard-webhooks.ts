@@ -28,6 +28,11 @@ export function isValidEndpointSecret(secret: string): boolean {
   return key !== null && key.length >= MIN_SECRET_BYTES && key.length <= MAX_SECRET_BYTES;
 }
 
+/** A secret as herald keeps and shows it: with its `whsec_` prefix, which Svix lets callers omit. */
+export function withSecretPrefix(secret: string): string {
+  return SECRET_PREFIX + withoutSecretPrefix(secret);
+}
+
 function withoutSecretPrefix(secret: string): string {
   return secret.startsWith(SECRET_PREFIX) ? secret.slice(SECRET_PREFIX.length) : secret;
 }
