@@ -39,8 +39,6 @@ const MISSING_OPERATIONS: Record<string, string> = {
 
 /** Request parts Svix defines that herald does not read: `<op> <in>.<name>`. */
 const REQUEST_GAPS: Record<string, string> = {
-  // Only publishing is idempotent by key (invariant 2); other POSTs ignore the header.
-  '* header.idempotency-key': 'honoured by POST /api/v1/app/{app_id}/msg only',
   // Attempts carry no payload: there is no content to leave out.
   'GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id} query.with_content': 'attempts carry no payload',
   'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.with_content': 'attempts carry no payload',

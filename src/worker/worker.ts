@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
+import { forgetOldAnswers } from '../db/api-idempotency.ts';
 import {
   type ClaimedDelivery,
   type ClaimRequest,
@@ -340,6 +341,8 @@ export function createWorker(options: WorkerOptions): Worker {
       lastRetention = Date.now();
       const expired = await expireOldPayloads(db);
       if (expired > 0) log.info({ count: expired }, 'removed payloads past their retention period');
+      const forgotten = await forgetOldAnswers(db);
+      if (forgotten > 0) log.info({ count: forgotten }, 'forgot the answers of old idempotency keys');
       if (options.historyRetentionDays !== undefined) {
         const days = options.historyRetentionDays;
         const pruned = await db.transaction((tx) => pruneFinishedHistory(tx, days));

@@ -144,6 +144,15 @@ const idempotencyKey = {
   },
 };
 
+/** The key of the other POSTs (src/api/idempotency.ts). */
+const answerOnceKey = {
+  'idempotency-key': {
+    description:
+      'Per caller: the first request with a key runs; a repeat gets its answer again (`idempotent-replayed: true`) and has no effect; the same key with another request → 409. Kept at least 24 h.',
+    schema: z.string().max(256),
+  },
+};
+
 export const OPERATIONS: Operation[] = [
   // --- Health -----------------------------------------------------------------------------------
   {
@@ -217,6 +226,7 @@ export const OPERATIONS: Operation[] = [
     query: z.object({
       get_if_exists: yes.describe('`true`: answer 200 with the app of this `uid` if it exists'),
     }),
+    headers: answerOnceKey,
     responses: {
       200: one('The existing application (`get_if_exists=true`)', out.ApplicationOut),
       201: one('Created', out.ApplicationOut),
@@ -281,6 +291,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Event Type',
     summary: 'Create Event Type',
     body: EventTypeIn,
+    headers: answerOnceKey,
     responses: { 201: one('Created', out.EventTypeOut) },
     errors: [409],
   },
@@ -344,6 +355,7 @@ export const OPERATIONS: Operation[] = [
     description:
       'The URL and every address it resolves to are checked against the SSRF guard. Without `secret`, one is generated.',
     body: EndpointIn,
+    headers: answerOnceKey,
     responses: { 201: one('Created', out.EndpointOut) },
     errors: [409],
   },
@@ -406,6 +418,7 @@ export const OPERATIONS: Operation[] = [
     description: 'The previous secret keeps signing for 24 hours, or `gracePeriodSeconds`.',
     body: EndpointSecretRotateIn,
     bodyOptional: true,
+    headers: answerOnceKey,
     responses: { 204: none('Rotated') },
   },
   {
@@ -444,6 +457,7 @@ export const OPERATIONS: Operation[] = [
     description:
       'Starts a new cycle for every failed delivery of the endpoint since `since` (until `until`): same message id, lifetime history kept.',
     body: RecoverIn,
+    headers: answerOnceKey,
     responses: { 202: one('Done by the time of the answer', out.RecoverOut) },
   },
   {
@@ -455,6 +469,7 @@ export const OPERATIONS: Operation[] = [
     description:
       'Publishes a message of the event type — the example of its newest schema, or `{}` — delivered to this endpoint only, whatever its filters.',
     body: EventExampleIn,
+    headers: answerOnceKey,
     responses: { 200: one('The example message', out.MessageOut) },
   },
   {
@@ -550,6 +565,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Message Attempt',
     summary: 'Resend Webhook',
     description: 'Starts a new cycle of the same delivery: same message id, lifetime history kept.',
+    headers: answerOnceKey,
     responses: { 202: one('Scheduled', out.EmptyResponse) },
   },
 
@@ -599,6 +615,7 @@ export const OPERATIONS: Operation[] = [
     description:
       'herald: a new cycle for every finished delivery the filters select (same message id and `webhook-id`, history kept); deliveries waiting or in flight are never selected. More than `cap` deliveries is refused (422). `dryRun` only shows the selection. Unknown fields are refused.',
     body: ReplayIn,
+    headers: answerOnceKey,
     responses: {
       200: one('Dry run: what a real run would restart', out.ReplayOut),
       202: one('Restarted; the workers send them', out.ReplayOut),
@@ -661,6 +678,7 @@ export const OPERATIONS: Operation[] = [
     summary: 'Create Source',
     description: 'Secrets are write-only: no answer ever contains them.',
     body: SourceIn,
+    headers: answerOnceKey,
     responses: { 201: one('Created', out.SourceOut) },
     errors: [409],
   },

@@ -8,6 +8,7 @@ import type { Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { answerOnce } from '../idempotency.ts';
 import { presentApp, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
 import { conflictOnTakenUid, isUniqueViolation } from '../uid-conflict.ts';
@@ -60,8 +61,10 @@ export const appRoutes =
       if (request.actor.appIds !== null)
         throw new HeraldError('forbidden', 'this API key cannot create applications');
       try {
-        const created = await db.transaction((tx) => createApp(tx, request.actor, appFieldsFrom(input)));
-        return reply.status(201).send(presentApp(created));
+        return await answerOnce(db, request, reply, async (tx) => ({
+          status: 201,
+          body: presentApp(await createApp(tx, request.actor, appFieldsFrom(input))),
+        }));
       } catch (error) {
         if (!isUniqueViolation(error)) throw error;
         // Two creators raced on one uid: with get_if_exists the loser gets the winner's app.

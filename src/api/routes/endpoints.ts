@@ -31,6 +31,7 @@ import {
   Uid,
 } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { answerOnce } from '../idempotency.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery, StatsQuery } from '../query.ts';
 import { rethrowTakenUid } from '../uid-conflict.ts';
@@ -70,14 +71,11 @@ export const endpointRoutes =
       const headers = input.headers ?? {};
       validateHeaders(headers);
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const created = await db
-        .transaction(async (tx) => {
-          const endpoint = await createEndpoint(core, tx, request.actor, application, input);
-          if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
-          return endpoint;
-        })
-        .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
-      return reply.status(201).send(presentEndpoint(created));
+      return answerOnce(db, request, reply, async (tx) => {
+        const endpoint = await createEndpoint(core, tx, request.actor, application, input);
+        if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
+        return { status: 201, body: presentEndpoint(endpoint) };
+      }).catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
     });
 
     app.get<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request) =>
@@ -153,17 +151,17 @@ export const endpointRoutes =
       async (request, reply) => {
         const input = parseOrThrow(EndpointSecretRotateIn, request.body ?? {});
         const { endpoint } = await load(request.actor, request.params);
-        await db.transaction((tx) =>
-          rotateEndpointSecret(
+        return answerOnce(db, request, reply, async (tx) => {
+          await rotateEndpointSecret(
             core,
             tx,
             request.actor,
             endpoint,
             input.key ?? null,
             input.gracePeriodSeconds ?? null,
-          ),
-        );
-        return reply.status(204).send();
+          );
+          return { status: 204 };
+        });
       },
     );
 
@@ -210,7 +208,7 @@ export const endpointRoutes =
       async (request, reply) => {
         const input = parseOrThrow(RecoverIn, request.body);
         const { endpoint } = await load(request.actor, request.params);
-        const count = await db.transaction(async (tx) => {
+        return answerOnce(db, request, reply, async (tx) => {
           const n = await recoverFailedDeliveries(
             tx,
             endpoint.id,
@@ -222,28 +220,30 @@ export const endpointRoutes =
             until: input.until ?? null,
             deliveries: n,
           });
-          return n;
-        });
-        // Recovery is done by the time we answer; Svix's shape still calls it a background task.
-        return reply.status(202).send({
-          id: `qtask_${endpoint.id}`,
-          status: 'running',
-          task: 'endpoint.recover',
-          updatedAt: new Date(),
-          deliveries: count,
+          // Recovery is done by the time we answer; Svix's shape still calls it a background task.
+          return {
+            status: 202,
+            body: {
+              id: `qtask_${endpoint.id}`,
+              status: 'running',
+              task: 'endpoint.recover',
+              updatedAt: new Date(),
+              deliveries: n,
+            },
+          };
         });
       },
     );
 
     app.post<{ Params: EpParams }>(
       '/api/v1/app/:app_id/endpoint/:endpoint_id/send-example',
-      async (request) => {
+      async (request, reply) => {
         const input = parseOrThrow(EventExampleIn, request.body);
         const { application, endpoint } = await load(request.actor, request.params);
-        const message = await db.transaction((tx) =>
-          publishExample(tx, request.actor, application, endpoint.id, input.eventType),
-        );
-        return presentMessage(message);
+        return answerOnce(db, request, reply, async (tx) => {
+          const message = await publishExample(tx, request.actor, application, endpoint.id, input.eventType);
+          return { status: 200, body: presentMessage(message) };
+        });
       },
     );
 

@@ -15,6 +15,7 @@ import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { answerOnce } from '../idempotency.ts';
 import { presentEventType, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
 
@@ -36,7 +37,7 @@ export const eventTypeRoutes =
 
     app.post('/api/v1/event-type', async (request, reply) => {
       const input = parseOrThrow(EventTypeIn, request.body);
-      const row = await db.transaction(async (tx) => {
+      return answerOnce(db, request, reply, async (tx) => {
         const inserted = await insertEventType(tx, {
           name: input.name,
           description: input.description,
@@ -47,9 +48,8 @@ export const eventTypeRoutes =
         });
         if (!inserted) throw new HeraldError('conflict', `event type ${input.name} already exists`);
         await audit(tx, request.actor.id, 'event_type.created', inserted.name);
-        return inserted;
+        return { status: 201, body: presentEventType(inserted) };
       });
-      return reply.status(201).send(presentEventType(row));
     });
 
     app.get<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request) => {

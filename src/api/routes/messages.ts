@@ -13,6 +13,7 @@ import { publish } from '../../engine/publish.ts';
 import { notFound } from '../../errors.ts';
 import { MessageIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { answerOnce } from '../idempotency.ts';
 import { presentDestination, presentMessage, presentMessageJson, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
 
@@ -124,7 +125,7 @@ export const messageRoutes =
       async (request, reply) => {
         const { application, message } = await loadMessage(request.actor, request.params);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
-        await db.transaction(async (tx) => {
+        return answerOnce(db, request, reply, async (tx) => {
           await resendDelivery(tx, application.id, message.id, endpoint.id);
           await recordAudit(tx, {
             actor: request.actor.id,
@@ -134,9 +135,9 @@ export const messageRoutes =
             targetId: message.id,
             details: { endpointId: endpoint.id },
           });
+          // Svix answers with an EmptyResponse (`{}`); the SDKs JSON-parse any non-204 body.
+          return { status: 202, body: {} };
         });
-        // Svix answers with an EmptyResponse (`{}`); the SDKs JSON-parse any non-204 body.
-        return reply.status(202).send({});
       },
     );
   };

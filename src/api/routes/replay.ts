@@ -6,14 +6,17 @@ import type { FastifyPluginAsync } from 'fastify';
 import type { Core } from '../../engine/core.ts';
 import { ReplayIn, replay } from '../../ops/replay.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { answerOnce } from '../idempotency.ts';
 
 export const replayRoutes =
   (core: Core): FastifyPluginAsync =>
   async (app) => {
     app.post('/api/v1/replay', async (request, reply) => {
       const input = parseOrThrow(ReplayIn, request.body);
-      const result = await core.db.transaction((tx) => replay(tx, request.actor, input));
-      // A real run has restarted the deliveries by now; sending them is the workers' job (202).
-      return reply.status(result.dryRun ? 200 : 202).send(result);
+      return answerOnce(core.db, request, reply, async (tx) => {
+        const result = await replay(tx, request.actor, input);
+        // A real run has restarted the deliveries by now; sending them is the workers' job (202).
+        return { status: result.dryRun ? 200 : 202, body: result };
+      });
     });
   };

@@ -7,6 +7,7 @@ import type { Core } from '../../engine/core.ts';
 import { audit, changeSource, createSource, requireSource } from '../../engine/sources.ts';
 import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import { answerOnce } from '../idempotency.ts';
 import { rethrowTakenUid } from '../uid-conflict.ts';
 
 type Params = { source_id: string };
@@ -44,10 +45,10 @@ export const sourceRoutes =
 
     app.post('/api/v1/source', async (request, reply) => {
       const input = parseOrThrow(SourceIn, request.body);
-      const source = await db
-        .transaction((tx) => createSource(core, tx, request.actor, input))
-        .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
-      return reply.status(201).send(presentSource(source));
+      return answerOnce(db, request, reply, async (tx) => ({
+        status: 201,
+        body: presentSource(await createSource(core, tx, request.actor, input)),
+      })).catch(rethrowTakenUid(SOURCE_UID_TAKEN));
     });
 
     app.get<{ Params: Params }>('/api/v1/source/:source_id', async (request) =>

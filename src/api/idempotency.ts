@@ -1,0 +1,77 @@
+// `idempotency-key` on the API's POSTs (publishing keeps its own, on the message): the first
+// request with a key runs, and its answer is kept with the key in the transaction of its effect
+// (migration 0025); a repeat with the same request gets that answer again, marked
+// `idempotent-replayed: true`, and has no effect; the same key with another request is a 409. A
+// request that fails keeps nothing: it may be tried again.
+
+import crypto from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import { findKeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
+import type { Db, Queryable } from '../db/port.ts';
+import { HeraldError } from '../errors.ts';
+
+export interface Answer {
+  status: number;
+  /** undefined: no body (204). */
+  body?: unknown;
+}
+
+/** The key's holder committed meanwhile: this transaction rolls back, and its answer is replayed. */
+class KeyTaken extends Error {}
+
+/**
+ * Runs `work` in one transaction and answers what it returns — once per caller and key when the
+ * request carries an `idempotency-key`.
+ */
+export async function answerOnce(
+  db: Db,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  work: (tx: Queryable) => Promise<Answer>,
+): Promise<FastifyReply> {
+  const header = request.headers['idempotency-key'];
+  const key = typeof header === 'string' && header !== '' ? header : null;
+  if (key === null) return send(reply, await db.transaction(work));
+  if (key.length > 256) {
+    throw new HeraldError('validation', 'idempotency-key: at most 256 characters', [
+      { loc: ['header', 'idempotency-key'], msg: 'at most 256 characters', type: 'value_error' },
+    ]);
+  }
+  const scope = request.actor.id;
+  const requestSha256 = crypto
+    .createHash('sha256')
+    .update(`${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`)
+    .digest();
+  const kept = await findKeptAnswer(db, scope, key);
+  if (kept) return replay(reply, kept, requestSha256);
+  try {
+    const answer = await db.transaction(async (tx) => {
+      if (!(await takeKey(tx, scope, key, requestSha256))) throw new KeyTaken();
+      const done = await work(tx);
+      await keepAnswer(tx, scope, key, done.status, done.body);
+      return done;
+    });
+    return send(reply, answer);
+  } catch (error) {
+    if (!(error instanceof KeyTaken)) throw error;
+    const winner = await findKeptAnswer(db, scope, key);
+    if (!winner) throw error;
+    return replay(reply, winner, requestSha256);
+  }
+}
+
+function replay(
+  reply: FastifyReply,
+  kept: { requestSha256: Buffer; status: number; body: unknown },
+  requestSha256: Buffer,
+): FastifyReply {
+  if (!Buffer.from(kept.requestSha256).equals(requestSha256)) {
+    throw new HeraldError('conflict', 'this idempotency-key was used for another request');
+  }
+  reply.header('idempotent-replayed', 'true');
+  return send(reply, { status: kept.status, body: kept.body ?? undefined });
+}
+
+function send(reply: FastifyReply, answer: Answer): FastifyReply {
+  return reply.status(answer.status).send(answer.body);
+}

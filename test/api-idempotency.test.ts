@@ -1,0 +1,133 @@
+// `idempotency-key` on the API's POSTs besides publishing (which keeps its key on the message): an
+// SDK that retries after a lost answer must not make a second endpoint, resend or replay. The
+// first request with a key runs and its answer is kept with its effect; a repeat replays it; the
+// same key with another request is a 409; a failed request keeps nothing; keys are per caller.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { forgetOldAnswers } from '../src/db/api-idempotency.ts';
+import { createApp, publishVia } from './support/fixtures.ts';
+import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+
+const EP_URL = 'https://hooks.example.com/orders';
+let t: TestHerald;
+let app: string;
+
+before(async () => {
+  t = await startTestHerald('api_idempotency', { worker: false });
+  app = await createApp(t, 'keyed');
+});
+after(async () => {
+  await t.close();
+});
+
+async function post(path: string, body: unknown, key: string, token = ADMIN_KEY) {
+  const response = await fetch(t.url + path, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': key },
+    body: JSON.stringify(body),
+  });
+  const text = await response.text();
+  return {
+    status: response.status,
+    body: text ? JSON.parse(text) : null,
+    replayed: response.headers.get('idempotent-replayed') === 'true',
+  };
+}
+
+const endpointsAt = async (url: string) =>
+  (await t.database.db.query('select id from endpoint where url = $1', [url])).rowCount;
+
+test('a repeated POST with the same key answers the same and makes one endpoint', async () => {
+  const url = `${EP_URL}/once`;
+  const first = await post(`/api/v1/app/${app}/endpoint`, { url }, 'create-once');
+  assert.equal(first.status, 201, JSON.stringify(first.body));
+  assert.equal(first.replayed, false);
+  const again = await post(`/api/v1/app/${app}/endpoint`, { url }, 'create-once');
+  assert.deepEqual({ status: again.status, body: again.body }, { status: first.status, body: first.body });
+  assert.equal(again.replayed, true);
+  assert.equal(await endpointsAt(url), 1);
+});
+
+test('concurrent POSTs with one key make one endpoint, and all get its answer', async () => {
+  const url = `${EP_URL}/concurrent`;
+  const answers = await Promise.all(
+    Array.from({ length: 12 }, () => post(`/api/v1/app/${app}/endpoint`, { url }, 'create-concurrent')),
+  );
+  for (const answer of answers) assert.equal(answer.status, 201, JSON.stringify(answer.body));
+  assert.equal(new Set(answers.map((a) => a.body.id)).size, 1, 'one endpoint id in every answer');
+  assert.equal(answers.filter((a) => !a.replayed).length, 1, 'one request ran, the others replayed it');
+  assert.equal(await endpointsAt(url), 1);
+});
+
+test('the same key with another request is a 409, and changes nothing', async () => {
+  const first = await post(`/api/v1/app/${app}/endpoint`, { url: `${EP_URL}/first` }, 'create-other');
+  assert.equal(first.status, 201);
+  const other = await post(`/api/v1/app/${app}/endpoint`, { url: `${EP_URL}/other` }, 'create-other');
+  assert.equal(other.status, 409, JSON.stringify(other.body));
+  assert.equal(other.body.code, 'conflict');
+  assert.equal(await endpointsAt(`${EP_URL}/other`), 0);
+});
+
+test('a request that failed keeps nothing: the same key runs again once the cause is gone', async () => {
+  const taken = await post(
+    `/api/v1/app/${app}/endpoint`,
+    { url: `${EP_URL}/taken`, uid: 'taken' },
+    'take-uid',
+  );
+  assert.equal(taken.status, 201);
+  const clash = await post(`/api/v1/app/${app}/endpoint`, { url: `${EP_URL}/clash`, uid: 'taken' }, 'clash');
+  assert.equal(clash.status, 409, JSON.stringify(clash.body));
+  assert.equal((await t.call('DELETE', `/api/v1/app/${app}/endpoint/taken`)).status, 204);
+  const retried = await post(
+    `/api/v1/app/${app}/endpoint`,
+    { url: `${EP_URL}/clash`, uid: 'taken' },
+    'clash',
+  );
+  assert.equal(retried.status, 201, JSON.stringify(retried.body));
+  assert.equal(retried.replayed, false);
+});
+
+test('keys are per caller: another API key with the same key runs its own request', async () => {
+  const created = await t.call('POST', '/api/v1/api-key', { name: 'second caller', scopes: ['admin'] });
+  assert.equal(created.status, 201);
+  const url = `${EP_URL}/per-caller`;
+  const mine = await post(`/api/v1/app/${app}/endpoint`, { url }, 'shared-key');
+  const theirs = await post(`/api/v1/app/${app}/endpoint`, { url }, 'shared-key', created.body.key);
+  assert.equal(mine.status, 201);
+  assert.equal(theirs.status, 201);
+  assert.notEqual(mine.body.id, theirs.body.id);
+  assert.equal(theirs.replayed, false);
+});
+
+test('a resend repeated with its key is made once: one audit entry', async () => {
+  const endpoint = await post(`/api/v1/app/${app}/endpoint`, { url: `${EP_URL}/resend` }, 'resend-endpoint');
+  const message = await publishVia(t, app, { eventType: 'e', payload: {} });
+  const path = `/api/v1/app/${app}/msg/${message}/endpoint/${endpoint.body.id}/resend`;
+  const answers = [await post(path, {}, 'resend-1'), await post(path, {}, 'resend-1')];
+  assert.deepEqual(
+    answers.map((a) => [a.status, a.replayed]),
+    [
+      [202, false],
+      [202, true],
+    ],
+  );
+  const audit = await t.database.db.query(
+    `select 1 from audit_entry where action = 'message.resent' and target_id = $1`,
+    [message],
+  );
+  assert.equal(audit.rowCount, 1);
+});
+
+test('answers are forgotten after a day: the key then runs again', async () => {
+  const url = `${EP_URL}/forgotten`;
+  assert.equal((await post(`/api/v1/app/${app}/endpoint`, { url }, 'day-old')).status, 201);
+  await t.database.db.query(
+    `update api_idempotency set created_at = now() - interval '25 hours' where key = 'day-old'`,
+  );
+  assert.ok((await forgetOldAnswers(t.database.db)) >= 1);
+  const again = await post(`/api/v1/app/${app}/endpoint`, { url }, 'day-old');
+  assert.equal(again.status, 201);
+  assert.equal(again.replayed, false);
+  assert.equal(await endpointsAt(url), 2);
+});
