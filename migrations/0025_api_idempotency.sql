@@ -7,8 +7,8 @@
 -- request that fails leaves no row, and may be tried again. Rows are kept at least a day.
 create table api_idempotency (
   -- The caller: the API key's id ('env-admin-key' for HERALD_ADMIN_KEY).
-  scope text not null,
-  key text not null,
+  scope text collate "C" not null,
+  key text collate "C" not null,
   -- Method, path and body: a key used again for another request is refused, not replayed.
   request_sha256 bytea not null,
   status int,
