@@ -46,22 +46,36 @@ test('an idle worker exits at once on SIGTERM, not at its next lease-recovery ti
   assert.ok(tookMs < 2500, `the worker took ${tookMs} ms to stop`);
 });
 
-test('SIGTERM during a slow attempt waits for it, records it, and exits 0', async () => {
-  // A receiver that answers 1.5 s after the request arrives.
+/** A receiver that answers each request 1.5 s after it arrives, and counts them. */
+async function startSlowReceiver() {
   let arrived = 0;
-  const slow = http.createServer((_request, response) => {
+  const server = http.createServer((_request, response) => {
     arrived++;
     setTimeout(() => response.writeHead(204).end(), 1500);
   });
-  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    get arrived() {
+      return arrived;
+    },
+    async close() {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+test('SIGTERM during a slow attempt waits for it, records it, and exits 0', async () => {
+  const slow = await startSlowReceiver();
   try {
     const app = await createApp(t, 'graceful');
     const ep = await createEndpoint(t, app, {
-      url: `http://127.0.0.1:${(slow.address() as AddressInfo).port}/slow`,
+      url: `${slow.origin}/slow`,
     });
     const worker = await startHerald('worker', testEnv(t.database.url, { LOG_LEVEL: 'info' }));
     const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
-    await waitFor('the request to arrive', () => arrived === 1);
+    await waitFor('the request to arrive', () => slow.arrived === 1);
     worker.proc.signal('SIGTERM');
     const exit = await worker.proc.waitForExit(20_000);
     assert.deepEqual(exit, { code: 0, signal: null });
@@ -73,8 +87,7 @@ test('SIGTERM during a slow attempt waits for it, records it, and exits 0', asyn
     );
     assert.deepEqual(await attempts(delivery.id), ['success']);
   } finally {
-    slow.closeAllConnections();
-    await new Promise((resolve) => slow.close(resolve));
+    await slow.close();
   }
 });
 
@@ -115,25 +128,20 @@ test('a stopping worker sends nothing more: requests still waiting for their ori
   // One connection to an origin that four endpoints share, and a receiver that answers each
   // request 1.5 s after it arrives: when the stop begins, one request is out and three wait for
   // the connection. The stop's grace (200 ms) ends long before the request out is answered.
-  let arrived = 0;
-  const slow = http.createServer((_request, response) => {
-    arrived++;
-    setTimeout(() => response.writeHead(204).end(), 1500);
-  });
-  await new Promise<void>((resolve) => slow.listen(0, '127.0.0.1', resolve));
+  const slow = await startSlowReceiver();
   const s = await startTestHerald('shutdown_waiting', {
     worker: false,
     env: { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '30' },
   });
   try {
     const app = await createApp(s, 'waiting');
-    const origin = `http://127.0.0.1:${(slow.address() as AddressInfo).port}`;
+    const { origin } = slow;
     const endpoints: string[] = [];
     for (const path of ['/a', '/b', '/c', '/d'])
       endpoints.push(await createEndpoint(s, app, { url: `${origin}${path}` }));
     const message = await publishVia(s, app, { eventType: 'e', payload: {} });
     const worker = await s.herald.startWorker();
-    await waitFor('the first request to arrive', () => arrived === 1);
+    await waitFor('the first request to arrive', () => slow.arrived === 1);
     await waitFor('all four deliveries to be leased', async () => {
       const states = await Promise.all(
         endpoints.map(async (ep) => (await deliveryOf(s, message, ep))!.state),
@@ -157,8 +165,7 @@ test('a stopping worker sends nothing more: requests still waiting for their ori
   } finally {
     // Closing waits for the request out (and, were any let through, for them too).
     await s.close();
-    slow.closeAllConnections();
-    await new Promise((resolve) => slow.close(resolve));
+    await slow.close();
   }
-  assert.equal(arrived, 1, 'no request left after the stop began');
+  assert.equal(slow.arrived, 1, 'no request left after the stop began');
 });
