@@ -198,6 +198,26 @@ describe('origin gate', () => {
     await gate.idle();
   });
 
+  it('closed doors turn away every waiter with a startBy and any that comes later; opened, they let requests in again', async () => {
+    const gate = createOriginGate(1);
+    const inside = await gate.enter('http://a');
+    assert.ok(inside.entered);
+    const limited = gate.enter('http://a', new Date(steadyNow() + 60_000));
+    const unlimited = gate.enter('http://a');
+    gate.closeDoors();
+    assert.equal((await limited).entered, false, 'a waiter with a startBy leaves at once');
+    assert.equal((await gate.enter('http://b', new Date(steadyNow() + 60_000))).entered, false);
+    inside.leave();
+    const patient = await unlimited;
+    assert.ok(patient.entered, 'one without a startBy still gets its turn');
+    patient.leave();
+    gate.openDoors();
+    const again = await gate.enter('http://a', new Date(steadyNow() + 60_000));
+    assert.ok(again.entered);
+    again.leave();
+    await gate.idle();
+  });
+
   it('turns away a waiter whose startBy passed by the time a place is handed to it', async () => {
     const gate = createOriginGate(1);
     const inside = await gate.enter('http://a');

@@ -31,6 +31,8 @@ export interface OriginGate {
    * and later ones are turned away as they come. Requests without a startBy wait as before.
    */
   closeDoors(): void;
+  /** Lets requests in again (a worker started again after a stop). */
+  openDoors(): void;
   /** Resolves once no origin has a request inside or waiting. */
   idle(): Promise<void>;
   /** Lanes alive now (origins with a request inside or waiting). */
@@ -170,6 +172,9 @@ export function createOriginGate(limit: number): OriginGate {
         waiting++;
         expireAt(latest);
       });
+    },
+    openDoors() {
+      doorsClosed = false;
     },
     closeDoors() {
       doorsClosed = true;

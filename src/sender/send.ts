@@ -109,6 +109,8 @@ export interface Sender {
    * `not_started` at once, as do later ones (the worker is stopping). Those under way finish.
    */
   stopStarting(): void;
+  /** Undoes stopStarting (a worker started again). */
+  resumeStarting(): void;
   /** Waits for in-flight attempts, then closes every connection. */
   close(): Promise<void>;
 }
@@ -175,6 +177,9 @@ export function createSender(opts: SenderOptions): Sender {
     send,
     stopStarting() {
       settings.gate.closeDoors();
+    },
+    resumeStarting() {
+      settings.gate.openDoors();
     },
     async close() {
       // As undici's close() waits for its queued requests, this waits for those at the gate.

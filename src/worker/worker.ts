@@ -472,6 +472,7 @@ export function createWorker(options: WorkerOptions): Worker {
     async start() {
       if (running) return;
       running = true;
+      options.sender.resumeStarting();
       try {
         unlisten = await db.listen(WAKE_CHANNEL, nudge);
       } catch (error) {
