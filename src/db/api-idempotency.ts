@@ -53,13 +53,20 @@ export async function keepAnswer(
   ]);
 }
 
-/** Forgets answers kept longer than KEPT_FOR_HOURS, up to `batch` of them; returns how many. */
+/**
+ * Forgets every answer kept longer than KEPT_FOR_HOURS, `batch` at a time (short transactions);
+ * returns how many.
+ */
 export async function forgetOldAnswers(db: Queryable, batch = 1000): Promise<number> {
-  const result = await db.query(
-    `delete from api_idempotency where (scope, key) in (
-       select scope, key from api_idempotency where created_at < now() - make_interval(hours => $1)
-        order by created_at limit $2)`,
-    [KEPT_FOR_HOURS, batch],
-  );
-  return result.rowCount;
+  let forgotten = 0;
+  for (;;) {
+    const result = await db.query(
+      `delete from api_idempotency where (scope, key) in (
+         select scope, key from api_idempotency where created_at < now() - make_interval(hours => $1)
+          order by created_at limit $2)`,
+      [KEPT_FOR_HOURS, batch],
+    );
+    forgotten += result.rowCount;
+    if (result.rowCount < batch) return forgotten;
+  }
 }
