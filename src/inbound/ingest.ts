@@ -25,6 +25,7 @@ import {
   URL_VERIFICATION,
   type Verifier,
 } from './verifiers/index.ts';
+import { field } from './verifiers/verdict.ts';
 
 export interface IngestDeps {
   db: Db;
@@ -164,7 +165,10 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(verdict.code, verdict.reason);
       }
-      if (source.scheme === 'slack' && verdict.deliveryId === URL_VERIFICATION) {
+      // Told apart by its type, not its id: an event's own id may read the same.
+      const slackHandshake =
+        source.scheme === 'slack' && field(verdict.payload, 'type') === 'url_verification';
+      if (slackHandshake && verdict.deliveryId === URL_VERIFICATION) {
         return { kind: 'challenge', challenge: (verdict.payload as { challenge: string }).challenge };
       }
       if (source.scheme === 'aws-sns') {
