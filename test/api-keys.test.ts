@@ -150,8 +150,15 @@ describe('scopes, app restrictions and revocation', () => {
     await refused(key, 'POST', `/api/v1/app/${appB}/endpoint`, 403, { url: EP_URL });
     await refused(key, 'DELETE', `/api/v1/app/${appB}`, 403);
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'another tenant' });
-    // get_if_exists shows an existing app only to a key that may see it.
+    // get_if_exists shows an existing app only to a key that may see it, and does not tell such a
+    // key whether a uid is taken: the same refusal as for a uid nobody has.
     await refused(key, 'POST', '/api/v1/app?get_if_exists=true', 403, { name: 'x', uid: 'keys-b' });
+    const [taken, free] = await Promise.all(
+      ['keys-b', 'nobody-has-this'].map((uid) =>
+        t.call('POST', '/api/v1/app?get_if_exists=true', { name: 'x', uid }, bearer(key)),
+      ),
+    );
+    assert.deepEqual(taken, free);
     const mine = await t.call(
       'POST',
       '/api/v1/app?get_if_exists=true',

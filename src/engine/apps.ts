@@ -14,8 +14,12 @@ export async function requireApp(db: Queryable, actor: Actor, idOrUid: string): 
   return app;
 }
 
+export function isAppAllowed(actor: Actor, appId: string): boolean {
+  return actor.appIds === null || actor.appIds.includes(appId);
+}
+
 export function assertAppAllowed(actor: Actor, appId: string): void {
-  if (actor.appIds !== null && !actor.appIds.includes(appId)) {
+  if (!isAppAllowed(actor, appId)) {
     throw new HeraldError('forbidden', 'this API key is not allowed to access this application');
   }
 }

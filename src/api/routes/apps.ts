@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } from '../../db/apps.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { appFieldsFrom, assertAppAllowed, createApp, requireApp } from '../../engine/apps.ts';
+import { appFieldsFrom, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
@@ -48,11 +48,11 @@ export const appRoutes =
       const input = parseOrThrow(ApplicationIn, request.body);
       const getIfExists = (request.query as { get_if_exists?: string }).get_if_exists === 'true';
       // The existing app is shown only to a key allowed to see it: get_if_exists is no way round
-      // a key's restriction to some applications.
+      // a key's restriction to some applications, nor a way to learn which uids are taken (such
+      // a key cannot create applications: it is refused below as for a uid nobody has).
       const existingAllowed = async (uid: string) => {
         const existing = await findApp(db, uid);
-        if (existing) assertAppAllowed(request.actor, existing.id);
-        return existing;
+        return existing && isAppAllowed(request.actor, existing.id) ? existing : null;
       };
       if (getIfExists && input.uid) {
         const existing = await existingAllowed(input.uid);
