@@ -7,6 +7,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
+import pino from 'pino';
 import {
   type ClaimedDelivery,
   claimDeliveries,
@@ -19,6 +20,7 @@ import {
 } from '../src/db/deliveries.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
+import { createFinalizer } from '../src/worker/finalizer.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { attemptResult } from './support/outcomes.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
@@ -335,4 +337,32 @@ test('a lease token exists exactly while a delivery is sending: the fencing writ
     database.db.query(`update delivery set state = 'sending', next_attempt_at = null where id = $1`, [id]),
     /delivery_lease_iff_sending/,
   );
+});
+
+test("a stale lease's result and its delivery's live one, handed over together: each is told whether it was recorded", async () => {
+  await seed('two-leases', 2, 1);
+  // A stalled attempt's lease, recovered; the delivery due again and claimed anew (with the other
+  // endpoint's delivery, whose write goes first and gathers the two behind it).
+  const [stale] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 0.05, afterEndpoint: '' });
+  assert.ok(stale);
+  await waitFor('recovery', async () =>
+    (await recoverExpiredLeases(database.db, 8)).some((r) => r.leaseToken === stale.leaseToken),
+  );
+  await database.db.query('update delivery_due set next_attempt_at = now() where delivery_id = $1', [
+    stale.deliveryId,
+  ]);
+  const claimed = await claimDeliveries(database.db, { batch: 2, leaseSeconds: 30, afterEndpoint: '' });
+  const live = claimed.find((c) => c.deliveryId === stale.deliveryId);
+  const other = claimed.find((c) => c.deliveryId !== stale.deliveryId);
+  assert.ok(live && other, JSON.stringify(claimed.map((c) => c.deliveryId)));
+
+  const finalizer = createFinalizer({ db: database.db, disableAfter: 5, log: pino({ level: 'silent' }) });
+  const first = finalizer.record(attemptResult(other), other.leaseEndsBy);
+  const [staleRecorded, liveRecorded] = await Promise.all([
+    finalizer.record(attemptResult(stale), stale.leaseEndsBy),
+    finalizer.record(attemptResult(live), live.leaseEndsBy),
+  ]);
+  assert.equal((await first).outcome?.recorded, true);
+  assert.equal(staleRecorded.outcome?.recorded, false, 'the stale lease is fenced off, and told so');
+  assert.equal(liveRecorded.outcome?.recorded, true, 'the live lease is recorded, and told so');
 });

@@ -162,9 +162,32 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
 
   async function pump(): Promise<void> {
     while (queue.length > 0) {
-      await writeWithRetry(queue.splice(0, maxBatch));
+      await writeWithRetry(nextBatch());
     }
     running = null;
+  }
+
+  /**
+   * Up to maxBatch results, in order, one per delivery: a write answers by delivery, so a stale
+   * lease's result and its delivery's live one (a stalled attempt's, recovered and claimed again)
+   * go in separate writes, each told whether it was recorded.
+   */
+  function nextBatch(): PendingResult[] {
+    const batch: PendingResult[] = [];
+    const later: PendingResult[] = [];
+    const deliveries = new Set<string>();
+    for (const pending of queue) {
+      const { deliveryId } = pending.result;
+      if (batch.length < maxBatch && !deliveries.has(deliveryId)) {
+        deliveries.add(deliveryId);
+        batch.push(pending);
+      } else {
+        later.push(pending);
+      }
+    }
+    queue.length = 0;
+    queue.push(...later);
+    return batch;
   }
 
   return {
