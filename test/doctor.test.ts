@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { recoverExpiredLeases } from '../src/db/deliveries.ts';
+import { pruneFinishedHistory } from '../src/db/retention.ts';
 import { DOCTOR_CHECKS } from '../src/ops/doctor.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
@@ -100,6 +101,35 @@ test('an intake claim that never produced a message', async () => {
 
 let endpoint: string;
 let message: string;
+
+test('a claim whose message history retention deleted is not one that never produced it', async () => {
+  const quiet = await createApp(t, 'archive');
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'archive-feed',
+    scheme: 'standard-webhooks',
+    secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+    app: quiet,
+    eventType: 'archive.entry',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  const message = await publishVia(t, quiet, { eventType: 'archive.entry', payload: { n: 1 } });
+  const intake = (
+    await sql<{ id: string }>(
+      `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, claimed_at)
+       values ($1, $2, 'evt_archived', 'evt_archived', '\\x00', $3, now() - interval '2 minutes') returning id`,
+      [source.body.id, quiet, message],
+    )
+  ).rows[0]!.id;
+  // The app has no endpoint: its message is finished at once, and a pass with no retention
+  // period left takes it (with any other finished message of the tests before).
+  assert.ok((await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 0))) >= 1);
+  const row = await sql<{ message_id: string | null; pruned: boolean }>(
+    'select message_id, message_pruned_at is not null as pruned from intake where id = $1',
+    [intake],
+  );
+  assert.deepEqual(row.rows[0], { message_id: null, pruned: true });
+  await assertHealthy();
+});
 
 test('a message whose fan-out is missing; a message no endpoint wanted is not one', async () => {
   endpoint = await createEndpoint(t, app, { url: `${receiver.url}/lab`, filterTypes: ['lab.ready'] });

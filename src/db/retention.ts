@@ -10,7 +10,8 @@ const UNFINISHED = `exists (select 1 from delivery d where d.message_id = m.id a
 /**
  * Deletes up to `batch` messages older than `days` whose deliveries are all finished, with their
  * deliveries and attempts (foreign keys cascade; intake records keep their claim, losing only the
- * link). Opt-in: by default herald keeps the history, which is its audit trail.
+ * link, and are marked `message_pruned_at`, so that nobody takes them for claims that never made
+ * their message). Opt-in: by default herald keeps the history, which is its audit trail.
  *
  * Run it in a transaction (`db.transaction`): it locks the old messages, then deletes those still
  * finished as a statement that starts after the locks were taken sees them. A replay, resend or
@@ -32,9 +33,15 @@ export async function pruneFinishedHistory(tx: Queryable, days: number, batch = 
     [days, batch],
   );
   if (locked.rowCount === 0) return 0;
-  const result = await tx.query(`delete from message m where m.id = any($1) and not ${UNFINISHED}`, [
-    locked.rows.map((r) => r.id),
-  ]);
+  // Still finished as a statement after the locks sees them; and so they stay until the delete
+  // below: what could restart one waits for the message's lock, held here.
+  const finished = await tx.query<{ id: string }>(
+    `select m.id from message m where m.id = any($1) and not ${UNFINISHED}`,
+    [locked.rows.map((r) => r.id)],
+  );
+  const ids = finished.rows.map((r) => r.id);
+  await tx.query('update intake set message_pruned_at = now() where message_id = any($1)', [ids]);
+  const result = await tx.query(`delete from message m where m.id = any($1) and not ${UNFINISHED}`, [ids]);
   return result.rowCount;
 }
 
