@@ -6,6 +6,7 @@ import { Command, InvalidArgumentError } from 'commander';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
+import { findApp } from './db/apps.ts';
 import { migrate } from './db/migrate.ts';
 import { listSources } from './db/sources.ts';
 import { createApiKey, ensureLocalAdminKey, revokeKey } from './engine/api-keys.ts';
@@ -13,7 +14,7 @@ import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
 import { formatFindings, runDoctor } from './ops/doctor.ts';
-import { formatReconciliation, reconcileMessage, reconcileWindow } from './ops/reconcile.ts';
+import { formatReconciliation, isUncertain, reconcileMessage, reconcileWindow } from './ops/reconcile.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
 import { ReplayIn, replay } from './ops/replay.ts';
 import { SourceIn } from './schemas/sources.ts';
@@ -248,8 +249,8 @@ program
   .option('--message <id>', 'one message')
   .option('--since <time>', 'messages created at or after this ISO time')
   .option('--until <time>', 'and before this ISO time')
-  .option('--app <app>', 'only this app id')
-  .option('--unknown-only', 'only messages with an unknown outcome')
+  .option('--app <app>', 'only this app (id or uid)')
+  .option('--unknown-only', 'only messages with an outcome unknown, or not recorded yet')
   .option('--json', 'machine-readable output')
   .action(
     (options: {
@@ -263,20 +264,21 @@ program
       withHerald(async (herald) => {
         const db = herald.core.db;
         if (!options.message && !options.since) throw new Error('give --message <id> or --since <time>');
+        const app = options.app ? await findApp(db, options.app) : null;
+        if (options.app && !app) throw new Error(`no app ${options.app}`);
         const found = options.message
           ? [await reconcileMessage(db, options.message)].filter((r) => r !== null)
           : await reconcileWindow(db, {
               since: new Date(options.since!),
               until: options.until ? new Date(options.until) : null,
-              appId: options.app ?? null,
-              unknownOnly: options.unknownOnly ?? false,
-              limit: 1000,
+              appId: app?.id ?? null,
+              uncertainOnly: options.unknownOnly ?? false,
             });
         if (options.message && found.length === 0) throw new Error(`no message ${options.message}`);
         console.log(
           options.json ? JSON.stringify(found, null, 2) : found.map(formatReconciliation).join('\n\n'),
         );
-        if (found.some((r) => r.unknown.length > 0)) process.exitCode = 3;
+        if (found.some(isUncertain)) process.exitCode = 3;
       }),
   );
 

@@ -3,7 +3,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
-import { createApp, createEndpoint } from './support/fixtures.ts';
+import { claimDeliveries } from '../src/db/deliveries.ts';
+import { reconcileWindow } from '../src/ops/reconcile.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { killAll, runHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
@@ -87,4 +89,65 @@ test('an unknown outcome is reported with its intake, deliveries and attempts; e
   );
   assert.equal(report[0].intake[0].observations.length, 2);
   assert.equal(report[0].unknown[0].responseClass, 'connection_lost');
+});
+
+test('an attempt with no outcome yet is not known either: in flight, or its lease expired; every page of a window; --app by uid', async () => {
+  // No worker: the leases below are taken here, as a worker that then died would have taken them.
+  const s = await startTestHerald('reconcile_open', { worker: false });
+  try {
+    const app = await createApp(s, 'open-shop');
+    await createEndpoint(s, app, { url: 'http://127.0.0.1:9/a' });
+    await createEndpoint(s, app, { url: 'http://127.0.0.1:9/b' });
+    const message = await publishVia(s, app, { eventType: 'order.paid', payload: { n: 1 } });
+    const [expiring] = await claimDeliveries(s.database.db, {
+      batch: 1,
+      leaseSeconds: 0.05,
+      afterEndpoint: '',
+    });
+    const [live] = await claimDeliveries(s.database.db, { batch: 1, leaseSeconds: 600, afterEndpoint: '' });
+    assert.ok(expiring && live && expiring.endpointId !== live.endpointId);
+    await waitFor('the first lease to expire', async () => {
+      const { rows } = await s.database.db.query<{ expired: boolean }>(
+        'select lease_expires_at < now() as expired from delivery where id = $1',
+        [expiring.deliveryId],
+      );
+      return rows[0]!.expired;
+    });
+
+    const env = testEnv(s.database.url);
+    const text = await runHerald(['reconcile', '--message', message], env);
+    assert.equal(text.code, 3, `${text.stdout}\n${text.stderr}`);
+    assert.match(text.stdout, /no outcome \(lease expired: recovery will mark it unknown\)/);
+    assert.match(text.stdout, /in flight \(lease until /);
+    assert.match(text.stdout, /OPEN: 2 attempt/);
+    assert.doesNotMatch(text.stdout, /no unknown outcomes/);
+
+    const window = await runHerald(
+      ['reconcile', '--since', '2000-01-01T00:00:00Z', '--unknown-only', '--app', 'open-shop', '--json'],
+      env,
+    );
+    assert.equal(window.code, 3, window.stderr);
+    assert.deepEqual(
+      JSON.parse(window.stdout).map((r: { message: { id: string } }) => r.message.id),
+      [message],
+    );
+    const noSuchApp = await runHerald(['reconcile', '--since', '2000-01-01T00:00:00Z', '--app', 'nope'], env);
+    assert.notEqual(noSuchApp.code, 0);
+    assert.match(noSuchApp.stderr, /no app nope/);
+
+    // A window of more messages than a page holds is read whole.
+    const more = [await publishVia(s, app, { eventType: 'order.paid', payload: { n: 2 } })];
+    more.push(await publishVia(s, app, { eventType: 'order.paid', payload: { n: 3 } }));
+    const all = await reconcileWindow(
+      s.database.db,
+      { since: new Date(0), until: null, appId: app, uncertainOnly: false },
+      2,
+    );
+    assert.deepEqual(
+      all.map((r) => r.message.id),
+      [message, ...more],
+    );
+  } finally {
+    await s.close();
+  }
 });

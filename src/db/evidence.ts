@@ -16,6 +16,9 @@ export interface MessageEvidence {
     cycle: number;
     attemptsTotal: number;
     nextAttemptAt: Date | null;
+    /** While it is `sending`: when its lease ends, and whether it is still running (database time). */
+    leaseExpiresAt: Date | null;
+    leaseLive: boolean;
   }[];
   attempts: {
     id: string;
@@ -31,17 +34,30 @@ export interface MessageEvidence {
   }[];
 }
 
+export interface EvidenceWindow {
+  since: Date;
+  until: Date | null;
+  appId: string | null;
+  /** Only messages with an attempt whose outcome is unknown, or not recorded yet. */
+  uncertainOnly: boolean;
+}
+
+/** One page of the window's message ids, in order, after `afterId` ('' from the start). */
 export async function messageIdsInWindow(
   db: Queryable,
-  window: { since: Date; until: Date | null; appId: string | null; unknownOnly: boolean; limit: number },
+  window: EvidenceWindow,
+  afterId: string,
+  limit: number,
 ): Promise<string[]> {
   const result = await db.query<{ id: string }>(
     `select m.id from message m
       where m.created_at >= $1 and ($2::timestamptz is null or m.created_at < $2)
         and ($3::text is null or m.app_id = $3)
-        and (not $4 or exists (select 1 from attempt a where a.message_id = m.id and a.outcome = 'unknown'))
-      order by m.id limit $5`,
-    [window.since, window.until, window.appId, window.unknownOnly, window.limit],
+        and (not $4 or exists (select 1 from attempt a
+                                where a.message_id = m.id and (a.outcome is null or a.outcome = 'unknown')))
+        and m.id > $5
+      order by m.id limit $6`,
+    [window.since, window.until, window.appId, window.uncertainOnly, afterId, limit],
   );
   return result.rows.map((r) => r.id);
 }
@@ -52,7 +68,9 @@ export async function messageEvidence(db: Queryable, messageId: string): Promise
             m.created_at as "createdAt",
             coalesce((select json_agg(json_build_object(
                 'id', d.id, 'endpointId', d.endpoint_id, 'url', e.url, 'state', d.state, 'cycle', d.cycle,
-                'attemptsTotal', d.attempts_total, 'nextAttemptAt', d.next_attempt_at) order by d.endpoint_id)
+                'attemptsTotal', d.attempts_total, 'nextAttemptAt', d.next_attempt_at,
+                'leaseExpiresAt', d.lease_expires_at,
+                'leaseLive', coalesce(d.lease_expires_at > now(), false)) order by d.endpoint_id)
               from delivery d join endpoint e on e.id = d.endpoint_id where d.message_id = m.id), '[]') as deliveries,
             coalesce((select json_agg(json_build_object(
                 'id', a.id, 'endpointId', a.endpoint_id, 'cycle', a.cycle, 'trigger', a.trigger,

@@ -4,7 +4,12 @@
 // whether an uncertain effect happened (ask the receiver about that Idempotency-Key) and what to
 // do next (resend, or nothing).
 
-import { type MessageEvidence, messageEvidence, messageIdsInWindow } from '../db/evidence.ts';
+import {
+  type EvidenceWindow,
+  type MessageEvidence,
+  messageEvidence,
+  messageIdsInWindow,
+} from '../db/evidence.ts';
 import { type IntakeEvidence, intakeEvidenceForMessage } from '../db/intake.ts';
 import type { Queryable } from '../db/port.ts';
 
@@ -13,6 +18,11 @@ export interface Reconciliation {
   intake: IntakeEvidence[];
   /** Attempts nobody can tell the result of. */
   unknown: MessageEvidence['attempts'];
+  /**
+   * Attempts with no outcome recorded yet: in flight under a live lease, or left by a worker that
+   * died (lease recovery will mark them unknown). Not known either, for now.
+   */
+  open: MessageEvidence['attempts'];
 }
 
 export async function reconcileMessage(db: Queryable, messageId: string): Promise<Reconciliation | null> {
@@ -22,17 +32,32 @@ export async function reconcileMessage(db: Queryable, messageId: string): Promis
     message,
     intake: await intakeEvidenceForMessage(db, messageId),
     unknown: message.attempts.filter((a) => a.outcome === 'unknown'),
+    open: message.attempts.filter((a) => a.outcome === null),
   };
 }
 
+const WINDOW_PAGE = 500;
+
+/** Every message of the window, a page of ids at a time. */
 export async function reconcileWindow(
   db: Queryable,
-  window: Parameters<typeof messageIdsInWindow>[1],
+  window: EvidenceWindow,
+  pageSize = WINDOW_PAGE,
 ): Promise<Reconciliation[]> {
-  const ids = await messageIdsInWindow(db, window);
-  const found = await Promise.all(ids.map((id) => reconcileMessage(db, id)));
-  return found.filter((r) => r !== null);
+  const found: Reconciliation[] = [];
+  for (let after = ''; ; ) {
+    const ids = await messageIdsInWindow(db, window, after, pageSize);
+    for (const id of ids) {
+      const reconciled = await reconcileMessage(db, id);
+      if (reconciled) found.push(reconciled);
+    }
+    if (ids.length < pageSize) return found;
+    after = ids.at(-1)!;
+  }
 }
+
+/** Whether a report holds an outcome nobody knows, now or yet. */
+export const isUncertain = (r: Reconciliation): boolean => r.unknown.length > 0 || r.open.length > 0;
 
 /** A plain-text report, one block per message. */
 export function formatReconciliation(r: Reconciliation): string {
@@ -57,17 +82,27 @@ export function formatReconciliation(r: Reconciliation): string {
       `  delivery ${d.id} → ${d.endpointId} (${d.url})  ${d.state}  cycle ${d.cycle}  attempts ${d.attemptsTotal}` +
         (d.nextAttemptAt ? `  next ${time(d.nextAttemptAt)}` : ''),
     );
+    // An attempt with no outcome is the delivery's current one: its lease says which it is.
+    const open = d.leaseLive
+      ? `in flight (lease until ${time(d.leaseExpiresAt)})`
+      : 'no outcome (lease expired: recovery will mark it unknown)';
     for (const a of m.attempts.filter((x) => x.endpointId === d.endpointId)) {
       lines.push(
-        `    attempt ${a.id}  cycle ${a.cycle} ${a.trigger}  ${time(a.startedAt)}  ${a.outcome ?? 'running'}` +
+        `    attempt ${a.id}  cycle ${a.cycle} ${a.trigger}  ${time(a.startedAt)}  ${a.outcome ?? open}` +
           `  ${a.statusCode ?? '-'} ${a.responseClass ?? ''}  ${a.durationMs ?? '-'} ms`,
       );
     }
   }
-  lines.push(
-    r.unknown.length === 0
-      ? '  no unknown outcomes'
-      : `  UNKNOWN: ${r.unknown.length} attempt(s) may or may not have been applied: ${r.unknown.map((a) => a.id).join(', ')}`,
-  );
+  if (r.unknown.length > 0) {
+    lines.push(
+      `  UNKNOWN: ${r.unknown.length} attempt(s) may or may not have been applied: ${r.unknown.map((a) => a.id).join(', ')}`,
+    );
+  }
+  if (r.open.length > 0) {
+    lines.push(
+      `  OPEN: ${r.open.length} attempt(s) with no outcome recorded yet, not known either: ${r.open.map((a) => a.id).join(', ')}`,
+    );
+  }
+  if (!isUncertain(r)) lines.push('  no unknown outcomes');
   return lines.join('\n');
 }
