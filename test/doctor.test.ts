@@ -157,6 +157,29 @@ test('a message whose fan-out is missing; a message no endpoint wanted is not on
   await assertHealthy();
 });
 
+test('a message sent as an example to an endpoint deleted since is not a lost fan-out', async () => {
+  // `endpoint` (the test before) takes lab.ready, and existed unchanged before the message.
+  const eventType = await t.call('POST', '/api/v1/event-type', {
+    name: 'lab.ready',
+    description: 'a sample is ready',
+  });
+  assert.equal(eventType.status, 201, JSON.stringify(eventType.body));
+  const scratch = await createEndpoint(t, app, { url: `${receiver.url}/scratch` });
+  const example = await t.call('POST', `/api/v1/app/${app}/endpoint/${scratch}/send-example`, {
+    eventType: 'lab.ready',
+  });
+  assert.equal(example.status, 200, JSON.stringify(example.body));
+  assert.equal((await t.call('DELETE', `/api/v1/app/${app}/endpoint/${scratch}`)).status, 204);
+  await sql(`update message set created_at = now() - interval '2 minutes' where id = $1`, [example.body.id]);
+  await sql(
+    `update endpoint set created_at = now() - interval '10 minutes', updated_at = now() - interval '10 minutes'
+      where id = $1`,
+    [endpoint],
+  );
+  // Sending it to `endpoint` now would send example data to a real receiver.
+  await assertHealthy();
+});
+
 test('the checks of the history look back HERALD_DOCTOR_LOOKBACK_SECONDS, by id', async () => {
   // A message published two days ago (its id says so) whose fan-out is missing, to an endpoint
   // that was subscribed days before it.

@@ -3,6 +3,7 @@
 
 import crypto from 'node:crypto';
 import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
+import { recordAudit } from '../db/audit.ts';
 import { findEventType } from '../db/event-types.ts';
 import { INTAKE_KEY_PREFIX } from '../db/intake.ts';
 import {
@@ -198,8 +199,21 @@ export async function publishExample(
     },
     actor.id,
   );
+  // Said in the audit log: the message went to this endpoint alone, whatever else its event type
+  // matches (the doctor must not take its single delivery for a lost fan-out).
+  await recordAudit(db, {
+    actor: actor.id,
+    action: EXAMPLE_SENT,
+    appId: app.id,
+    targetType: 'message',
+    targetId: result.message.id,
+    details: { endpointId },
+  });
   return result.message;
 }
+
+/** The audit action of a message sent as an example to one endpoint. */
+export const EXAMPLE_SENT = 'message.example_sent';
 
 /** The first example of the highest schema version ("1", "2", …), when there is one. */
 function exampleOf(schemas: Record<string, unknown> | null): Record<string, unknown> {

@@ -6,6 +6,7 @@
 import { migrationState } from '../db/migrate.ts';
 import type { Queryable } from '../db/port.ts';
 import { firstIdAt } from '../db/time-ids.ts';
+import { EXAMPLE_SENT } from '../engine/publish.ts';
 
 export interface DoctorThresholds {
   /** Rows younger than this may still be mid-write (claim → message, endpoint → fan-out). */
@@ -76,13 +77,16 @@ const CHECKS: Check[] = [
     // Exact, with no false alarms: a message has no delivery row although an endpoint of its app
     // matches it now and was created and last changed (updated_at) a settle period before the
     // message — so it matched then too and was committed when the fan-out ran. An endpoint edited
-    // after the message is not judged (it may not have matched), which can only hide a case.
+    // after the message is not judged (it may not have matched), which can only hide a case. Nor
+    // is a message sent as an example: it went to one endpoint alone, maybe deleted since.
     name: 'message_without_deliveries',
     sql: (t) => ({
       text: `select m.id, m.created_at as t from message m
               where m.id >= ${firstIdAt('msg', 'now() - make_interval(secs => $2)')}
                 and m.created_at < now() - make_interval(secs => $1)
                 and not exists (select 1 from delivery d where d.message_id = m.id)
+                and not exists (select 1 from audit_entry x
+                                 where x.target_id = m.id and x.action = '${EXAMPLE_SENT}')
                 and exists (
                   select 1 from endpoint e
                    where e.app_id = m.app_id
