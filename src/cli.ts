@@ -353,6 +353,11 @@ program
                 (result.exceedsCap ? ` — more than the cap of ${result.cap}, so a real run would refuse` : '')
             : `replay ${result.id}: ${result.count} deliveries restarted`,
         );
+        if (result.payloadGone > 0) {
+          console.error(
+            `${result.payloadGone} more matched but were left: their payload is gone (retention)`,
+          );
+        }
       }),
   );
 

@@ -207,6 +207,41 @@ describe('replay', () => {
     assert.equal(unknownEndpoint.status, 422);
   });
 
+  test('a delivery whose payload is gone is left as it is, and counted apart', async () => {
+    const app = await createApp(t, 'archived');
+    answers.set('/archived', { status: 500 });
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/archived` });
+    const kept = await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
+    const expired = await publishVia(t, app, { eventType: 'e', payload: { n: 2 } });
+    await waitFor('both deliveries to fail', async () =>
+      (await deliveriesOf(ep)).every((d) => d.state === 'failed' && d.attempts_total === 2),
+    );
+    // Past its retention: what payload retention does to it.
+    await t.database.db.query('update message set payload = null where id = $1', [expired]);
+
+    const dry = await asAdmin({ status: 'failed', app: 'archived', cap: 10, dryRun: true });
+    assert.equal(dry.status, 200, JSON.stringify(dry.body));
+    assert.deepEqual(
+      {
+        count: dry.body.count,
+        payloadGone: dry.body.payloadGone,
+        messages: dry.body.deliveries.map((d: { messageId: string }) => d.messageId),
+      },
+      { count: 1, payloadGone: 1, messages: [kept] },
+    );
+    const real = await asAdmin({ status: 'failed', app: 'archived', cap: 10 });
+    assert.equal(real.status, 202, JSON.stringify(real.body));
+    assert.equal(real.body.count, 1);
+    assert.equal(real.body.payloadGone, 1);
+    const byMessage = new Map((await deliveriesOf(ep)).map((d) => [d.message_id, d]));
+    assert.equal(byMessage.get(kept)!.cycle, 2, 'the one with its payload starts a new cycle');
+    assert.deepEqual(
+      { state: byMessage.get(expired)!.state, cycle: byMessage.get(expired)!.cycle },
+      { state: 'failed', cycle: 1 },
+      'the one without is left as it was',
+    );
+  });
+
   test('a selection above the cap is refused with 422 and changes nothing', async () => {
     const before = [...(await deliveriesOf(epOk)), ...(await deliveriesOf(epDown))];
     const auditBefore = (await replayAuditEntries()).length;

@@ -25,7 +25,7 @@ export interface ReplayPair {
   state: FinishedState;
 }
 
-const FROM_WHERE = `from delivery d join message m on m.id = d.message_id
+const MATCHED = `from delivery d join message m on m.id = d.message_id
   where d.state = any($1::text[])
     and ($2::text[] is null or d.app_id = any($2))
     and ($3::text is null or d.endpoint_id = $3)
@@ -33,10 +33,23 @@ const FROM_WHERE = `from delivery d join message m on m.id = d.message_id
     and ($5::timestamptz is null or m.created_at >= $5)
     and ($6::timestamptz is null or m.created_at < $6)`;
 
+// What a replay selects: a delivery whose message's payload has passed its retention (or was
+// expunged) has nothing left to send — restarted, it would fail at once — so it is left as it is.
+const FROM_WHERE = `${MATCHED} and m.payload is not null`;
+
 const params = (s: ReplaySelection) => [s.states, s.appIds, s.endpointId, s.messageIds, s.since, s.until];
 
 export async function countReplay(db: Queryable, s: ReplaySelection): Promise<number> {
   const result = await db.query<{ n: number }>(`select count(*)::int as n ${FROM_WHERE}`, params(s));
+  return result.rows[0]!.n;
+}
+
+/** The deliveries the filters match that replay leaves: their payload is gone. */
+export async function countPayloadGone(db: Queryable, s: ReplaySelection): Promise<number> {
+  const result = await db.query<{ n: number }>(
+    `select count(*)::int as n ${MATCHED} and m.payload is null`,
+    params(s),
+  );
   return result.rows[0]!.n;
 }
 

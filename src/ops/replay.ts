@@ -10,6 +10,7 @@ import { recordAudit } from '../db/audit.ts';
 import { restartDeliveries } from '../db/deliveries.ts';
 import type { Queryable } from '../db/port.ts';
 import {
+  countPayloadGone,
   countReplay,
   endpointAppId,
   type FinishedState,
@@ -55,6 +56,8 @@ export interface ReplayResult {
   dryRun: boolean;
   /** Deliveries selected (dry run) or restarted (real run). */
   count: number;
+  /** Deliveries the filters match but replay leaves: their payload is gone (retention, expunge). */
+  payloadGone: number;
   cap: number;
   /** Dry run: whether the real run would refuse this selection for exceeding the cap. */
   exceedsCap: boolean;
@@ -138,6 +141,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
     pairs = locked.filter((p) => done.has(p.deliveryId));
     count = pairs.length;
   }
+  const payloadGone = await countPayloadGone(tx, selection);
   const id = (await tx.query<{ id: string }>(`select herald_id('rpl') as id`)).rows[0]!.id;
   // The selection as the caller gave it, and how many it matched: never payloads.
   await recordAudit(tx, {
@@ -149,6 +153,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
     details: {
       dryRun,
       count,
+      payloadGone,
       cap: input.cap,
       filters: {
         status: input.status,
@@ -164,6 +169,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
     id,
     dryRun,
     count,
+    payloadGone,
     cap: input.cap,
     exceedsCap: count > input.cap,
     deliveries: pairs.slice(0, PAIRS_SHOWN).map(({ state: _state, ...pair }) => pair),

@@ -188,6 +188,10 @@ export const ReplayOut = z.object({
   id: z.string().describe('`rpl_…`: the audit entry of this replay'),
   dryRun: z.boolean(),
   count: z.number().int().describe('Deliveries selected (dry run) or restarted'),
+  payloadGone: z
+    .number()
+    .int()
+    .describe('Deliveries the filters match but replay leaves: their payload has passed its retention'),
   cap: z.number().int(),
   exceedsCap: z.boolean().describe('Dry run: whether the real run would refuse this selection'),
   deliveries: z
