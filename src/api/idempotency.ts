@@ -6,7 +6,7 @@
 
 import crypto from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import { findKeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
+import { findKeptAnswer, type KeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { HeraldError } from '../errors.ts';
 
@@ -60,12 +60,8 @@ export async function answerOnce(
   }
 }
 
-function replay(
-  reply: FastifyReply,
-  kept: { requestSha256: Buffer; status: number; body: unknown },
-  requestSha256: Buffer,
-): FastifyReply {
-  if (!Buffer.from(kept.requestSha256).equals(requestSha256)) {
+function replay(reply: FastifyReply, kept: KeptAnswer, requestSha256: Buffer): FastifyReply {
+  if (!kept.requestSha256.equals(requestSha256)) {
     throw new HeraldError('conflict', 'this idempotency-key was used for another request');
   }
   reply.header('idempotent-replayed', 'true');

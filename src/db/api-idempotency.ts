@@ -17,7 +17,9 @@ export async function findKeptAnswer(db: Queryable, scope: string, key: string):
       where scope = $1 and key = $2 and status is not null`,
     [scope, key],
   );
-  return result.rows[0] ?? null;
+  const row = result.rows[0];
+  // PGlite reads a bytea as a Uint8Array, pg as a Buffer.
+  return row ? { ...row, requestSha256: Buffer.from(row.requestSha256) } : null;
 }
 
 /**

@@ -54,10 +54,10 @@ type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy'> & {
 
 /**
  * A claim's rows as deliveries, each with its lease's local end and its message's payload as the
- * bytes every attempt sends and signs: the claim sends it once per
- * message (a fan-out claims many deliveries of one message), and it is encoded once, instead of
- * at every request and every signature; a Buffer's bytes also stay out of the young generation
- * the worker's garbage collector copies.
+ * bytes every attempt sends and signs: the claim sends it once per message (a fan-out claims many
+ * deliveries of one message), and it is encoded once, instead of at every request and every
+ * signature; a Buffer's bytes also stay out of the young generation the worker's garbage
+ * collector copies.
  */
 function asClaimed(rows: readonly ClaimedRow[], leaseEndsBy: Date): ClaimedDelivery[] {
   const bytes = new Map<string, Buffer | null>();

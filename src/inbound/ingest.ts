@@ -22,7 +22,6 @@ import {
   type FetchText,
   type InboundRequest,
   isSnsUrl,
-  URL_VERIFICATION,
   type Verifier,
 } from './verifiers/index.ts';
 import { field } from './verifiers/verdict.ts';
@@ -165,14 +164,13 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(verdict.code, verdict.reason);
       }
-      // Told apart by its type, not its id: an event's own id may read the same.
-      const slackHandshake =
-        source.scheme === 'slack' && field(verdict.payload, 'type') === 'url_verification';
-      if (slackHandshake && verdict.deliveryId === URL_VERIFICATION) {
-        return { kind: 'challenge', challenge: (verdict.payload as { challenge: string }).challenge };
+      // Told apart by its type, not its id: an event's own id may read the same. The verifier
+      // accepted it only with a challenge.
+      if (source.scheme === 'slack' && field(verdict.payload, 'type') === 'url_verification') {
+        return { kind: 'challenge', challenge: field(verdict.payload, 'challenge') as string };
       }
       if (source.scheme === 'aws-sns') {
-        const type = (verdict.payload as { Type?: string })?.Type;
+        const type = field(verdict.payload, 'Type');
         if (type === 'SubscriptionConfirmation') return confirmSubscription(source, verdict.payload);
         // SNS telling that herald's subscription ended is news for the operator, not an event.
         if (type === 'UnsubscribeConfirmation') {

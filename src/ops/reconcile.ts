@@ -47,8 +47,7 @@ export async function reconcileWindow(
   const found: Reconciliation[] = [];
   for (let after = ''; ; ) {
     const ids = await messageIdsInWindow(db, window, after, pageSize);
-    for (const id of ids) {
-      const reconciled = await reconcileMessage(db, id);
+    for (const reconciled of await Promise.all(ids.map((id) => reconcileMessage(db, id)))) {
       if (reconciled) found.push(reconciled);
     }
     if (ids.length < pageSize) return found;
@@ -93,16 +92,14 @@ export function formatReconciliation(r: Reconciliation): string {
       );
     }
   }
-  if (r.unknown.length > 0) {
-    lines.push(
-      `  UNKNOWN: ${r.unknown.length} attempt(s) may or may not have been applied: ${r.unknown.map((a) => a.id).join(', ')}`,
-    );
-  }
-  if (r.open.length > 0) {
-    lines.push(
-      `  OPEN: ${r.open.length} attempt(s) with no outcome recorded yet, not known either: ${r.open.map((a) => a.id).join(', ')}`,
-    );
-  }
+  const uncertain = (label: string, attempts: Reconciliation['unknown'], what: string) => {
+    if (attempts.length > 0)
+      lines.push(
+        `  ${label}: ${attempts.length} attempt(s) ${what}: ${attempts.map((a) => a.id).join(', ')}`,
+      );
+  };
+  uncertain('UNKNOWN', r.unknown, 'may or may not have been applied');
+  uncertain('OPEN', r.open, 'with no outcome recorded yet, not known either');
   if (!isUncertain(r)) lines.push('  no unknown outcomes');
   return lines.join('\n');
 }

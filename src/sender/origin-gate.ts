@@ -135,14 +135,14 @@ export function createOriginGate(limit: number): OriginGate {
       const next = lane.waiting.values().next();
       if (next.done) break;
       const waiter = next.value;
-      lane.waiting.delete(waiter);
-      waiting--;
       const now = steadyNow();
+      // Its timer has not fired yet, but its moment may have passed all the same.
       if (now > waiter.startBy) {
-        // Its timer has not fired yet, but its moment has passed all the same.
-        waiter.settle({ entered: false, waitedMs: now - waiter.queuedAt });
+        turnAway(lane, waiter, now);
         continue;
       }
+      lane.waiting.delete(waiter);
+      waiting--;
       waiter.settle(admit(origin, lane, waiter.queuedAt));
     }
     stopExpiryIfNoneWait();

@@ -161,8 +161,8 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /**
    * Runs a write that ends leases herald did not send, retried with backoff while the database
-   * fails, as long as the leases last (`until`, on the steady clock) and the worker runs; then the last error is thrown,
-   * and lease recovery takes what is left. Given up, an unsent lease is recovered as `unknown`:
+   * fails, as long as the leases last (`until`, on the steady clock) and the worker runs; then the
+   * last error is thrown, and lease recovery takes what is left. Given up, an unsent lease is recovered as `unknown`:
    * nobody recorded that it was not sent.
    */
   async function whileLeased<T>(until: number, reason: NotSentReason, write: () => Promise<T>): Promise<T> {
@@ -266,21 +266,20 @@ export function createWorker(options: WorkerOptions): Worker {
         startBy,
       );
       releaseSlot();
-      if (result.kind === 'not_started' && !running) {
-        // Its request was still waiting for its origin when the worker began stopping.
-        await giveBack(claim, 'stopping', 'waiting for its origin when the worker stopped; not sent');
-        return;
-      }
       if (result.kind === 'not_started') {
         // Its request waited for a connection to its origin (shared with other endpoints) until
-        // its deadline no longer fitted in the lease. That is herald's congestion, not the
-        // endpoint's doing: no outcome is recorded, the attempt and its budget are given back.
-        await giveBack(
-          claim,
-          'origin_congested',
-          'congested: the request waited for a connection to its origin past its start limit; not sent',
-          { queuedMs: result.queuedMs },
-        );
+        // its deadline no longer fitted in the lease — herald's congestion, not the endpoint's
+        // doing — or until the worker began stopping. No outcome is recorded; the attempt and
+        // its budget are given back.
+        if (!running)
+          await giveBack(claim, 'stopping', 'waiting for its origin when the worker stopped; not sent');
+        else
+          await giveBack(
+            claim,
+            'origin_congested',
+            'congested: the request waited for a connection to its origin past its start limit; not sent',
+            { queuedMs: result.queuedMs },
+          );
         return;
       }
       recording++;
