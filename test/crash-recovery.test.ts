@@ -1,15 +1,17 @@
 // Invariants 3, 5 and 6 across processes: a `herald worker` killed with SIGKILL while its request
 // is at the receiver leaves an open attempt under a live lease. Nobody may touch that lease before
 // it expires; once it has, another worker process marks the attempt `unknown` (lease_expired) and
-// delivers the message again with the same webhook-id.
+// delivers the message again with the same webhook-id. A worker frozen past its leases gives back
+// none that recovery took meanwhile, and does not count them as given back.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
+import { recoverExpiredLeases } from '../src/db/deliveries.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
-import { killAll, startHerald } from './support/processes.ts';
+import { freePort, killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { addEndpoint, seedApp } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
@@ -148,4 +150,78 @@ test('a worker killed mid-request is recovered only after its lease, as unknown,
   );
   const stopped = await second.proc.kill('SIGTERM');
   assert.equal(stopped.code, 0, second.proc.describe());
+});
+
+test('a worker frozen past its leases leaves what recovery took: not given back, not counted', async () => {
+  const app = await seedApp(database.db, 'frozen');
+  // One connection to the receiver's origin, held by a first request that hangs: the two other
+  // endpoints' requests wait behind it for their turn, past their start limit ((lease − deadline)
+  // ÷ 2 after the claim: 1.5 s, before the first request's 2 s deadline frees the connection).
+  const held = await startReceiver((_request, n) => (n === 1 ? 'hang' : { status: 204 }));
+  const metricsPort = await freePort();
+  try {
+    for (const path of ['a', 'b', 'c'])
+      await addEndpoint(herald, database.db, app, { url: `${held.url}/${path}` });
+    const worker = await startHerald(
+      'worker',
+      testEnv(database.url, {
+        HERALD_LEASE_SECONDS: '5',
+        HERALD_ATTEMPT_TIMEOUT_MS: '2000',
+        HERALD_CONNECTIONS_PER_ORIGIN: '1',
+        HERALD_METRICS_PORT: String(metricsPort),
+        LOG_LEVEL: 'info',
+      }),
+      { name: 'frozen-worker' },
+    );
+    const { message } = await herald.publish('frozen', { eventType: 'order.created', payload: { n: 1 } });
+    const leased = `select count(*)::int as n from delivery where message_id = $1 and state = 'sending'`;
+    await waitFor('one request at the receiver, three leases taken', async () => {
+      const { rows } = await database.db.query<{ n: number }>(leased, [message.id]);
+      return held.requests.length === 1 && rows[0]!.n === 3;
+    });
+    // Frozen while the two other requests wait for the connection; recovery takes all three leases
+    // once they have expired (database time), as another worker would.
+    worker.proc.signal('SIGSTOP');
+    await waitFor(
+      'the frozen worker’s leases to expire',
+      async () => {
+        const { rows } = await database.db.query<{ expired: boolean }>(
+          'select bool_and(lease_expires_at < now()) as expired from delivery where message_id = $1',
+          [message.id],
+        );
+        return rows[0]!.expired;
+      },
+      15_000,
+    );
+    const recovered = await recoverExpiredLeases(database.db, 10);
+    assert.equal(recovered.length, 3);
+    worker.proc.signal('SIGCONT');
+
+    // Thawed, it finds the two requests that waited past their start limit unsent; their leases are
+    // gone, so it gives nothing back and counts nothing: recovery closed each attempt as unknown.
+    const lateNotice =
+      'not sent, but its lease was recovered first; recovery recorded the attempt as unknown';
+    await waitFor(
+      'the frozen worker to find both waiting requests’ leases recovered',
+      () => worker.proc.logs.filter((r) => r.msg === lateNotice).length === 2,
+      15_000,
+    );
+    const scrape = await (await fetch(`http://127.0.0.1:${metricsPort}/metrics`)).text();
+    const givenBack = scrape.split('\n').filter((line) => line.startsWith('herald_attempts_not_sent_total{'));
+    assert.deepEqual(givenBack, [], 'a lease recovery took is not also counted as given back');
+    const { rows: closed } = await database.db.query<{ outcome: string; responseClass: string }>(
+      `select a.outcome, a.response_class as "responseClass"
+         from attempt a join delivery d on d.id = a.delivery_id
+        where d.message_id = $1 and a.lease_token = any($2)`,
+      [message.id, recovered.map((r) => r.leaseToken)],
+    );
+    assert.deepEqual(
+      closed.map((a) => `${a.outcome}/${a.responseClass}`),
+      ['unknown/lease_expired', 'unknown/lease_expired', 'unknown/lease_expired'],
+    );
+    const stopped = await worker.proc.kill('SIGTERM');
+    assert.equal(stopped.code, 0, worker.proc.describe());
+  } finally {
+    await held.close();
+  }
 });

@@ -248,17 +248,17 @@ export async function recoverExpiredLeases(
 }
 
 /**
- * Starts a new cycle on a finished delivery: the same delivery id and message id (so the same
- * webhook-id), a fresh budget, due now. A pending one is only made due now, in its cycle. The
- * lifetime history — attempts_total and the attempt rows — is never touched. Resend, recover and
- * replay all restart deliveries with this, so they cannot drift apart.
- */
-/**
  * A restart's hold on its delivery's message, until its transaction ends: history retention
  * (retention.ts) neither deletes the message under a restart nor misses one that committed.
  */
 const MESSAGE_HELD = `exists (select 1 from message m where m.id = delivery.message_id for key share)`;
 
+/**
+ * Starts a new cycle on a finished delivery: the same delivery id and message id (so the same
+ * webhook-id), a fresh budget, due now. A pending one is only made due now, in its cycle. The
+ * lifetime history — attempts_total and the attempt rows — is never touched. Resend, recover and
+ * replay all restart deliveries with this, so they cannot drift apart.
+ */
 const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
     attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
     state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()`;

@@ -177,7 +177,11 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
-  /** Gives an unsent attempt's lease back (budget kept, attempt row removed), counted and logged. */
+  /**
+   * Gives an unsent attempt's lease back (budget kept, attempt row removed), counted and logged.
+   * A lease that lease recovery took first (this worker was stalled past it) is not given back
+   * nor counted here: recovery closed its attempt as unknown and counted it as a recovery.
+   */
   async function giveBack(
     claim: ClaimedDelivery,
     reason: NotSentReason,
@@ -185,8 +189,15 @@ export function createWorker(options: WorkerOptions): Worker {
     details: Record<string, unknown> = {},
   ): Promise<void> {
     const released = await whileLeased(claim.leaseEndsBy.getTime(), reason, () => releaseUnsent(db, claim));
+    if (!released) {
+      log.warn(
+        { deliveryId: claim.deliveryId, attemptId: claim.attemptId, reason, ...details },
+        'not sent, but its lease was recovered first; recovery recorded the attempt as unknown',
+      );
+      return;
+    }
     metrics?.attemptNotSent(reason);
-    log.warn({ deliveryId: claim.deliveryId, ...details, released }, message);
+    log.warn({ deliveryId: claim.deliveryId, ...details }, message);
   }
 
   /** Starts what an outcome write claimed along, on its own: nothing waits for it but stop(). */
