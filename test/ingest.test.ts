@@ -132,6 +132,23 @@ describe('claim and outbox', () => {
     assert.ok(!row.rows[0]!.row.includes('hopper'));
   });
 
+  test('a business key a header cannot carry as it is goes out percent-encoded, and is delivered', async () => {
+    // The key reads the action: a line break and text beyond Latin-1 in it. The HTTP client refuses
+    // such a header value, which failed every attempt (and counted against the endpoint).
+    const body = JSON.stringify({ ticket: 44, action: 'résolu ✓\r\nx-injected: 1' });
+    assert.equal((await deliver(signed('evt_44', body), body)).status, 204);
+    const [request] = await waitFor('the relayed request', () => {
+      const found = receiver.requests.filter((r) => r.body === body);
+      return found.length > 0 && found;
+    });
+    assert.equal(request!.headers['idempotency-key'], encodeURIComponent('44:résolu ✓\r\nx-injected: 1'));
+    assert.equal(request!.headers['x-injected'], undefined);
+    const intake = await t.database.db.query<{ business_key: string }>(
+      `select business_key from intake where delivery_id = 'evt_44'`,
+    );
+    assert.equal(intake.rows[0]!.business_key, '44:résolu ✓\r\nx-injected: 1', 'stored as rendered');
+  });
+
   test('a JSON body that begins with a byte-order mark is relayed as the JSON text, without the mark', async () => {
     const json = '{"ticket":43,"action":"opened"}';
     const body = `\uFEFF${json}`;

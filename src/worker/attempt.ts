@@ -28,8 +28,22 @@ function requestHeaders(claim: ClaimedDelivery): Record<string, string> {
     'content-type': 'application/json',
     'webhook-id': claim.messageId,
     // One business key for every attempt of every cycle: the receiver can apply it once.
-    ...(claim.businessKey === null ? {} : { 'idempotency-key': claim.businessKey }),
+    ...(claim.businessKey === null ? {} : { 'idempotency-key': asHeaderValue(claim.businessKey) }),
   };
+}
+
+/** Visible ASCII, spaces inside only: what every HTTP stack carries in a header unchanged. */
+const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+
+/**
+ * A business key as a header value. A key is read from what a provider sent (business-key.ts) and
+ * may hold what a header cannot carry — a line break, a control character, text beyond Latin-1 —
+ * which would fail every attempt before it left (the request refused by the HTTP client) and
+ * could disable a healthy endpoint; text in Latin-1 would arrive as other characters. Such a key
+ * goes out percent-encoded (its UTF-8 bytes), the same for every attempt; any other, as it is.
+ */
+function asHeaderValue(key: string): string {
+  return HEADER_SAFE.test(key) ? key : encodeURIComponent(key);
 }
 
 /**
