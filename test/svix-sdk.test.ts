@@ -203,6 +203,17 @@ describe('svix SDK against herald', () => {
     assert.ok(!visible.data.some((e) => e.name === 'invoice.voided'), 'archived types are hidden');
     const all = await svix.eventType.list({ includeArchived: true });
     assert.ok(all.data.some((e) => e.name === 'invoice.voided'));
+    // Create "creates or unarchives": an archived name is taken up again with the new fields.
+    const revived = await svix.eventType.create({ name: 'invoice.voided', description: 'Voided again' });
+    assert.equal(revived.archived, false);
+    assert.equal(revived.description, 'Voided again');
+    assert.ok((await svix.eventType.list()).data.some((e) => e.name === 'invoice.voided'));
+    // PUT creates what its path names: only a name a message could carry.
+    const badName = await rejectsWith(422, () => svix.eventType.update('invoice paid', { description: 'x' }));
+    assert.deepEqual((badName.body as { detail: { loc: string[] }[] }).detail[0]!.loc, [
+      'path',
+      'event_type_name',
+    ]);
 
     await svix.eventType.delete('invoice.refunded', { expunge: true });
     await rejectsWith(404, () => svix.eventType.get('invoice.refunded'));
@@ -252,6 +263,9 @@ describe('svix SDK against herald', () => {
     );
     assert.equal(list.done, true);
 
+    // herald's own fields, which the SDK cannot send: set through the HTTP API, kept by a PUT.
+    const own = { idempotent: false, clientErrorPolicy: 'dead-letter' };
+    assert.equal((await t.call('PATCH', '/api/v1/app/ep-app/endpoint/crud-ep', own)).status, 200);
     const updated = await svix.endpoint.update('ep-app', created.id, {
       url: `${url}/v2`,
       uid: 'crud-ep',
@@ -264,6 +278,12 @@ describe('svix SDK against herald', () => {
     assert.deepEqual(updated.filterTypes, ['invoice.paid', 'invoice.voided']);
     assert.equal(updated.channels, null, 'PUT replaces channels');
     assert.deepEqual(updated.metadata, {});
+    const afterPut = await t.call('GET', '/api/v1/app/ep-app/endpoint/crud-ep');
+    assert.deepEqual(
+      { idempotent: afterPut.body.idempotent, clientErrorPolicy: afterPut.body.clientErrorPolicy },
+      own,
+      'a PUT that does not name them keeps them',
+    );
 
     const patched = await svix.endpoint.patch('ep-app', 'crud-ep', { disabled: true, metadata: { a: 'b' } });
     assert.equal(patched.disabled, true);

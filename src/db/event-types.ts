@@ -19,14 +19,27 @@ export type EventTypeFields = Omit<EventTypeRow, 'createdAt' | 'updatedAt'>;
 const COLUMNS = `name, description, schemas, archived, deprecated, feature_flag as "featureFlag",
   created_at as "createdAt", updated_at as "updatedAt"`;
 
-/** Inserts, or returns null when the name is taken. */
-export async function insertEventType(db: Queryable, f: EventTypeFields): Promise<EventTypeRow | null> {
-  const result = await db.query<EventTypeRow>(
+/**
+ * Inserts, or takes the place of an archived type of that name (Svix's create "creates or
+ * unarchives"); null when the name is taken by a type in use.
+ */
+export async function insertEventType(
+  db: Queryable,
+  f: EventTypeFields,
+): Promise<{ row: EventTypeRow; created: boolean } | null> {
+  const result = await db.query<EventTypeRow & { created: boolean }>(
     `insert into event_type (name, description, schemas, archived, deprecated, feature_flag)
-     values ($1, $2, $3, $4, $5, $6) on conflict (name) do nothing returning ${COLUMNS}`,
+     values ($1, $2, $3, $4, $5, $6)
+     on conflict (name) do update set description = excluded.description, schemas = excluded.schemas,
+       archived = excluded.archived, deprecated = excluded.deprecated, feature_flag = excluded.feature_flag,
+       updated_at = now()
+       where event_type.archived
+     returning ${COLUMNS}, (xmax = 0) as created`,
     [f.name, f.description, f.schemas && JSON.stringify(f.schemas), f.archived, f.deprecated, f.featureFlag],
   );
-  return result.rows[0] ?? null;
+  if (!result.rows[0]) return null;
+  const { created, ...row } = result.rows[0];
+  return { row, created };
 }
 
 export async function upsertEventType(

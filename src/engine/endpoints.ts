@@ -98,6 +98,19 @@ export async function replaceEndpoint(
   return updated;
 }
 
+/**
+ * A PUT replaces what Svix's API knows of an endpoint. herald's own fields (`idempotent`,
+ * `clientErrorPolicy`), which a Svix SDK cannot send, keep their values unless the body names
+ * them: an SDK's update of the URL must not make an endpoint marked not idempotent retried blind.
+ */
+export function keepHeraldOwn(current: EndpointRow, input: EndpointInput): EndpointInput {
+  return {
+    ...input,
+    idempotent: input.idempotent ?? current.idempotent,
+    clientErrorPolicy: input.clientErrorPolicy ?? current.clientErrorPolicy,
+  };
+}
+
 export function patchToUpdate(current: EndpointRow, patch: z.infer<typeof EndpointPatch>): EndpointInput {
   return {
     url: patch.url ?? current.url,

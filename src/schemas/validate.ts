@@ -2,6 +2,7 @@
 
 import type { z } from 'zod';
 import { HeraldError } from '../errors.ts';
+import { Uid } from './svix.ts';
 
 export function parseOrThrow<S extends z.ZodType>(
   schema: S,
@@ -18,4 +19,15 @@ export function parseOrThrow<S extends z.ZodType>(
   const first = issues[0]!;
   const where = first.loc.slice(1).join('.') || location;
   throw new HeraldError('validation', `${where}: ${first.msg}`, issues);
+}
+
+/**
+ * A path segment that names a new object (a PUT creates what its path names) must be a valid
+ * uid, or a valid name: herald could otherwise store what no request can name again.
+ */
+export function assertPathIdentifier(param: string, value: string, what: string): void {
+  if (Uid.safeParse(value).success) return;
+  throw new HeraldError('validation', `${param}: not a valid ${what}`, [
+    { loc: ['path', param], msg: 'only letters, digits, - _ and ., at most 256', type: 'value_error' },
+  ]);
 }

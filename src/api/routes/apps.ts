@@ -6,8 +6,8 @@ import { recordAudit } from '../../db/audit.ts';
 import { appFieldsFrom, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
-import { ApplicationIn, ApplicationPatch, Uid } from '../../schemas/svix.ts';
-import { parseOrThrow } from '../../schemas/validate.ts';
+import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
+import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentApp, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
@@ -87,11 +87,7 @@ export const appRoutes =
         if (request.actor.appIds !== null)
           throw new HeraldError('forbidden', 'this API key cannot create applications');
         const uid = fields.uid ?? request.params.app_id;
-        if (!Uid.safeParse(uid).success) {
-          throw new HeraldError('validation', 'app_id: not a valid uid for a new application', [
-            { loc: ['path', 'app_id'], msg: 'only letters, digits, - _ and .', type: 'value_error' },
-          ]);
-        }
+        if (fields.uid == null) assertPathIdentifier('app_id', uid, 'uid for a new application');
         const created = await conflictOnTakenUid(APP_UID_TAKEN, () =>
           db.transaction((tx) => createApp(tx, request.actor, { ...fields, uid })),
         );

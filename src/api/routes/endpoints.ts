@@ -8,6 +8,7 @@ import type { Core } from '../../engine/core.ts';
 import {
   audit,
   createEndpoint,
+  keepHeraldOwn,
   patchToUpdate,
   replaceEndpoint,
   replaceHeaders,
@@ -28,9 +29,8 @@ import {
   EndpointUpdate,
   EventExampleIn,
   RecoverIn,
-  Uid,
 } from '../../schemas/svix.ts';
-import { parseOrThrow } from '../../schemas/validate.ts';
+import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery, StatsQuery } from '../query.ts';
@@ -90,11 +90,8 @@ export const endpointRoutes =
         throw error;
       });
       if (!current) {
-        if (!input.uid && !Uid.safeParse(request.params.endpoint_id).success) {
-          throw new HeraldError('validation', 'endpoint_id: not a valid uid for a new endpoint', [
-            { loc: ['path', 'endpoint_id'], msg: 'only letters, digits, - _ and .', type: 'value_error' },
-          ]);
-        }
+        if (!input.uid)
+          assertPathIdentifier('endpoint_id', request.params.endpoint_id, 'uid for a new endpoint');
         const created = await db
           .transaction((tx) =>
             createEndpoint(core, tx, request.actor, application, {
@@ -106,7 +103,9 @@ export const endpointRoutes =
         return reply.status(201).send(presentEndpoint(created));
       }
       const updated = await db
-        .transaction((tx) => replaceEndpoint(core, tx, request.actor, current, () => input))
+        .transaction((tx) =>
+          replaceEndpoint(core, tx, request.actor, current, (locked) => keepHeraldOwn(locked, input)),
+        )
         .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);
     });

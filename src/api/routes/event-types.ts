@@ -14,7 +14,7 @@ import type { Queryable } from '../../db/port.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix.ts';
-import { parseOrThrow } from '../../schemas/validate.ts';
+import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEventType, presentPage } from '../present.ts';
 import { parseListQuery } from '../query.ts';
@@ -47,8 +47,9 @@ export const eventTypeRoutes =
           featureFlag: input.featureFlag ?? null,
         });
         if (!inserted) throw new HeraldError('conflict', `event type ${input.name} already exists`);
-        await audit(tx, request.actor.id, 'event_type.created', inserted.name);
-        return { status: 201, body: presentEventType(inserted) };
+        const action = inserted.created ? 'event_type.created' : 'event_type.unarchived';
+        await audit(tx, request.actor.id, action, inserted.row.name);
+        return { status: 201, body: presentEventType(inserted.row) };
       });
     });
 
@@ -60,6 +61,7 @@ export const eventTypeRoutes =
 
     app.put<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request, reply) => {
       const input = parseOrThrow(EventTypeUpdate, request.body);
+      assertPathIdentifier('event_type_name', request.params.event_type_name, 'event type name');
       const { row, created } = await db.transaction(async (tx) => {
         const upserted = await upsertEventType(tx, {
           name: request.params.event_type_name,
