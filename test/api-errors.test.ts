@@ -302,6 +302,20 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'headers', 'x-tenant'],
     },
     {
+      name: 'endpoint created with a header value the HTTP client cannot send (beyond Latin-1)',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, headers: { 'x-note': 'costs 5€' } },
+      loc: ['body', 'headers', 'x-note'],
+    },
+    {
+      name: 'endpoint headers patched with a control character in a value',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: { 'x-note': 'a\u0007b' } },
+      loc: ['body', 'headers', 'x-note'],
+    },
+    {
       name: 'endpoint update with ftp url',
       method: 'PUT',
       path: '/api/v1/app/acme/endpoint/ep-1',

@@ -147,6 +147,19 @@ describe('claim and outbox', () => {
       `select business_key from intake where delivery_id = 'evt_44'`,
     );
     assert.equal(intake.rows[0]!.business_key, '44:résolu ✓\r\nx-injected: 1', 'stored as rendered');
+
+    // A key that reads like another one encoded is encoded too: two keys never go out alike.
+    const lookalike = JSON.stringify({ ticket: 44, action: encodeURIComponent('résolu ✓\r\nx-injected: 1') });
+    assert.equal((await deliver(signed('evt_44_lookalike', lookalike), lookalike)).status, 204);
+    const [second] = await waitFor('the second relayed request', () => {
+      const found = receiver.requests.filter((r) => r.body === lookalike);
+      return found.length > 0 && found;
+    });
+    assert.notEqual(second!.headers['idempotency-key'], request!.headers['idempotency-key']);
+    assert.equal(
+      decodeURIComponent(second!.headers['idempotency-key'] as string),
+      `44:${encodeURIComponent('résolu ✓\r\nx-injected: 1')}`,
+    );
   });
 
   test('a JSON body that begins with a byte-order mark is relayed as the JSON text, without the mark', async () => {

@@ -25,6 +25,12 @@ import type { Actor, Core } from './core.ts';
 const RESERVED_HEADER =
   /^(webhook-|svix-|host$|content-length$|content-type$|connection$|transfer-encoding$|te$|upgrade$|keep-alive$|proxy-|expect$|idempotency-key$)/i;
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9a-zA-Z-]+$/;
+/**
+ * Visible ASCII, spaces and tabs. The HTTP client refuses a control character, and text beyond
+ * Latin-1, at every attempt (which would fail each one against the endpoint until it is
+ * disabled); Latin-1 text would leave as bytes a receiver reads as other characters.
+ */
+const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
 
 export const DEFAULT_GRACE_SECONDS = 24 * 3600;
 
@@ -182,8 +188,8 @@ export function validateHeaders(headers: Record<string, string | null>): void {
   for (const [name, value] of Object.entries(headers)) {
     if (!HEADER_NAME.test(name)) throw invalidField(['headers', name], 'not a valid header name');
     if (RESERVED_HEADER.test(name)) throw invalidField(['headers', name], 'this header is set by herald');
-    if (value !== null && /[\r\n\0]/.test(value))
-      throw invalidField(['headers', name], 'value contains CR, LF or NUL');
+    if (value !== null && !HEADER_VALUE.test(value))
+      throw invalidField(['headers', name], 'only visible ASCII characters, spaces and tabs');
   }
 }
 

@@ -32,15 +32,20 @@ function requestHeaders(claim: ClaimedDelivery): Record<string, string> {
   };
 }
 
-/** Visible ASCII, spaces inside only: what every HTTP stack carries in a header unchanged. */
-const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+/**
+ * Visible ASCII, spaces inside only — what every HTTP stack carries in a header unchanged — and no
+ * `%`: a key that holds one is encoded too, so that no key sent as it is reads like another one
+ * encoded (`Caf%C3%A9` sent as it is, and `Café` encoded, would be one key at the receiver).
+ */
+const HEADER_SAFE = /^[\x21-\x24\x26-\x7e](?:[\x20-\x24\x26-\x7e]*[\x21-\x24\x26-\x7e])?$/;
 
 /**
  * A business key as a header value. A key is read from what a provider sent (business-key.ts) and
  * may hold what a header cannot carry — a line break, a control character, text beyond Latin-1 —
  * which would fail every attempt before it left (the request refused by the HTTP client) and
  * could disable a healthy endpoint; text in Latin-1 would arrive as other characters. Such a key
- * goes out percent-encoded (its UTF-8 bytes), the same for every attempt; any other, as it is.
+ * goes out percent-encoded (its UTF-8 bytes), the same for every attempt; any other, as it is:
+ * two keys never go out alike.
  */
 function asHeaderValue(key: string): string {
   return HEADER_SAFE.test(key) ? key : encodeURIComponent(key);
