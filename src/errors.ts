@@ -11,6 +11,7 @@ export const ERRORS = {
   method_not_allowed: { status: 405, code: 'method_not_allowed' },
   conflict: { status: 409, code: 'conflict' },
   idempotency_conflict: { status: 409, code: 'idempotency_conflict' },
+  payload_expired: { status: 409, code: 'payload_expired' },
   payload_too_large: { status: 413, code: 'payload_too_large' },
   unsupported_media_type: { status: 415, code: 'unsupported_media_type' },
   rate_limited: { status: 429, code: 'rate_limited' },

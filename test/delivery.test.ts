@@ -384,6 +384,53 @@ describe('resend', () => {
   });
 });
 
+describe('resend and recover leave a message whose payload is gone', () => {
+  test('resend answers 409 payload_expired; recover restarts only the deliveries it can send', async () => {
+    behaviour.set('/gone', () => ({ status: 500 }));
+    const tx = await startTestHerald('resend_gone', {
+      env: { HERALD_DISABLE_AFTER_FAILURES: '100', HERALD_RETRY_SCHEDULE: '0.02' },
+    });
+    try {
+      const app = await createApp(tx, 'gone');
+      const ep = await createEndpoint(tx, app, { url: `${receiver.url}/gone` });
+      const kept = await publishVia(tx, app, { eventType: 'e', payload: { n: 1 } });
+      const emptied = await publishVia(tx, app, { eventType: 'e', payload: { n: 2 } });
+      await waitFor('both cycles to fail', async () => {
+        const states = [(await deliveryOf(tx, kept, ep))?.state, (await deliveryOf(tx, emptied, ep))?.state];
+        return states.every((s) => s === 'failed');
+      });
+      const deleted = await tx.call('DELETE', `/api/v1/app/${app}/msg/${emptied}/content`);
+      assert.equal(deleted.status, 204);
+
+      const resent = await tx.call('POST', `/api/v1/app/${app}/msg/${emptied}/endpoint/${ep}/resend`);
+      assert.equal(resent.status, 409, JSON.stringify(resent.body));
+      assert.equal(resent.body.code, 'payload_expired');
+      assert.equal((await deliveryOf(tx, emptied, ep))!.cycle, 1, 'no new cycle');
+
+      // Held disabled, so that what recover restarted stays pending to be looked at.
+      await tx.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: true });
+      const since = new Date(Date.now() - 3600_000).toISOString();
+      const recovered = await tx.call('POST', `/api/v1/app/${app}/endpoint/${ep}/recover`, { since });
+      assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
+      const restarted = (await deliveryOf(tx, kept, ep))!;
+      const left = (await deliveryOf(tx, emptied, ep))!;
+      assert.deepEqual([restarted.state, restarted.cycle], ['pending', 2]);
+      assert.deepEqual([left.state, left.cycle], ['failed', 1], 'nothing to send: left as it was');
+      const { rows } = await tx.database.db.query<{ details: { deliveries: number } }>(
+        `select details from audit_entry where action = 'endpoint.recovered' and target_id = $1`,
+        [ep],
+      );
+      assert.deepEqual(
+        rows.map((r) => r.details.deliveries),
+        [1],
+        'the audit counts what was restarted',
+      );
+    } finally {
+      await tx.close();
+    }
+  });
+});
+
 describe('send-example', () => {
   test('delivers the event type’s example to that endpoint only, whatever its filters', async () => {
     const app = await createApp(t, 'examples');

@@ -249,9 +249,12 @@ export async function recoverExpiredLeases(
 
 /**
  * A restart's hold on its delivery's message, until its transaction ends: history retention
- * (retention.ts) neither deletes the message under a restart nor misses one that committed.
+ * (retention.ts) neither deletes the message under a restart nor misses one that committed. A
+ * message whose payload retention removed is not restarted: each attempt would fail at once
+ * (payload_expired), and count as work done.
  */
-const MESSAGE_HELD = `exists (select 1 from message m where m.id = delivery.message_id for key share)`;
+const MESSAGE_HELD = `exists (select 1 from message m where m.id = delivery.message_id and m.payload is not null
+  for key share)`;
 
 /**
  * Starts a new cycle on a finished delivery: the same delivery id and message id (so the same
@@ -269,25 +272,31 @@ const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
  * The state guard sits in the UPDATE's WHERE clause, which PostgreSQL re-checks on the latest row
  * version, so competing resends start exactly one new cycle. A message that was never routed to
  * the endpoint (subscribed later) gets its delivery created here: an explicit resend is a request.
+ * Returns false, and starts nothing, when the message's payload is gone (retention).
  */
 export async function resendDelivery(
   db: Queryable,
   appId: string,
   messageId: string,
   endpointId: string,
-): Promise<void> {
-  await db.query(
-    `with created as (
+): Promise<boolean> {
+  const result = await db.query<{ sendable: boolean }>(
+    `with sendable as (
+       select 1 from message m where m.id = $2 and m.payload is not null for key share
+     ), created as (
        insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
-       values ($1, $2, $3, now(), 'manual')
+       select $1, $2, $3, now(), 'manual' from sendable
        on conflict (message_id, endpoint_id) do nothing
      ), restarted as (
        update delivery set ${RESTART}
-        where message_id = $2 and endpoint_id = $3 and state <> 'sending' and ${MESSAGE_HELD}
+        where message_id = $2 and endpoint_id = $3 and state <> 'sending' and exists (select 1 from sendable)
      )
-     select pg_notify('herald_work', $1)`,
+     select exists (select 1 from sendable) as sendable`,
     [appId, messageId, endpointId],
   );
+  const sendable = result.rows[0]?.sendable ?? false;
+  if (sendable) await db.query(`select pg_notify('herald_work', $1)`, [appId]);
+  return sendable;
 }
 
 /** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */

@@ -160,6 +160,8 @@ function errorStatuses(op: Operation): number[] {
   if (op.path.includes('{')) statuses.add(404);
   if (op.body) for (const s of [400, 413, 415, 422]) statuses.add(s);
   if (op.query) statuses.add(422);
+  // An idempotency key used again for another request is a 409.
+  if (op.headers?.['idempotency-key']) statuses.add(409);
   return [...statuses].sort((a, b) => a - b);
 }
 

@@ -455,7 +455,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Endpoint',
     summary: 'Recover Failed Webhooks',
     description:
-      'Starts a new cycle for every failed delivery of the endpoint since `since` (until `until`): same message id, lifetime history kept.',
+      'Starts a new cycle for every failed delivery of the endpoint since `since` (until `until`) whose payload is still kept: same message id, lifetime history kept.',
     body: RecoverIn,
     headers: answerOnceKey,
     responses: { 202: one('Done by the time of the answer', out.RecoverOut) },
@@ -564,7 +564,8 @@ export const OPERATIONS: Operation[] = [
     operationId: 'v1.message-attempt.resend',
     tag: 'Message Attempt',
     summary: 'Resend Webhook',
-    description: 'Starts a new cycle of the same delivery: same message id, lifetime history kept.',
+    description:
+      'Starts a new cycle of the same delivery: same message id, lifetime history kept. `409 payload_expired` when the payload is gone (retention, or a delete of the content).',
     headers: answerOnceKey,
     responses: { 202: one('Scheduled', out.EmptyResponse) },
   },

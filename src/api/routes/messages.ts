@@ -10,7 +10,7 @@ import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { requireEndpoint } from '../../engine/endpoints.ts';
 import { publish } from '../../engine/publish.ts';
-import { notFound } from '../../errors.ts';
+import { HeraldError, notFound } from '../../errors.ts';
 import { MessageIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
@@ -126,7 +126,7 @@ export const messageRoutes =
         const { application, message } = await loadMessage(request.actor, request.params);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
         return answerOnce(db, request, reply, async (tx) => {
-          await resendDelivery(tx, application.id, message.id, endpoint.id);
+          if (!(await resendDelivery(tx, application.id, message.id, endpoint.id))) throw payloadExpired();
           await recordAudit(tx, {
             actor: request.actor.id,
             action: 'message.resent',
@@ -141,3 +141,10 @@ export const messageRoutes =
       },
     );
   };
+
+/** Retention, or a delete of the content, removed the message's payload: nothing is left to send. */
+const payloadExpired = () =>
+  new HeraldError(
+    'payload_expired',
+    "the message's payload is gone (retention or a content delete); nothing to resend",
+  );
