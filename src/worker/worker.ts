@@ -293,6 +293,7 @@ export function createWorker(options: WorkerOptions): Worker {
           );
         return;
       }
+      if (metrics) observeFirstAttempt(metrics, claim, options.leaseSeconds);
       recording++;
       let recorded: RecordedOutcome | null;
       try {
@@ -451,7 +452,6 @@ export function createWorker(options: WorkerOptions): Worker {
       track(givingBack, giveBackClaim(claimId, 'keys_unavailable'));
       throw error;
     }
-    if (metrics) observeFirstAttempts(metrics, claimed, options.leaseSeconds);
     for (const claim of claimed) track(attempts, deliver(claim, keys.get(claim.endpointId) ?? []));
   }
 
@@ -523,17 +523,13 @@ function track(set: Set<Promise<void>>, work: Promise<void>): void {
 /**
  * Publish-to-first-attempt latency, for the scheduled first attempt of each delivery (cycle 1,
  * attempt 1; a manual resend to an endpoint the message was never routed to would measure the
- * operator, not herald). Both ends are database times — the attempt started at the claim's now(),
- * which is its lease expiry minus the lease — so clock skew between hosts does not enter.
+ * operator, not herald), once the attempt has run: a lease given back unsent returns its delivery
+ * to attempt 1, to be claimed again. Both ends are database times — the attempt started at the
+ * claim's now(), which is its lease expiry minus the lease — so clock skew between hosts does not
+ * enter.
  */
-function observeFirstAttempts(
-  metrics: Metrics,
-  claimed: readonly ClaimedDelivery[],
-  leaseSeconds: number,
-): void {
-  for (const c of claimed) {
-    if (c.cycle !== 1 || c.attemptsInCycle !== 1 || c.trigger !== 'scheduled') continue;
-    const startedAt = c.leaseExpiresAt.getTime() - leaseSeconds * 1000;
-    metrics.firstAttempt((startedAt - c.messageCreatedAt.getTime()) / 1000);
-  }
+function observeFirstAttempt(metrics: Metrics, claim: ClaimedDelivery, leaseSeconds: number): void {
+  if (claim.cycle !== 1 || claim.attemptsInCycle !== 1 || claim.trigger !== 'scheduled') return;
+  const startedAt = claim.leaseExpiresAt.getTime() - leaseSeconds * 1000;
+  metrics.firstAttempt((startedAt - claim.messageCreatedAt.getTime()) / 1000);
 }
