@@ -210,6 +210,26 @@ describe('group commit', () => {
     );
   });
 
+  test('a batch that timed out, or that the server had no resources for, fails whole: its items are not written alone', async () => {
+    for (const code of ['57014', '53200']) {
+      const calls: string[][] = [];
+      const submit = createGroupCommit(async (items: string[]) => {
+        calls.push(items);
+        if (items.length > 1) throw Object.assign(new Error(`failed: ${code}`), { severity: 'ERROR', code });
+        return items;
+      }, ONE_WRITER);
+      const first = submit('a');
+      const rest = ['b', 'c', 'd'].map(submit);
+      await first;
+      const results = await Promise.allSettled(rest);
+      assert.deepEqual(
+        results.map((r) => r.status),
+        ['rejected', 'rejected', 'rejected'],
+      );
+      assert.deepEqual(calls, [['a'], ['b', 'c', 'd']], `${code}: one write, not one per item after it`);
+    }
+  });
+
   test('every committed write is reported with its items and its time; a rejected one is not', async () => {
     const reported: { items: number; seconds: number }[] = [];
     const gated = gatedWrite((items: string[]) => {

@@ -116,7 +116,7 @@ export function createGroupCommit<I, O>(
       );
       for (const [i, w] of batch.entries()) w.resolve(results[i]!);
     } catch (error) {
-      if (batch.length > 1 && rejectedByDatabase(error))
+      if (batch.length > 1 && rejectedForAnItem(error))
         await Promise.all(batch.map((w) => writeAlone(w, lane)));
       else for (const w of batch) w.reject(error);
     } finally {
@@ -192,7 +192,20 @@ export function coalesced(run: () => Promise<void>): () => Promise<void> {
   return call;
 }
 
-/** An ERROR reported by the server for an autocommit statement: it did not commit. */
-function rejectedByDatabase(error: unknown): boolean {
-  return (error as { severity?: unknown } | null)?.severity === 'ERROR';
+/**
+ * SQLSTATE classes of errors that no one item causes, and that its items written alone would meet
+ * again, many writes instead of one: a statement cancelled or timed out, the server shutting down
+ * (57), out of resources (53), a system error (58), a lost connection (08).
+ */
+const NOT_AN_ITEMS_FAULT = new Set(['57', '53', '58', '08']);
+
+/**
+ * An ERROR reported by the server for an autocommit statement (it did not commit) that one of its
+ * items may have caused — a constraint, a value out of range, a deadlock between batches: its
+ * items are worth writing alone, so that one bad item fails alone.
+ */
+function rejectedForAnItem(error: unknown): boolean {
+  const { severity, code } = (error ?? {}) as { severity?: unknown; code?: unknown };
+  if (severity !== 'ERROR') return false;
+  return !(typeof code === 'string' && NOT_AN_ITEMS_FAULT.has(code.slice(0, 2)));
 }
