@@ -749,15 +749,18 @@ describe('conflicts: 409', () => {
     );
   });
 
-  test('publishing with `application` whose uid is taken', async () => {
+  test('publishing with `application` whose uid is not the one the path names: 422, no app made', async () => {
     const answer = await rejected(() =>
       send('POST', '/api/v1/app/brand-new/msg', {
         eventType: 'invoice.paid',
         payload: {},
-        application: { name: 'New', uid: 'acme' },
+        application: { name: 'New', uid: 'elsewhere' },
       }),
     );
-    assertError(answer, 409, 'conflict');
+    assertError(answer, 422, 'validation');
+    assert.deepEqual(answer.body.detail[0].loc, ['body', 'application', 'uid']);
+    for (const uid of ['brand-new', 'elsewhere'])
+      assert.equal((await send('GET', `/api/v1/app/${uid}`)).status, 404, `no app ${uid}`);
   });
 
   test('duplicate endpoint uid in one app', async () => {

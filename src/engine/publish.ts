@@ -14,7 +14,7 @@ import {
   publishMessages,
 } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
-import { HeraldError, notFound } from '../errors.ts';
+import { HeraldError, invalidField, notFound } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
 import { appFieldsFrom, assertAppAllowed, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
@@ -151,16 +151,17 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
     } catch (error) {
       if (!(error instanceof HeraldError) || error.kind !== 'not_found') throw error;
       if (actor.appIds !== null) throw error;
-      const created = await insertAppIfAbsent(db, {
-        ...appFieldsFrom(input.application),
-        uid: input.application.uid ?? appIdOrUid,
-      });
+      // The app created is the one the path names: never another, which the answer's URL would
+      // not find the message under.
+      const uid = input.application.uid ?? appIdOrUid;
+      if (uid !== appIdOrUid) throw invalidField(['application', 'uid'], 'must be the uid the path names');
+      const created = await insertAppIfAbsent(db, { ...appFieldsFrom(input.application), uid });
       if (created) {
         await auditAppCreated(db, actor, created);
         return created;
       }
-      // The uid is taken: by a concurrent publisher creating this same app (use theirs), or by
-      // another app altogether (a conflict — never publish into an app the path did not name).
+      // The uid is taken: by a concurrent publisher creating this same app (use theirs), or by an
+      // app deleted since (a conflict).
       const raced = await findApp(db, appIdOrUid);
       if (raced) return raced;
       throw new HeraldError('conflict', 'an application with this uid already exists');
