@@ -423,6 +423,18 @@ describe('svix SDK against herald', () => {
         [attempt.id],
       );
       assertSuccessfulAttempt(byEndpoint.data[0]!, message.id, endpoint.id, 0);
+      // The endpoint filter of a message's attempts takes the endpoint's id or its uid.
+      for (const endpointId of [endpoint.id, 'deliver-ep']) {
+        const filtered = await svix.messageAttempt.listByMsg('msg-app', message.id, { endpointId });
+        assert.deepEqual(
+          filtered.data.map((a) => a.id),
+          [attempt.id],
+          `endpoint_id=${endpointId}`,
+        );
+      }
+      await rejectsWith(404, () =>
+        svix.messageAttempt.listByMsg('msg-app', message.id, { endpointId: 'no-such-ep' }),
+      );
 
       const one = await svix.messageAttempt.get('msg-app', message.id, attempt.id);
       assertSuccessfulAttempt(one, message.id, endpoint.id, 0);

@@ -16,9 +16,10 @@ import { notFound } from '../../errors.ts';
 import { presentAttempt, presentAttemptedMessage, presentPage } from '../present.ts';
 import { type ListQuery, parseListQuery } from '../query.ts';
 
-const filterOf = (q: ListQuery) => ({
+/** The list filters; `endpointId`, an endpoint's id that the caller may have named by its uid. */
+const filterOf = (q: ListQuery, endpointId: string | null = null) => ({
   status: q.status ?? null,
-  endpointId: q.endpoint_id ?? null,
+  endpointId,
   before: q.before ?? null,
   after: q.after ?? null,
   statusCodeClass: q.status_code_class ?? null,
@@ -38,8 +39,9 @@ export const attemptRoutes =
         const message = await findMessage(db, application.id, request.params.msg_id);
         if (!message) throw notFound('message');
         const q = parseListQuery(request.query, 'descending');
+        const endpoint = q.endpoint_id ? await requireEndpoint(db, application, q.endpoint_id) : null;
         return presentPage(
-          await listAttemptsByMessage(db, application.id, message.id, q.page, filterOf(q)),
+          await listAttemptsByMessage(db, application.id, message.id, q.page, filterOf(q, endpoint?.id)),
           presentAttempt,
         );
       },
