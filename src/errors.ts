@@ -29,9 +29,9 @@ export const ERRORS = {
 
 export type ErrorKind = keyof typeof ERRORS;
 
-/** One field-level complaint, shaped like Svix's HTTPValidationError items. */
+/** One field-level complaint, shaped like Svix's HTTPValidationError items (`loc` of strings). */
 export interface ValidationIssue {
-  loc: (string | number)[];
+  loc: string[];
   msg: string;
   type: string;
 }
@@ -61,7 +61,7 @@ export const notFound = (what: string): HeraldError => new HeraldError('not_foun
 
 export const invalidField = (path: (string | number)[], msg: string): HeraldError =>
   new HeraldError('validation', `${path.join('.')}: ${msg}`, [
-    { loc: ['body', ...path], msg, type: 'value_error' },
+    { loc: ['body', ...path.map(String)], msg, type: 'value_error' },
   ]);
 
 /** A configuration value that cannot be used; start-up stops with this message. */

@@ -79,13 +79,33 @@ function toHeraldError(error: FastifyError | Error): HeraldError {
       return new HeraldError('not_found', 'an object this request names no longer exists');
     case '22021': // a text value with U+0000 (character_not_in_repertoire)
     case '22P05': // the same inside jsonb (untranslatable_character)
-      return new HeraldError('validation', 'a text value contains a NUL character, which cannot be stored');
+      return bodyInvalid('a text value contains a NUL character, which cannot be stored');
     case '22003': // numeric_value_out_of_range
-      return new HeraldError('validation', 'a number is out of range');
+      return bodyInvalid('a number is out of range');
   }
   if (isStoreUnavailable(error))
     return new HeraldError('store_unavailable', 'the database is unavailable; retry later');
   return new HeraldError('internal', 'internal error');
+}
+
+/**
+ * The database refused a value of the body that the schemas let through; which field it was, it
+ * does not say. (Path and query values with a NUL are refused before: refuseNul.)
+ */
+const bodyInvalid = (msg: string) =>
+  new HeraldError('validation', `body: ${msg}`, [{ loc: ['body'], msg, type: 'value_error' }]);
+
+/** PostgreSQL text cannot hold U+0000: a path or query value with one is refused, named. */
+function refuseNul(location: 'path' | 'query', values: unknown): void {
+  for (const [name, value] of Object.entries((values ?? {}) as Record<string, unknown>)) {
+    const texts = Array.isArray(value) ? value : [value];
+    if (texts.some((text) => typeof text === 'string' && text.includes('\0'))) {
+      const msg = 'contains a NUL character';
+      throw new HeraldError('validation', `${name}: ${msg}`, [
+        { loc: [location, name], msg, type: 'value_error' },
+      ]);
+    }
+  }
 }
 
 /** Just /metrics and the liveness check: what a worker-only process serves. */
@@ -134,6 +154,10 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     request.actor = await auth.authenticate(request.headers.authorization);
     assertScope(request.actor, requiredScope(request));
     assertReach(request.actor, request);
+  });
+  app.addHook('preValidation', async (request) => {
+    refuseNul('path', request.params);
+    refuseNul('query', request.query);
   });
 
   if (core.config.apiRateLimit > 0) {

@@ -12,7 +12,7 @@ export function parseOrThrow<S extends z.ZodType>(
   const parsed = schema.safeParse(value);
   if (parsed.success) return parsed.data;
   const issues = parsed.error.issues.map((issue) => ({
-    loc: [location, ...issue.path.map((p) => (typeof p === 'symbol' ? String(p) : p))],
+    loc: [location, ...issue.path.map(String)],
     msg: issue.message,
     type: issue.code,
   }));

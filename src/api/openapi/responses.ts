@@ -227,9 +227,7 @@ export const HttpErrorOut = z.object({
 });
 
 export const ValidationErrorItem = z.object({
-  loc: z
-    .array(z.union([z.string(), z.number()]))
-    .describe('Where: `body`, `query` or `path`, then the field'),
+  loc: z.array(z.string()).describe('Where: `body`, `query`, `path` or `header`, then the field'),
   msg: z.string(),
   type: z.string(),
 });
@@ -237,6 +235,8 @@ export const ValidationErrorItem = z.object({
 export const HTTPValidationError = z.object({
   code: z.literal('validation'),
   detail: z
-    .union([z.array(ValidationErrorItem), z.string()])
-    .describe('Each offending field; a sentence when the fault is not one field’s (e.g. a NUL character)'),
+    .array(ValidationErrorItem)
+    .describe(
+      'Each offending field (`["body"]` alone when the database refused a value the schemas let through)',
+    ),
 });
