@@ -65,7 +65,7 @@ test('the same key with another request is a 409, and changes nothing', async ()
   assert.equal(first.status, 201);
   const other = await post(`/api/v1/app/${app}/endpoint`, { url: `${EP_URL}/other` }, 'create-other');
   assert.equal(other.status, 409, JSON.stringify(other.body));
-  assert.equal(other.body.code, 'conflict');
+  assert.equal(other.body.code, 'idempotency_conflict');
   assert.equal(await endpointsAt(`${EP_URL}/other`), 0);
 });
 

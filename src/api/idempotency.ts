@@ -62,7 +62,7 @@ export async function answerOnce(
 
 function replay(reply: FastifyReply, kept: KeptAnswer, requestSha256: Buffer): FastifyReply {
   if (!kept.requestSha256.equals(requestSha256)) {
-    throw new HeraldError('conflict', 'this idempotency-key was used for another request');
+    throw new HeraldError('idempotency_conflict', 'this idempotency-key was used for another request');
   }
   reply.header('idempotent-replayed', 'true');
   return send(reply, { status: kept.status, body: kept.body ?? undefined });
