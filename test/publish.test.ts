@@ -245,7 +245,10 @@ describe('the publish response', () => {
     assert.equal(replayed.status, 202);
     assert.deepEqual(replayed.body, read.body);
 
-    const bare = await t.call('POST', `/api/v1/app/${app}/msg?with_content=false`, body);
+    const bare = await t.call('POST', `/api/v1/app/${app}/msg?with_content=false`, {
+      ...body,
+      eventId: 'evt-response-2',
+    });
     assert.equal(bare.status, 202);
     const bareRead = await t.call('GET', `/api/v1/app/${app}/msg/${bare.body.id}?with_content=false`);
     assert.deepEqual(bare.body, bareRead.body);

@@ -43,7 +43,9 @@ const COLUMNS = columns('payload');
 export type PublishResult =
   | { kind: 'created'; message: MessageRow; deliveries: number }
   | { kind: 'replayed'; message: MessageRow }
-  | { kind: 'conflict'; message: MessageRow };
+  | { kind: 'conflict'; message: MessageRow }
+  /** Its eventId names another message of the app (`message`): nothing was inserted. */
+  | { kind: 'event_id_taken'; message: MessageRow };
 
 /**
  * Inserts the message and its delivery snapshot in one call. With an idempotency key that
@@ -105,18 +107,25 @@ export async function publishMessages(
   // A new message's payload is the one just sent, so it does not come back over the wire (most of
   // a publish's result); an earlier message's (a replay or a conflict) does.
   const rows = await db.query<
-    MessageRow & { ord: number; created: boolean; requestHash: Uint8Array | null; deliveries: number }
+    MessageRow & {
+      ord: number;
+      created: boolean;
+      requestHash: Uint8Array | null;
+      deliveries: number;
+      eventIdTaken: boolean;
+    }
   >(
     `select ord, created, ${columns('case when created then null else payload end')},
-            request_hash as "requestHash", deliveries
+            request_hash as "requestHash", deliveries, event_id_taken as "eventIdTaken"
        from herald_publish_messages($1::jsonb, $2::boolean)`,
     [JSON.stringify(items, wellFormed), wake],
     'publish_messages',
   );
   return inOrder(messages.length, rows.rows, 'message').map(
-    ({ created, requestHash, deliveries, ...message }, ord) => {
+    ({ created, requestHash, deliveries, eventIdTaken, ...message }, ord) => {
       if (message.id === null)
         throw new Error('the message holding this idempotency key was deleted meanwhile');
+      if (eventIdTaken) return { kind: 'event_id_taken', message };
       if (created) {
         // As stored: strings go in well-formed (see wellFormed).
         message.payload = messages[ord]!.payload.toWellFormed();
@@ -174,14 +183,14 @@ export async function findMessage(
   appId: string,
   idOrEventId: string,
 ): Promise<MessageRow | null> {
-  // By id, else by event id (the latest message that has it: Svix means it to be unique), each
-  // through its own index: one condition naming both columns could use neither, and read every
-  // message ever published.
+  // By id, else by event id (one message of the app at most: 0027), each through its own
+  // index: one condition naming both columns could use neither, and read every message ever
+  // published.
   const result = await db.query<MessageRow>(
     `select ${COLUMNS} from (
        (select 0 as rank, m.* from message m where m.app_id = $1 and m.id = $2)
        union all
-       (select 1 as rank, m.* from message m where m.app_id = $1 and m.event_id = $2 order by m.id desc limit 1)
+       (select 1 as rank, m.* from message m where m.app_id = $1 and m.event_id = $2)
      ) found
      order by rank limit 1`,
     [appId, idOrEventId],

@@ -75,6 +75,9 @@ export async function publish(
       'this idempotency-key was already used with different content',
     );
   }
+  if (result.kind === 'event_id_taken') {
+    throw new HeraldError('conflict', `eventId ${input.eventId} names message ${result.message.id} already`);
+  }
   return { message: result.message, created: result.kind === 'created' };
 }
 

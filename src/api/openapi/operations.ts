@@ -523,7 +523,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Message',
     summary: 'Create Message',
     description:
-      'Stores the message and one delivery per endpoint subscribed now, in one transaction; 202 only after it commits. Needs the `publish` scope (or `admin`).',
+      'Stores the message and one delivery per endpoint subscribed now, in one transaction; 202 only after it commits. An `eventId` names one message of its app: another publish with it is a 409. Needs the `publish` scope (or `admin`).',
     body: MessageIn,
     query: z.object({ with_content: yes.describe('`false`: leave the payload out of the answer') }),
     headers: idempotencyKey,
