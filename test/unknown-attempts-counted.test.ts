@@ -8,8 +8,6 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import {
   type AttemptResult,
-  type ClaimedDelivery,
-  claimDeliveries,
   recordOutcomes,
   recoverExpiredLeases,
   resendDelivery,
@@ -19,7 +17,7 @@ import type { Queryable } from '../src/db/port.ts';
 import { createMetrics } from '../src/ops/metrics.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { attemptResult } from './support/outcomes.ts';
-import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
+import { type ClaimedForTest, claimForTest, seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
 let database: TestDatabase;
 before(async () => {
@@ -30,7 +28,7 @@ after(async () => {
 });
 
 /** A request that left and lost its connection, with no retry: the endpoint has no idempotency contract. */
-const unknownParked = (claim: ClaimedDelivery): AttemptResult => ({
+const unknownParked = (claim: ClaimedForTest): AttemptResult => ({
   ...attemptResult(claim, 'failure'),
   outcome: 'unknown',
   statusCode: null,
@@ -52,8 +50,8 @@ async function counted(db: Queryable, deliveryId: string): Promise<number | null
   return result.rows[0]?.n ?? null;
 }
 
-async function claimOne(db: Queryable): Promise<ClaimedDelivery> {
-  const claimed = await claimDeliveries(db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+async function claimOne(db: Queryable): Promise<ClaimedForTest> {
+  const claimed = await claimForTest(db);
   assert.equal(claimed.length, 1);
   return claimed[0]!;
 }
@@ -89,7 +87,7 @@ test('each parking counts the unknown attempts of every cycle; a resend takes th
   // Parked after a known failure: nothing to review.
   const plain = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/plain');
   await seedMessage(db, app.id);
-  const claimed = await claimDeliveries(db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+  const claimed = await claimForTest(db);
   const failing = claimed.find((c) => c.endpointId === plain.id);
   assert.ok(failing, 'the plain endpoint has a delivery');
   await recordOutcomes(
@@ -108,7 +106,7 @@ test('a database upgraded with failed deliveries already parked counts their unk
     const risky = await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/risky', false);
     const plain = await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/plain');
     await seedMessage(old.db, app.id);
-    const claimed = await claimDeliveries(old.db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+    const claimed = await claimForTest(old.db);
     assert.equal(claimed.length, 2);
     await recordOutcomes(
       old.db,

@@ -37,6 +37,12 @@ export interface ClaimedDelivery {
   messageCreatedAt: Date;
   /** Relayed messages only: sent as Idempotency-Key on every attempt. */
   businessKey: string | null;
+  /**
+   * A throttled endpoint's (throttleRate): on this process's steady clock, a moment by which its
+   * next request may start — the claim's answer came after the database's now(), which the
+   * spacing counts from. null for an endpoint without a throttle.
+   */
+  throttledUntil: Date | null;
 }
 
 const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
@@ -44,13 +50,21 @@ const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", l
   endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
   secret_version as "secretVersion", idempotent, client_error_policy as "clientErrorPolicy",
   event_type as "eventType", payload, message_created_at as "messageCreatedAt", business_key as "businessKey",
-  payload_shared as "payloadShared"`;
+  payload_shared as "payloadShared", next_start_at as "nextStartAt"`;
 
 /** A claim's row: each message's payload comes on its first row only, as herald asks (migrations/0018). */
-type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy'> & {
+type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy' | 'throttledUntil'> & {
   payload: string | null;
   payloadShared: boolean;
+  /** When a throttled endpoint's next request may start, by the database's clock (0028). */
+  nextStartAt: Date | null;
 };
+
+/** The lease's two ends of one claim: on the steady clock as it was sent, and its length. */
+interface LeaseTiming {
+  leaseEndsBy: Date;
+  leaseMs: number;
+}
 
 /**
  * A claim's rows as deliveries, each with its lease's local end and its message's payload as the
@@ -59,7 +73,14 @@ type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy'> & {
  * signature; a Buffer's bytes also stay out of the young generation the worker's garbage
  * collector copies.
  */
-function asClaimed(rows: readonly ClaimedRow[], leaseEndsBy: Date): ClaimedDelivery[] {
+function asClaimed(rows: readonly ClaimedRow[], { leaseEndsBy, leaseMs }: LeaseTiming): ClaimedDelivery[] {
+  const answeredAt = steadyNow();
+  // next_start_at less the lease's expiry is the spacing after the database's now(), which came
+  // before the answer: counted from the answer, the slot is surely open again.
+  const throttledUntil = (row: ClaimedRow) =>
+    row.nextStartAt === null
+      ? null
+      : new Date(answeredAt + leaseMs + row.nextStartAt.getTime() - row.leaseExpiresAt.getTime());
   const bytes = new Map<string, Buffer | null>();
   // One object per delivery: the row's copy with its bytes. The row's other columns ride along
   // unread (payloadShared; on an outcome write's answer, its outcome columns, null).
@@ -67,13 +88,13 @@ function asClaimed(rows: readonly ClaimedRow[], leaseEndsBy: Date): ClaimedDeliv
     if (!row.payloadShared) {
       const payload = row.payload === null ? null : Buffer.from(row.payload, 'utf8');
       bytes.set(row.messageId, payload);
-      return { ...row, payload, leaseEndsBy };
+      return { ...row, payload, leaseEndsBy, throttledUntil: throttledUntil(row) };
     }
     const payload = bytes.get(row.messageId);
     // The claim puts a message's first row before the ones that share its payload.
     if (payload === undefined)
       throw new Error(`claim: a shared payload came before its message ${row.messageId}`);
-    return { ...row, payload, leaseEndsBy };
+    return { ...row, payload, leaseEndsBy, throttledUntil: throttledUntil(row) };
   });
 }
 
@@ -87,18 +108,19 @@ export interface ClaimRequest {
 }
 
 export async function claimDeliveries(db: Queryable, claim: ClaimRequest): Promise<ClaimedDelivery[]> {
-  const leaseEndsBy = localLeaseEnd(claim);
+  const lease = leaseTiming(claim);
   const result = await db.query<ClaimedRow>(
     `select ${CLAIM_COLUMNS} from herald_claim($1, make_interval(secs => $2), $3, $4::uuid, share_payloads => true)`,
     [claim.batch, claim.leaseSeconds, claim.afterEndpoint, claim.claimId ?? null],
     'claim_deliveries',
   );
-  return asClaimed(result.rows, leaseEndsBy);
+  return asClaimed(result.rows, lease);
 }
 
 /** Taken just before a claim is sent: see ClaimedDelivery.leaseEndsBy. */
-function localLeaseEnd(claim: ClaimRequest): Date {
-  return new Date(steadyNow() + claim.leaseSeconds * 1000);
+function leaseTiming(claim: ClaimRequest): LeaseTiming {
+  const leaseMs = claim.leaseSeconds * 1000;
+  return { leaseEndsBy: new Date(steadyNow() + leaseMs), leaseMs };
 }
 
 export interface AttemptResult {
@@ -152,7 +174,7 @@ export async function recordOutcomesAndClaim(
   disableAfter: number,
   claim: ClaimRequest,
 ): Promise<{ recorded: RecordedOutcome[]; claimed: ClaimedDelivery[] }> {
-  const leaseEndsBy = localLeaseEnd(claim);
+  const lease = leaseTiming(claim);
   const result = await db.query<
     // A recorded outcome's row or a claimed delivery's: each leaves the other's columns null.
     ClaimedRow & {
@@ -185,7 +207,7 @@ export async function recordOutcomesAndClaim(
         endpointDisabled: row.endpointDisabled === true,
       });
   }
-  return { recorded, claimed: asClaimed(claimed, leaseEndsBy) };
+  return { recorded, claimed: asClaimed(claimed, lease) };
 }
 
 function outcomeItems(results: readonly AttemptResult[]): string {

@@ -322,7 +322,17 @@ export function createWorker(options: WorkerOptions): Worker {
       // outcome and on a snapshot that sees it, unless it could not (operational webhooks share
       // that transaction; no free slot; a retried write): then a claim round takes it.
       if (!claimedAlong || mayHaveMore) nudge();
+      // A throttled endpoint's slot opens again later: a claim round then takes its next delivery,
+      // whether or not another wake-up comes before the next poll.
+      if (claim.throttledUntil) nudgeAt(claim.throttledUntil.getTime());
     }
+  }
+
+  function nudgeAt(steadyTime: number): void {
+    const timer = setTimeout(() => {
+      if (running) nudge();
+    }, steadyTime - steadyNow());
+    timer.unref();
   }
 
   /**

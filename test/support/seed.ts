@@ -4,6 +4,7 @@
 
 import crypto from 'node:crypto';
 import { type AppRow, insertApp } from '../../src/db/apps.ts';
+import type { ClaimedDelivery } from '../../src/db/deliveries.ts';
 import { type EndpointRow, insertEndpoint } from '../../src/db/endpoints.ts';
 import type { IntakeReceipt } from '../../src/db/intake.ts';
 import type { NewMessage } from '../../src/db/messages.ts';
@@ -72,6 +73,24 @@ export async function seedMessage(db: Queryable, appId: string, payload = '{}'):
     JSON.stringify([item]),
   ]);
   return rows[0]!.id;
+}
+
+/** What tests below the worker need of a claimed delivery to write its outcome. */
+export type ClaimedForTest = Pick<ClaimedDelivery, 'deliveryId' | 'leaseToken' | 'endpointId' | 'messageId'>;
+
+/**
+ * Claims up to `batch` deliveries (30 s leases) for the columns every version of the claim
+ * answers with, as seedMessage publishes: for databases an upgrade test holds at an older
+ * migration as well as for the current one.
+ */
+export async function claimForTest(db: Queryable, batch = 10): Promise<ClaimedForTest[]> {
+  const { rows } = await db.query<ClaimedForTest>(
+    `select delivery_id as "deliveryId", lease_token as "leaseToken", endpoint_id as "endpointId",
+            message_id as "messageId"
+       from herald_claim($1, interval '30 seconds', '', null)`,
+    [batch],
+  );
+  return rows;
 }
 
 /** A standard-webhooks source relaying into the app as event type `e`, keyed by delivery id. */

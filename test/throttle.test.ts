@@ -1,0 +1,75 @@
+// An endpoint's throttleRate (Svix's `rateLimit`, requests a second) spaces the starts of its
+// requests by 1 / throttleRate, for every worker (the slot the claim fills says when the next may
+// start), and the worker comes back for the next delivery then, not at its next poll. An
+// endpoint without one is not slowed.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { type Receiver, startReceiver } from './support/receiver.ts';
+import { waitFor } from './support/wait.ts';
+
+const RATE = 5;
+const SPACING_MS = 1000 / RATE;
+const MESSAGES = 8;
+
+let t: TestHerald;
+let receiver: Receiver;
+
+before(async () => {
+  // A poll far apart: only the wake-up when the throttled slot opens again can keep the pace.
+  t = await startTestHerald('throttle', { env: { HERALD_POLL_INTERVAL_MS: '20000' } });
+  receiver = await startReceiver();
+});
+after(async () => {
+  await t.close();
+  await receiver.close();
+});
+
+const startsOf = async (endpointId: string) =>
+  (
+    await t.database.db.query<{ startedAt: Date }>(
+      'select started_at as "startedAt" from attempt where endpoint_id = $1 order by started_at',
+      [endpointId],
+    )
+  ).rows.map((r) => r.startedAt.getTime());
+
+const gaps = (times: number[]) => times.slice(1).map((time, i) => time - times[i]!);
+
+test('a throttled endpoint gets its requests 1 / throttleRate apart, at that pace; another endpoint is not slowed', async () => {
+  const app = await createApp(t, 'throttled');
+  const throttled = await createEndpoint(t, app, { url: `${receiver.url}/throttled`, rateLimit: RATE });
+  const free = await createEndpoint(t, app, { url: `${receiver.url}/free` });
+  for (let n = 0; n < MESSAGES; n++) await publishVia(t, app, { eventType: 'e', payload: { n } });
+
+  const arrivals = (path: string) => receiver.requests.filter((r) => r.path === path);
+  await waitFor(
+    `all ${MESSAGES} requests at the throttled endpoint, at its pace (not one per ${20} s poll)`,
+    () => arrivals('/throttled').length === MESSAGES,
+    15_000,
+  );
+  await waitFor('all requests at the other endpoint', () => arrivals('/free').length === MESSAGES);
+
+  // By the database's clock, each claim came after the slot opened again.
+  const starts = await startsOf(throttled);
+  assert.equal(starts.length, MESSAGES);
+  for (const gap of gaps(starts)) assert.ok(gap >= SPACING_MS, `attempts ${gap} ms apart`);
+  // At the receiver, as they arrived (the send follows its claim within a few ms).
+  for (const gap of gaps(arrivals('/throttled').map((r) => r.startedAt)))
+    assert.ok(gap >= SPACING_MS - 50, `requests ${gap} ms apart at the receiver`);
+
+  // The other endpoint's slot never closes after its request.
+  const { rows } = await t.database.db.query<{ nextStartAt: Date | null }>(
+    'select next_start_at as "nextStartAt" from delivery_lease where endpoint_id = $1',
+    [free],
+  );
+  assert.deepEqual(
+    rows.map((r) => r.nextStartAt),
+    [null],
+  );
+  assert.ok(
+    gaps(await startsOf(free)).some((gap) => gap < SPACING_MS),
+    'the endpoint without a throttle is not held to one',
+  );
+});
