@@ -178,10 +178,12 @@ keys
   .action(() =>
     withHerald(async (herald) => {
       const report = await reencryptSecrets(herald.core.db, herald.core.box);
-      console.log(`examined ${report.examined} secrets, re-encrypted ${report.reencrypted}`);
-      if (report.unreadable.length > 0) {
-        console.error(`no configured key opens endpoint_secret rows ${report.unreadable.join(', ')}`);
-        process.exitCode = 1;
+      for (const { table, examined, reencrypted, unreadable } of report.tables) {
+        console.log(`${table}: examined ${examined} secrets, re-encrypted ${reencrypted}`);
+        if (unreadable.length > 0) {
+          console.error(`no configured key opens ${table} rows ${unreadable.join(', ')}`);
+          process.exitCode = 1;
+        }
       }
     }),
   );

@@ -62,25 +62,51 @@ test('the database holds no plaintext secret, and a ciphertext moved to another 
   await assert.rejects(revealSecret(t.herald.core, t.database.db, moved), /another row|tampered/);
 });
 
-test('keys reencrypt moves every secret to a new master key; the old key can then go', async () => {
+test('keys reencrypt moves every secret — endpoints’ and sources’ — to a new master key; the old key can then go', async () => {
   const app = await createApp(t, 'rekey');
   const ep = await createEndpoint(t, app, { url: `${receiver.url}/rekey`, secret: SECRET });
+  const sourceSecret = 'whsec_c291cmNlLXNlY3JldC1mb3ItcmVrZXlpbmc=';
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'rekey-source',
+    scheme: 'standard-webhooks',
+    secret: sourceSecret,
+    app: 'rekey',
+    eventType: 'e',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
   const newKey = Buffer.alloc(32, 9);
   const oldKey = Buffer.from(MASTER_KEY, 'base64');
   const both = createSecretBox([newKey, oldKey]);
   const report = await reencryptSecrets(t.database.db, both);
-  assert.ok(report.reencrypted >= 1 && report.reencrypted <= report.examined);
+  const byTable = Object.fromEntries(report.tables.map((r) => [r.table, r]));
+  assert.ok(byTable['endpoint_secret']!.reencrypted >= 1);
+  assert.equal(byTable['source_secret']!.reencrypted, 1, 'the source’s secret too');
   // The row the previous test tampered with is reported, not silently skipped or fatal.
-  assert.equal(report.unreadable.length, 1);
+  assert.equal(byTable['endpoint_secret']!.unreadable.length, 1);
   const again = await reencryptSecrets(t.database.db, both);
-  assert.equal(again.reencrypted, 0, 'a second run finds nothing left');
-  const rows = await t.database.db.query<{ sealed: Buffer; endpoint_id: string }>(
-    'select sealed, endpoint_id from endpoint_secret where endpoint_id = $1',
+  assert.deepEqual(
+    again.tables.map((r) => r.reencrypted),
+    [0, 0],
+    'a second run finds nothing left',
+  );
+
+  // Under the new key alone, both open; under the old alone, neither.
+  const onlyNew = createSecretBox([newKey]);
+  const onlyOld = createSecretBox([oldKey]);
+  const endpointRow = await t.database.db.query<{ sealed: Buffer }>(
+    'select sealed from endpoint_secret where endpoint_id = $1',
     [ep],
   );
-  const onlyNew = createSecretBox([newKey]);
-  assert.equal(onlyNew.open(Buffer.from(rows.rows[0]!.sealed), ep), SECRET);
-  assert.throws(() => createSecretBox([oldKey]).open(Buffer.from(rows.rows[0]!.sealed), ep), /unknown key/);
+  const sourceRow = await t.database.db.query<{ sealed: Buffer }>(
+    'select sealed from source_secret where source_id = $1',
+    [source.body.id],
+  );
+  const sealedEndpoint = Buffer.from(endpointRow.rows[0]!.sealed);
+  const sealedSource = Buffer.from(sourceRow.rows[0]!.sealed);
+  assert.equal(onlyNew.open(sealedEndpoint, ep), SECRET);
+  assert.equal(onlyNew.open(sealedSource, source.body.id), sourceSecret);
+  assert.throws(() => onlyOld.open(sealedEndpoint, ep), /unknown key/);
+  assert.throws(() => onlyOld.open(sealedSource, source.body.id), /unknown key/);
 });
 
 test('delivery keeps signing with a secret re-encrypted under the previous-keys ring', async () => {

@@ -65,38 +65,3 @@ export async function rotateSecret(
     [endpointId],
   );
 }
-
-export interface SealedRow {
-  id: number;
-  endpointId: string;
-  sealed: Buffer;
-}
-
-/** One page of sealed secrets in id order, for re-encryption. */
-export async function sealedSecretsAfter(
-  db: Queryable,
-  afterId: number,
-  limit: number,
-): Promise<SealedRow[]> {
-  const result = await db.query<{ id: number; endpointId: string; sealed: Uint8Array }>(
-    `select id::int as id, endpoint_id as "endpointId", sealed from endpoint_secret
-      where id > $1 order by id limit $2`,
-    [afterId, limit],
-  );
-  return result.rows.map((r) => ({ ...r, sealed: Buffer.from(r.sealed) }));
-}
-
-/** Replaces a ciphertext, only if it is still the one that was read (a rotation may have won). */
-export async function resealSecret(
-  db: Queryable,
-  id: number,
-  previous: Buffer,
-  sealed: Buffer,
-): Promise<boolean> {
-  const result = await db.query('update endpoint_secret set sealed = $3 where id = $1 and sealed = $2', [
-    id,
-    previous,
-    sealed,
-  ]);
-  return result.rowCount > 0;
-}

@@ -1,38 +1,47 @@
-// Re-encrypts every sealed secret under the current master key. Run it after deploying a new
-// HERALD_MASTER_KEY with the old one in HERALD_PREVIOUS_MASTER_KEYS; once it reports zero left,
-// the old key can be dropped. Safe to run while herald serves: each row is swapped only if it
-// still holds the ciphertext that was read.
+// Re-encrypts every sealed secret — endpoint signing secrets and inbound source secrets — under the
+// current master key. Run it after deploying a new HERALD_MASTER_KEY with the old one in
+// HERALD_PREVIOUS_MASTER_KEYS; once a run re-encrypts nothing and finds nothing unreadable, the old
+// key can be dropped. Safe to run while herald serves: each row is swapped only if it still holds
+// the ciphertext that was read.
 
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { resealSecret, sealedSecretsAfter } from '../db/endpoint-secrets.ts';
 import type { Queryable } from '../db/port.ts';
+import { resealSecret, SEALED_TABLES, type SealedTable, sealedSecretsAfter } from '../db/sealed-secrets.ts';
 
 export interface ReencryptReport {
-  examined: number;
-  reencrypted: number;
-  /** Rows no known key opens (tampered, or sealed under a key no longer configured). */
-  unreadable: number[];
+  /** Per table of sealed secrets. */
+  tables: {
+    table: SealedTable['table'];
+    examined: number;
+    reencrypted: number;
+    /** Rows no known key opens (tampered, or sealed under a key no longer configured). */
+    unreadable: number[];
+  }[];
 }
 
 export async function reencryptSecrets(db: Queryable, box: SecretBox, batch = 500): Promise<ReencryptReport> {
-  const report: ReencryptReport = { examined: 0, reencrypted: 0, unreadable: [] };
-  let after = 0;
-  for (;;) {
-    const rows = await sealedSecretsAfter(db, after, batch);
-    if (rows.length === 0) return report;
-    for (const row of rows) {
-      report.examined++;
-      if (box.keyIdOf(row.sealed) === box.currentKeyId) continue;
-      let plaintext: string;
-      try {
-        plaintext = box.open(row.sealed, row.endpointId);
-      } catch {
-        report.unreadable.push(row.id);
-        continue;
+  const report: ReencryptReport = { tables: [] };
+  for (const sealedTable of SEALED_TABLES) {
+    const counts = { table: sealedTable.table, examined: 0, reencrypted: 0, unreadable: [] as number[] };
+    report.tables.push(counts);
+    for (let after = 0; ; ) {
+      const rows = await sealedSecretsAfter(db, sealedTable, after, batch);
+      if (rows.length === 0) break;
+      for (const row of rows) {
+        counts.examined++;
+        if (box.keyIdOf(row.sealed) === box.currentKeyId) continue;
+        let plaintext: string;
+        try {
+          plaintext = box.open(row.sealed, row.ownerId);
+        } catch {
+          counts.unreadable.push(row.id);
+          continue;
+        }
+        const resealed = box.seal(plaintext, row.ownerId);
+        if (await resealSecret(db, sealedTable, row.id, row.sealed, resealed)) counts.reencrypted++;
       }
-      const resealed = box.seal(plaintext, row.endpointId);
-      if (await resealSecret(db, row.id, row.sealed, resealed)) report.reencrypted++;
+      after = rows.at(-1)!.id;
     }
-    after = rows.at(-1)!.id;
   }
+  return report;
 }
