@@ -9,7 +9,7 @@ import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp } from './db/apps.ts';
 import { migrate } from './db/migrate.ts';
 import { listSources } from './db/sources.ts';
-import { createApiKey, ensureLocalAdminKey, revokeKey } from './engine/api-keys.ts';
+import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
 import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
@@ -136,14 +136,16 @@ keys
   .description('create an API key and print it once')
   .requiredOption('--scope <scope>', 'admin, publish or read (repeatable)', scopeList)
   .option('--name <name>', 'a label for the key', 'cli')
-  .option('--app <app>', 'restrict the key to this app id (repeatable)', (v: string, p: string[] = []) => [
-    ...p,
-    v,
-  ])
+  .option(
+    '--app <app>',
+    'restrict the key to this app, by id or uid (repeatable)',
+    (v: string, p: string[] = []) => [...p, v],
+  )
   .action((options: { scope: Scope[]; name: string; app?: string[] }) =>
     withHerald(async (herald) => {
+      const appIds = options.app ? await resolveAppIds(herald.core.db, options.app) : null;
       const created = await herald.core.db.transaction((tx) =>
-        createApiKey(tx, 'cli', { name: options.name, scopes: options.scope, appIds: options.app ?? null }),
+        createApiKey(tx, 'cli', { name: options.name, scopes: options.scope, appIds }),
       );
       console.log(created.key);
       console.error(`created ${created.id} (${created.scopes.join(', ')}); the key is shown only once`);

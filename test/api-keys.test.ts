@@ -226,6 +226,27 @@ describe('scopes, app restrictions and revocation', () => {
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'nope' });
     await refused(key, 'POST', `/api/v1/app/${appA}/msg`, 403, MESSAGE);
   });
+
+  test('`herald keys create --app <uid>` restricts the key to that app; an app that does not exist is refused', async () => {
+    const uidOfA = (await t.call('GET', `/api/v1/app/${appA}`)).body.uid as string;
+    const run = await runHerald(
+      ['keys', 'create', '--scope', 'publish', '--app', uidOfA, '--name', 'one app'],
+      testEnv(t.database.url),
+    );
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    const key = run.stdout.match(/^hk_\S+$/m)?.[0];
+    assert.ok(key, `a key on stdout: ${run.stdout}`);
+    const published = await t.call('POST', `/api/v1/app/${uidOfA}/msg`, MESSAGE, bearer(key));
+    assert.equal(published.status, 202, JSON.stringify(published.body));
+    await refused(key, 'POST', `/api/v1/app/${appB}/msg`, 403, MESSAGE);
+
+    const missing = await runHerald(
+      ['keys', 'create', '--scope', 'publish', '--app', 'no-such-app'],
+      testEnv(t.database.url),
+    );
+    assert.notEqual(missing.code, 0);
+    assert.match(missing.stderr, /application no-such-app not found/);
+  });
 });
 
 describe('the key behind each token is cached', () => {

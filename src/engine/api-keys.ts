@@ -4,8 +4,24 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { generateApiKey } from '../crypto/api-key-token.ts';
 import { type ApiKeyRow, insertApiKey, listApiKeys, revokeApiKey, type Scope } from '../db/api-keys.ts';
+import { findApp } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import type { Db, Queryable } from '../db/port.ts';
+import { invalidField } from '../errors.ts';
+
+/**
+ * The ids of the apps a key is restricted to, named by id or uid as the caller wrote them. A key
+ * stores ids (its reach is checked against them): a uid kept as written would reach nothing.
+ */
+export async function resolveAppIds(db: Queryable, idsOrUids: readonly string[]): Promise<string[]> {
+  const ids: string[] = [];
+  for (const [index, idOrUid] of idsOrUids.entries()) {
+    const found = await findApp(db, idOrUid);
+    if (!found) throw invalidField(['apps', index], `application ${idOrUid} not found`);
+    ids.push(found.id);
+  }
+  return ids;
+}
 
 export async function createApiKey(
   tx: Queryable,

@@ -3,10 +3,9 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import { listApiKeys } from '../../db/api-keys.ts';
-import { findApp } from '../../db/apps.ts';
-import { createApiKey, revokeKey } from '../../engine/api-keys.ts';
+import { createApiKey, resolveAppIds, revokeKey } from '../../engine/api-keys.ts';
 import type { Core } from '../../engine/core.ts';
-import { invalidField, notFound } from '../../errors.ts';
+import { notFound } from '../../errors.ts';
 import { ApiKeyIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import type { Authenticator } from '../auth.ts';
@@ -18,18 +17,9 @@ export const apiKeyRoutes =
 
     app.post('/api/v1/api-key', async (request, reply) => {
       const input = parseOrThrow(ApiKeyIn, request.body);
-      const appIds: string[] = [];
-      for (const [index, idOrUid] of (input.apps ?? []).entries()) {
-        const found = await findApp(db, idOrUid);
-        if (!found) throw invalidField(['apps', index], `application ${idOrUid} not found`);
-        appIds.push(found.id);
-      }
+      const appIds = input.apps ? await resolveAppIds(db, input.apps) : null;
       const created = await db.transaction((tx) =>
-        createApiKey(tx, request.actor.id, {
-          name: input.name,
-          scopes: input.scopes,
-          appIds: input.apps ? appIds : null,
-        }),
+        createApiKey(tx, request.actor.id, { name: input.name, scopes: input.scopes, appIds }),
       );
       return reply.status(201).send(created);
     });
