@@ -753,6 +753,21 @@ describe('conflicts: 409', () => {
     );
   });
 
+  test('the operator app’s uid is herald’s to give: 422 by a publish that would create it, or a PUT', async () => {
+    const answer = await rejected(() =>
+      send('POST', '/api/v1/app/herald-operator/msg', {
+        eventType: 'invoice.paid',
+        payload: {},
+        application: { name: 'Mine', uid: 'herald-operator' },
+      }),
+    );
+    assertNames(answer, ['body', 'uid']);
+    assertNames(await rejected(() => send('PUT', '/api/v1/app/herald-operator', { name: 'Mine' })), [
+      'body',
+      'uid',
+    ]);
+  });
+
   test('publishing with `application` whose uid is not the one the path names: 422, no app made', async () => {
     const answer = await rejected(() =>
       send('POST', '/api/v1/app/brand-new/msg', {

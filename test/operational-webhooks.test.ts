@@ -9,10 +9,11 @@ import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { findApp } from '../src/db/apps.ts';
 import type { AttemptResult } from '../src/db/deliveries.ts';
+import { OPERATOR_APP_UID } from '../src/engine/apps.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint as createEndpointInTx } from '../src/engine/endpoints.ts';
 import { createHerald, createLogger } from '../src/herald.ts';
-import { emitOutcomeEvents, OPERATOR_APP_UID } from '../src/ops/operational-webhooks.ts';
+import { emitOutcomeEvents } from '../src/ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks } from '../src/ops/operator-app.ts';
 import { EndpointIn } from '../src/schemas/svix.ts';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
@@ -187,6 +188,32 @@ describe('operator app', () => {
     assert.equal(secret.status, 200);
     assert.equal(secret.body.key, SECRET);
   });
+  test('no caller but herald gives an app its uid: a key restricted to its app cannot take the operator’s events', async () => {
+    const tenant = await createApp(t, 'tenant-app');
+    const key = await t.call('POST', '/api/v1/api-key', {
+      name: 'tenant',
+      scopes: ['admin'],
+      apps: [tenant],
+    });
+    assert.equal(key.status, 201, JSON.stringify(key.body));
+    const asTenant = { authorization: `Bearer ${key.body.key}` };
+    const reserved = (answer: { status: number; body: { detail: { loc: string[] }[] } }, loc: string[]) => {
+      assert.equal(answer.status, 422, JSON.stringify(answer.body));
+      assert.deepEqual(answer.body.detail[0]!.loc, loc);
+    };
+    const uid = { uid: OPERATOR_APP_UID };
+    reserved(await t.call('PATCH', `/api/v1/app/${tenant}`, uid, asTenant), ['body', 'uid']);
+    reserved(await t.call('PUT', `/api/v1/app/${tenant}`, { name: 'x', ...uid }, asTenant), ['body', 'uid']);
+    // Nor an unrestricted key, by any way that names an app.
+    reserved(await t.call('POST', '/api/v1/app', { name: 'x', ...uid }), ['body', 'uid']);
+    assert.equal((await findApp(t.database.db, tenant))!.uid, 'tenant-app');
+    assert.equal((await findApp(t.database.db, OPERATOR_APP_UID))!.id, operator.appId);
+    // The operator app keeps its uid through an update.
+    const kept = await t.call('PUT', `/api/v1/app/${OPERATOR_APP_UID}`, { name: 'herald operator' });
+    assert.equal(kept.status, 200, JSON.stringify(kept.body));
+    assert.equal(kept.body.uid, OPERATOR_APP_UID);
+  });
+
   test('a bad URL or secret stops start-up naming the variable', () => {
     const base = testEnv(t.database.url);
     assert.throws(

@@ -4,8 +4,23 @@ import type { AppFields, AppRow } from '../db/apps.ts';
 import { findApp, insertApp } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import type { Queryable } from '../db/port.ts';
-import { HeraldError, notFound } from '../errors.ts';
+import { HeraldError, invalidField, notFound } from '../errors.ts';
 import type { Actor } from './core.ts';
+
+/** The operator app's uid (operational webhooks, ops/operator-app.ts). */
+export const OPERATOR_APP_UID = 'herald-operator';
+/** The audit log's name for herald acting on its own behalf. */
+export const HERALD_ACTOR_ID = 'herald';
+
+/**
+ * Herald alone gives an app the operator app's uid: the app holding it receives every app's
+ * operational events (their apps, endpoints and messages), so a key that could give its own app
+ * that uid would read them all. The app that holds it already (the operator app) keeps it.
+ */
+export function assertUidAllowed(actor: Actor, uid: string | null, current?: AppRow): void {
+  if (uid !== OPERATOR_APP_UID || actor.id === HERALD_ACTOR_ID || current?.uid === OPERATOR_APP_UID) return;
+  throw invalidField(['uid'], `"${OPERATOR_APP_UID}" is reserved for herald's operator app`);
+}
 
 export async function requireApp(db: Queryable, actor: Actor, idOrUid: string): Promise<AppRow> {
   const app = await findApp(db, idOrUid);
@@ -53,6 +68,7 @@ export async function auditAppCreated(tx: Queryable, actor: Actor, app: AppRow):
 }
 
 export async function createApp(tx: Queryable, actor: Actor, fields: AppFields): Promise<AppRow> {
+  assertUidAllowed(actor, fields.uid);
   const app = await insertApp(tx, fields);
   await auditAppCreated(tx, actor, app);
   return app;

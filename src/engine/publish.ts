@@ -16,7 +16,7 @@ import {
 import type { Queryable } from '../db/port.ts';
 import { HeraldError, invalidField, notFound } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
-import { appFieldsFrom, assertAppAllowed, auditAppCreated, requireApp } from './apps.ts';
+import { appFieldsFrom, assertAppAllowed, assertUidAllowed, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
 export const DEFAULT_RETENTION_DAYS = 90;
@@ -158,6 +158,7 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
       // not find the message under.
       const uid = input.application.uid ?? appIdOrUid;
       if (uid !== appIdOrUid) throw invalidField(['application', 'uid'], 'must be the uid the path names');
+      assertUidAllowed(actor, uid);
       const created = await insertAppIfAbsent(db, { ...appFieldsFrom(input.application), uid });
       if (created) {
         await auditAppCreated(db, actor, created);

@@ -11,11 +11,9 @@
 import type { AttemptResult, RecordedOutcome, RecoveredLease } from '../db/deliveries.ts';
 import { publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
+import { HERALD_ACTOR_ID, OPERATOR_APP_UID } from '../engine/apps.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 
-export const OPERATOR_APP_UID = 'herald-operator';
-/** The audit log's name for herald acting on its own behalf. */
-export const HERALD_ACTOR_ID = 'herald';
 /** Svix sends `message.attempt.failing` on a delivery's fourth failure. */
 export const FAILING_AFTER = 4;
 

@@ -5,7 +5,7 @@
 
 import { findApp } from '../db/apps.ts';
 import { listEndpoints } from '../db/endpoints.ts';
-import { createApp } from '../engine/apps.ts';
+import { createApp, HERALD_ACTOR_ID, OPERATOR_APP_UID } from '../engine/apps.ts';
 import type { Actor, Core } from '../engine/core.ts';
 import {
   createEndpoint,
@@ -17,7 +17,6 @@ import {
 import { ConfigError, HeraldError } from '../errors.ts';
 import { EndpointIn } from '../schemas/svix.ts';
 import { parseOrThrow } from '../schemas/validate.ts';
-import { HERALD_ACTOR_ID, OPERATOR_APP_UID } from './operational-webhooks.ts';
 
 const HERALD_ACTOR: Actor = { id: HERALD_ACTOR_ID, scopes: ['admin'], appIds: null };
 /** Arbitrary constant shared by every herald process: serialises concurrent start-ups. */

@@ -3,8 +3,8 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } from '../../db/apps.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { appFieldsFrom, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
-import type { Core } from '../../engine/core.ts';
+import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
+import type { Actor, Core } from '../../engine/core.ts';
 import { HeraldError } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
@@ -22,14 +22,15 @@ export const appRoutes =
   async (app) => {
     const { db } = core;
     // The audit names the fields that changed, never their values (metadata may hold anything).
-    const updateAudited = (actor: string, current: AppRow, fields: AppFields) =>
-      db.transaction(async (tx) => {
+    const updateAudited = (actor: Actor, current: AppRow, fields: AppFields) => {
+      assertUidAllowed(actor, fields.uid, current);
+      return db.transaction(async (tx) => {
         const row = await updateApp(tx, current.id, fields);
         const changed = (['uid', 'name', 'throttleRate', 'metadata', 'retentionDays'] as const).filter(
           (f) => JSON.stringify(current[f]) !== JSON.stringify(row[f]),
         );
         await recordAudit(tx, {
-          actor,
+          actor: actor.id,
           action: 'app.updated',
           appId: row.id,
           targetType: 'app',
@@ -38,6 +39,7 @@ export const appRoutes =
         });
         return row;
       });
+    };
 
     app.get('/api/v1/app', async (request) => {
       const q = parseListQuery(request.query, 'ascending');
@@ -98,7 +100,7 @@ export const appRoutes =
       // would make the app unreachable by the address the caller just used.
       const kept = input.uid === undefined ? { ...fields, uid: existing.uid } : fields;
       return presentApp(
-        await conflictOnTakenUid(APP_UID_TAKEN, () => updateAudited(request.actor.id, existing, kept)),
+        await conflictOnTakenUid(APP_UID_TAKEN, () => updateAudited(request.actor, existing, kept)),
       );
     });
 
@@ -108,7 +110,7 @@ export const appRoutes =
       const throttleRate = input.throttleRate !== undefined ? input.throttleRate : input.rateLimit;
       return presentApp(
         await conflictOnTakenUid(APP_UID_TAKEN, () =>
-          updateAudited(request.actor.id, current, {
+          updateAudited(request.actor, current, {
             uid: input.uid === undefined ? current.uid : input.uid,
             name: input.name ?? current.name,
             throttleRate: throttleRate === undefined ? current.throttleRate : throttleRate,
