@@ -6,7 +6,7 @@ import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { restartDeliveries } from '../src/db/deliveries.ts';
 import { asQueryable } from '../src/db/port.ts';
-import { expireOldPayloads, pruneFinishedHistory } from '../src/db/retention.ts';
+import { expireOldPayloads, pruneFinishedHistory, retentionPass } from '../src/db/retention.ts';
 import { createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
@@ -175,4 +175,80 @@ test('a replay under way keeps its message from history pruning, and the deliver
         .rowCount === 1,
   );
   assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
+});
+
+test('a retention pass works off a backlog batch after batch, within its time; one out of time says it is behind', async () => {
+  await t.call('POST', '/api/v1/app', { name: 'backlog', uid: 'backlog' });
+  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'backlog'`))
+    .rows[0]!.id;
+  const expiredPayloads = () =>
+    t.database.db.query<{ n: number }>(
+      `select count(*)::int as n from message where app_id = $1 and payload is not null and payload_expires_at < now()`,
+      [appId],
+    );
+  const seed = (n: number) =>
+    t.database.db.query(
+      `insert into message (app_id, event_type, payload, payload_expires_at)
+       select $1, 'e', '{}', now() - interval '1 minute' from generate_series(1, $2)`,
+      [appId, n],
+    );
+  await seed(25);
+  const outOfTime = await retentionPass(t.database.db, {
+    historyRetentionDays: undefined,
+    budgetMs: 0,
+    batch: 10,
+  });
+  assert.deepEqual(outOfTime, { expired: 10, pruned: 0, behind: true });
+  const rest = await retentionPass(t.database.db, {
+    historyRetentionDays: undefined,
+    budgetMs: 60_000,
+    batch: 10,
+  });
+  assert.deepEqual(rest, { expired: 15, pruned: 0, behind: false });
+  assert.equal((await expiredPayloads()).rows[0]!.n, 0);
+});
+
+test('history pruning keeps a message parked with an unknown outcome, and takes the audit entry of a pruned message’s creation', async () => {
+  await t.call('POST', '/api/v1/app', { name: 'parked', uid: 'parked' });
+  const ep = await createEndpoint(t, 'parked', { url: `${receiver.url}/parked` });
+  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'parked'`))
+    .rows[0]!.id;
+  const old = (n: number) => idMintedAt('msg', Date.now() - 40 * 86_400_000, n);
+  const [parked, done] = [old(11), old(12)];
+  await t.database.db.query(
+    `with m as (
+       insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+       select id, $1, 'e', '{}', now() + interval '1 day', now() - interval '40 days' from unnest($3::text[]) id
+       returning id
+     ), a as (
+       insert into audit_entry (actor, action, app_id, target_type, target_id)
+       select 'test', action, $1, 'message', m.id from m, unnest(array['message.created', 'message.resent']) action
+     )
+     insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+     select $1, m.id, $2, 'failed', 1, 1 from m`,
+    [appId, ep, [parked, done]],
+  );
+  await t.database.db.query(
+    `update delivery_failed set unknown_attempts = 1
+      where delivery_id = (select id from delivery where message_id = $1)`,
+    [parked],
+  );
+  assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
+  const left = await t.database.db.query<{ id: string }>('select id from message where id = any($1)', [
+    [parked, done],
+  ]);
+  assert.deepEqual(
+    left.rows.map((r) => r.id),
+    [parked],
+    'the unknown outcome awaiting review keeps its message',
+  );
+  const audit = await t.database.db.query<{ target: string; action: string }>(
+    `select target_id as target, action from audit_entry where target_id = any($1) order by target_id, action`,
+    [[parked, done]],
+  );
+  assert.deepEqual(
+    audit.rows.map((r) => `${r.target === parked ? 'parked' : 'done'} ${r.action}`),
+    // In id order: the parked message's (kept whole), then the pruned one's (its creation gone).
+    ['parked message.created', 'parked message.resent', 'done message.resent'],
+  );
 });

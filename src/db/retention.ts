@@ -2,16 +2,29 @@
 // payloadRetentionPeriod). The message, its deliveries, attempts and intake records stay, with
 // ids, states, times and digests — the history outlives the content.
 
-import type { Queryable } from './port.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
+import type { Db, Queryable } from './port.ts';
 import { firstIdAt } from './time-ids.ts';
 
-const UNFINISHED = `exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))`;
+/**
+ * What history pruning leaves: a message with a delivery waiting or in flight, or one parked with
+ * an attempt whose outcome is unknown (invariant: the evidence stays until someone has looked at
+ * it; resending it ends the parking, and `herald doctor` lists it until then).
+ */
+const KEPT = `(exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
+  or exists (select 1 from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
+              where d.message_id = m.id and f.unknown_attempts > 0))`;
+
+/** Rows per retention statement: small batches keep locks short. */
+export const RETENTION_BATCH = 1000;
 
 /**
- * Deletes up to `batch` messages older than `days` whose deliveries are all finished, with their
- * deliveries and attempts (foreign keys cascade; intake records keep their claim, losing only the
- * link, and are marked `message_pruned_at`, so that nobody takes them for claims that never made
- * their message). Opt-in: by default herald keeps the history, which is its audit trail.
+ * Deletes up to `batch` messages older than `days` whose deliveries are all finished (none parked
+ * with an unknown outcome: KEPT), with their deliveries and attempts (foreign keys cascade; intake
+ * records keep their claim, losing only the link, and are marked `message_pruned_at`, so that
+ * nobody takes them for claims that never made their message) and the audit entry of their
+ * creation (one per message; an operator's actions on a message stay in the audit log). Opt-in: by
+ * default herald keeps the history, which is its audit trail.
  *
  * Run it in a transaction (`db.transaction`): it locks the old messages, then deletes those still
  * finished as a statement that starts after the locks were taken sees them. A replay, resend or
@@ -21,14 +34,18 @@ const UNFINISHED = `exists (select 1 from delivery d where d.message_id = m.id a
  * on a snapshot taken before it waited for its locks, and could delete a delivery a replay had
  * just restarted, with the lease a worker held on it.
  */
-export async function pruneFinishedHistory(tx: Queryable, days: number, batch = 1000): Promise<number> {
+export async function pruneFinishedHistory(
+  tx: Queryable,
+  days: number,
+  batch = RETENTION_BATCH,
+): Promise<number> {
   // The old messages are the first ids of the primary key (time-ids.ts): a walk that stops at
   // the cutoff's id, never a read of the whole history.
   const locked = await tx.query<{ id: string }>(
     `select m.id from message m
       where m.id < ${firstIdAt('msg', 'now() - make_interval(days => $1)')}
         and m.created_at < now() - make_interval(days => $1)
-        and not ${UNFINISHED}
+        and not ${KEPT}
       order by m.id limit $2 for update skip locked`,
     [days, batch],
   );
@@ -36,12 +53,16 @@ export async function pruneFinishedHistory(tx: Queryable, days: number, batch = 
   // Still finished as a statement after the locks sees them; and so they stay until the delete
   // below: what could restart one waits for the message's lock, held here.
   const finished = await tx.query<{ id: string }>(
-    `select m.id from message m where m.id = any($1) and not ${UNFINISHED}`,
+    `select m.id from message m where m.id = any($1) and not ${KEPT}`,
     [locked.rows.map((r) => r.id)],
   );
   const ids = finished.rows.map((r) => r.id);
   await tx.query('update intake set message_pruned_at = now() where message_id = any($1)', [ids]);
-  const result = await tx.query(`delete from message m where m.id = any($1) and not ${UNFINISHED}`, [ids]);
+  await tx.query(
+    `delete from audit_entry where target_id = any($1) and target_type = 'message' and action = 'message.created'`,
+    [ids],
+  );
+  const result = await tx.query(`delete from message m where m.id = any($1) and not ${KEPT}`, [ids]);
   return result.rowCount;
 }
 
@@ -49,7 +70,7 @@ export async function pruneFinishedHistory(tx: Queryable, days: number, batch = 
  * Removes up to `batch` expired payloads; returns how many. Small batches keep locks short. The
  * payloads still kept are indexed by their expiry (migration 0020): the run reads only those due.
  */
-export async function expireOldPayloads(db: Queryable, batch = 1000): Promise<number> {
+export async function expireOldPayloads(db: Queryable, batch = RETENTION_BATCH): Promise<number> {
   const result = await db.query(
     `update message set payload = null
       where id in (select id from message where payload is not null and payload_expires_at < now()
@@ -57,4 +78,41 @@ export async function expireOldPayloads(db: Queryable, batch = 1000): Promise<nu
     [batch],
   );
   return result.rowCount;
+}
+
+export interface RetentionPass {
+  expired: number;
+  pruned: number;
+  /** A batch came back full when the pass's time was up: more is due, the next pass goes on. */
+  behind: boolean;
+}
+
+/**
+ * One pass of payload retention and, with `historyRetentionDays`, history pruning: batch after
+ * batch while they come back full, for at most `budgetMs` (the pass shares the maintenance loop
+ * with lease recovery). One batch a pass would fall behind for good once more messages expire
+ * per pass than a batch holds.
+ */
+export async function retentionPass(
+  db: Db,
+  options: { historyRetentionDays: number | undefined; budgetMs: number; batch?: number },
+): Promise<RetentionPass> {
+  const batch = options.batch ?? RETENTION_BATCH;
+  const until = steadyNow() + options.budgetMs;
+  const drain = async (step: () => Promise<number>) => {
+    let done = 0;
+    for (;;) {
+      const n = await step();
+      done += n;
+      if (n < batch) return { done, behind: false };
+      if (steadyNow() >= until) return { done, behind: true };
+    }
+  };
+  const expired = await drain(() => expireOldPayloads(db, batch));
+  const days = options.historyRetentionDays;
+  const pruned =
+    days === undefined
+      ? { done: 0, behind: false }
+      : await drain(() => db.transaction((tx) => pruneFinishedHistory(tx, days, batch)));
+  return { expired: expired.done, pruned: pruned.done, behind: expired.behind || pruned.behind };
 }

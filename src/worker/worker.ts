@@ -21,7 +21,7 @@ import {
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { DUE_DEAD_ROWS_TO_VACUUM, vacuumDueDeliveries } from '../db/queue-vacuum.ts';
-import { expireOldPayloads, pruneFinishedHistory } from '../db/retention.ts';
+import { retentionPass } from '../db/retention.ts';
 import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
@@ -30,8 +30,10 @@ import { runAttempt } from './attempt.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
 
-/** Payload retention is a slow clock: once a minute is plenty, and each run is a small batch. */
+/** Retention is a slow clock: once a minute is plenty, unless the last pass left work behind. */
 const RETENTION_EVERY_MS = 60_000;
+/** A retention pass's share of the maintenance loop, which also recovers leases. */
+const RETENTION_BUDGET_MS = 2_000;
 
 export interface WorkerOptions {
   db: Db;
@@ -132,6 +134,8 @@ export function createWorker(options: WorkerOptions): Worker {
     mayHaveMore = true;
   };
   let lastRetention = 0;
+  /** The last retention pass ran out of time with work left: the next maintenance pass goes on. */
+  let retentionBehind = false;
   /** Dead due rows that the last VACUUM left (see vacuumDueDeliveries). */
   let dueDeadLeft = 0;
 
@@ -358,17 +362,19 @@ export function createWorker(options: WorkerOptions): Worker {
       dueDeadLeft = left;
       log.debug({ deadLeft: left }, 'vacuumed the due deliveries');
     }
-    if (Date.now() - lastRetention >= RETENTION_EVERY_MS) {
+    if (retentionBehind || Date.now() - lastRetention >= RETENTION_EVERY_MS) {
       lastRetention = Date.now();
-      const expired = await expireOldPayloads(db);
-      if (expired > 0) log.info({ count: expired }, 'removed payloads past their retention period');
+      const pass = await retentionPass(db, {
+        historyRetentionDays: options.historyRetentionDays,
+        budgetMs: RETENTION_BUDGET_MS,
+      });
+      retentionBehind = pass.behind;
+      if (pass.expired > 0) log.info({ count: pass.expired }, 'removed payloads past their retention period');
+      if (pass.pruned > 0)
+        log.info({ count: pass.pruned }, 'pruned finished messages past the history retention');
+      if (pass.behind) log.info('retention is behind; the next maintenance pass goes on');
       const forgotten = await forgetOldAnswers(db);
       if (forgotten > 0) log.info({ count: forgotten }, 'forgot the answers of old idempotency keys');
-      if (options.historyRetentionDays !== undefined) {
-        const days = options.historyRetentionDays;
-        const pruned = await db.transaction((tx) => pruneFinishedHistory(tx, days));
-        if (pruned > 0) log.info({ count: pruned }, 'pruned finished messages past the history retention');
-      }
     }
   }
 
