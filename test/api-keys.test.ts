@@ -105,6 +105,12 @@ describe('scopes, app restrictions and revocation', () => {
     await refused(key, 'PATCH', ep, 403, { description: 'changed' });
     await refused(key, 'DELETE', ep, 403);
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'nope' });
+    // Nor by a publish that would create its app.
+    await refused(key, 'POST', '/api/v1/app/made-by-publish/msg', 403, {
+      ...MESSAGE,
+      application: { name: 'nope', uid: 'made-by-publish' },
+    });
+    assert.equal((await t.call('GET', '/api/v1/app/made-by-publish')).status, 404);
     await refused(key, 'POST', '/api/v1/event-type', 403, { name: 'nope', description: 'nope' });
     await refused(key, 'POST', '/api/v1/api-key', 403, { name: 'escalate', scopes: ['admin'] });
     await refused(key, 'GET', '/api/v1/app', 403);

@@ -153,7 +153,10 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
       return await requireApp(db, actor, appIdOrUid);
     } catch (error) {
       if (!(error instanceof HeraldError) || error.kind !== 'not_found') throw error;
-      if (actor.appIds !== null) throw error;
+      // Creating an app is an administrator's act, as POST /api/v1/app is, whatever the route.
+      if (actor.appIds !== null || !actor.scopes.includes('admin')) {
+        throw new HeraldError('forbidden', 'creating an application needs an unrestricted admin key');
+      }
       // The app created is the one the path names: never another, which the answer's URL would
       // not find the message under.
       const uid = input.application.uid ?? appIdOrUid;
