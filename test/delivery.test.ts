@@ -69,7 +69,15 @@ describe('signing', () => {
     const app = await createApp(t, 'headers');
     const ep = await createEndpoint(t, app, { url: `${receiver.url}/hdr` });
     const put = await t.call('PUT', `/api/v1/app/${app}/endpoint/${ep}/headers`, {
-      headers: { 'X-Tenant': 'acme', Authorization: 'Bearer downstream', 'X-Auth-Token': 'downstream' },
+      headers: {
+        'X-Tenant': 'acme',
+        'X-Monkey': 'not a key',
+        Authorization: 'Bearer downstream',
+        'X-Auth-Token': 'downstream',
+        'X-Webhook-Token': 'downstream',
+        'Api-Key': 'downstream',
+        'X-Shopify-Access-Token': 'downstream',
+      },
     });
     assert.equal(put.status, 204);
     const reserved = await t.call('PUT', `/api/v1/app/${app}/endpoint/${ep}/headers`, {
@@ -85,8 +93,14 @@ describe('signing', () => {
     assert.equal(request!.headers['authorization'], 'Bearer downstream');
     const got = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/headers`);
     // Credentials are named, never shown.
-    assert.deepEqual(got.body.headers, { 'X-Tenant': 'acme' });
-    assert.deepEqual(got.body.sensitive.sort(), ['Authorization', 'X-Auth-Token']);
+    assert.deepEqual(got.body.headers, { 'X-Tenant': 'acme', 'X-Monkey': 'not a key' });
+    assert.deepEqual(got.body.sensitive.sort(), [
+      'Api-Key',
+      'Authorization',
+      'X-Auth-Token',
+      'X-Shopify-Access-Token',
+      'X-Webhook-Token',
+    ]);
   });
 });
 

@@ -40,11 +40,12 @@ type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
 
 /**
- * Header names whose values are credentials: listed by name, value withheld (Svix's list, and
- * the usual API-key and cookie headers).
+ * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
+ * few; receivers name theirs every way (`X-Webhook-Token`, `Api-Key`, `X-Shopify-Access-Token`),
+ * so any name with a word of a credential's among its hyphen-separated words is withheld.
  */
 const SENSITIVE_HEADER =
-  /^(authorization|proxy-authorization|x-auth-token|www-authenticate|proxy-authenticate|x-api-key|cookie)$/i;
+  /(^|-)(authorization|authenticate|auth|token|secret|key|apikey|password|passwd|credentials?|signature|cookie|session)(-|$)/i;
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
