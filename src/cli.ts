@@ -7,7 +7,7 @@ import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp } from './db/apps.ts';
-import { migrate } from './db/migrate.ts';
+import { migrate, migrationState } from './db/migrate.ts';
 import { listSources } from './db/sources.ts';
 import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
 import { createSource } from './engine/sources.ts';
@@ -88,12 +88,21 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
   process.on('SIGINT', () => void stop('SIGINT'));
 }
 
+/**
+ * Runs a command on a herald without its worker. Only `herald migrate` changes the schema: any
+ * other command on a database that lacks migrations stops and says so, instead of migrating a
+ * production database as a side effect of a look at it (a migration may lock a table while it
+ * builds an index, or stop on data it must not change).
+ */
 async function withHerald<T>(fn: (herald: Herald) => Promise<T>): Promise<T> {
   // What these commands print on stdout is their answer (a key, a list): logs go to stderr.
   const config = loadConfig();
   const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
   try {
-    await migrate(herald.core.db);
+    const { pending } = await migrationState(herald.core.db);
+    if (pending.length > 0) {
+      throw new Error(`the database lacks migrations ${pending.join(', ')}: run \`herald migrate\` first`);
+    }
     return await fn(herald);
   } finally {
     await herald.close();
@@ -124,11 +133,18 @@ for (const [name, role, text] of [
 program
   .command('migrate')
   .description('apply pending database migrations')
-  .action(() =>
-    withHerald(async () => {
-      console.log('migrations are up to date');
-    }),
-  );
+  .action(async () => {
+    const config = loadConfig();
+    const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
+    try {
+      const applied = await migrate(herald.core.db);
+      console.log(
+        applied.length > 0 ? `applied migrations ${applied.join(', ')}` : 'migrations are up to date',
+      );
+    } finally {
+      await herald.close();
+    }
+  });
 
 const keys = program.command('keys').description('manage API keys and the master key');
 keys
