@@ -115,6 +115,14 @@ const scopeList = (value: string, previous: Scope[] = []): Scope[] => {
   return [...previous, value as Scope];
 };
 
+/** An option's ISO time, refused where commander reads it: an Invalid Date would reach SQL. */
+const isoTime = (value: string): Date => {
+  const time = new Date(value);
+  if (Number.isNaN(time.getTime()))
+    throw new InvalidArgumentError('expected an ISO time, e.g. 2026-11-01T00:00:00Z');
+  return time;
+};
+
 const program = new Command('herald').description('A webhook gateway on PostgreSQL').showHelpAfterError();
 
 for (const [name, role, text] of [
@@ -267,16 +275,16 @@ program
   .command('reconcile')
   .description('print the evidence about a message, or the messages of a time window, and what is unknown')
   .option('--message <id>', 'one message')
-  .option('--since <time>', 'messages created at or after this ISO time')
-  .option('--until <time>', 'and before this ISO time')
+  .option('--since <time>', 'messages created at or after this ISO time', isoTime)
+  .option('--until <time>', 'and before this ISO time', isoTime)
   .option('--app <app>', 'only this app (id or uid)')
   .option('--unknown-only', 'only messages with an outcome unknown, or not recorded yet')
   .option('--json', 'machine-readable output')
   .action(
     (options: {
       message?: string;
-      since?: string;
-      until?: string;
+      since?: Date;
+      until?: Date;
       app?: string;
       unknownOnly?: boolean;
       json?: boolean;
@@ -289,8 +297,8 @@ program
         const found = options.message
           ? [await reconcileMessage(db, options.message)].filter((r) => r !== null)
           : await reconcileWindow(db, {
-              since: new Date(options.since!),
-              until: options.until ? new Date(options.until) : null,
+              since: options.since!,
+              until: options.until ?? null,
               appId: app?.id ?? null,
               uncertainOnly: options.unknownOnly ?? false,
             });

@@ -100,11 +100,20 @@ function cidrList(env: Env, name: string): string[] {
   return items;
 }
 
+/**
+ * What a start-up error may say of a URL: its scheme and host. Its path, query or user part may
+ * hold a token (a chat webhook's URL is its credential), which a log must not keep.
+ */
+export function urlOrigin(url: string): string {
+  const parsed = URL.parse(url);
+  return parsed?.host ? `${parsed.protocol}//${parsed.host}/…` : '(not a URL)';
+}
+
 function operatorWebhook(env: Env): { url: string | undefined; secret: string | undefined } {
   const url = env['HERALD_OPERATOR_WEBHOOK_URL'] || undefined;
   const secret = env['HERALD_OPERATOR_WEBHOOK_SECRET'] || undefined;
   if (url !== undefined && !/^https?:$/.test(URL.parse(url)?.protocol ?? '')) {
-    throw new ConfigError('HERALD_OPERATOR_WEBHOOK_URL', 'an http:// or https:// URL', url);
+    throw new ConfigError('HERALD_OPERATOR_WEBHOOK_URL', 'an http:// or https:// URL', urlOrigin(url));
   }
   // The secret is not echoed back: a start-up error must not print it to a log.
   if (secret !== undefined && !isValidEndpointSecret(secret)) {
@@ -136,15 +145,21 @@ function doctorWindow(env: Env): { settle: number; lookback: number } {
   return { settle, lookback };
 }
 
+/** What a lease must leave beyond an attempt's deadline (see loadConfig). */
+const MIN_LEASE_MARGIN_MS = 500;
+
 export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
   const leaseSeconds = integer(env, 'HERALD_LEASE_SECONDS', 60, 1, 3600);
   const attemptTimeoutMs = integer(env, 'HERALD_ATTEMPT_TIMEOUT_MS', 15_000, 100, 300_000);
   // The worker must be able to send and then record the outcome before its lease runs out;
   // otherwise every slow attempt would be recovered as `unknown` while it is still running.
-  if (attemptTimeoutMs >= leaseSeconds * 1000) {
+  // A request may start only while its deadline and time to record its outcome (half of what the
+  // lease leaves beyond the deadline) still fit: with less than half a second left over, a claim's
+  // own round trip could use up that window, and every lease would be given back unsent.
+  if (attemptTimeoutMs > leaseSeconds * 1000 - MIN_LEASE_MARGIN_MS) {
     throw new ConfigError(
       'HERALD_ATTEMPT_TIMEOUT_MS',
-      `less than HERALD_LEASE_SECONDS (${leaseSeconds} s) in milliseconds`,
+      `at most HERALD_LEASE_SECONDS (${leaseSeconds} s) in milliseconds less ${MIN_LEASE_MARGIN_MS}`,
       String(attemptTimeoutMs),
     );
   }
@@ -171,7 +186,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     host: env['HOST'] || '127.0.0.1',
     databaseUrl,
     dataDir: path.resolve(env['HERALD_DATA_DIR'] || '.herald'),
-    adminKey: env['HERALD_ADMIN_KEY'] || undefined,
+    adminKey: adminKey(env),
     masterKey,
     previousMasterKeys: Object.freeze(
       (env['HERALD_PREVIOUS_MASTER_KEYS'] ?? '')
@@ -204,4 +219,14 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
     doctorLookbackSeconds: doctor.lookback,
   });
+}
+
+/** A bearer token carries no whitespace: a key with some could never be presented. */
+function adminKey(env: Env): string | undefined {
+  const key = env['HERALD_ADMIN_KEY'] || undefined;
+  // The key is not echoed back: a start-up error must not print it to a log.
+  if (key !== undefined && (/\s/.test(key) || key.length < 8)) {
+    throw new ConfigError('HERALD_ADMIN_KEY', 'at least 8 characters, without whitespace');
+  }
+  return key;
 }

@@ -134,6 +134,12 @@ test('an attempt with no outcome yet is not known either: in flight, or its leas
     const noSuchApp = await runHerald(['reconcile', '--since', '2000-01-01T00:00:00Z', '--app', 'nope'], env);
     assert.notEqual(noSuchApp.code, 0);
     assert.match(noSuchApp.stderr, /no app nope/);
+    const notATime = await runHerald(['reconcile', '--since', 'yesterday'], env);
+    assert.notEqual(notATime.code, 0);
+    assert.match(
+      notATime.stderr,
+      /option '--since <time>' argument 'yesterday' is invalid\. expected an ISO time/,
+    );
 
     // A window of more messages than a page holds is read whole.
     const more = [await publishVia(s, app, { eventType: 'order.paid', payload: { n: 2 } })];

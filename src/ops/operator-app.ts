@@ -3,6 +3,7 @@
 // HERALD_OPERATOR_WEBHOOK_SECRET when given. Idempotent, and safe when several processes start at
 // once (one advisory lock); a changed URL or secret is applied to the existing endpoint.
 
+import { urlOrigin } from '../config.ts';
 import { findApp } from '../db/apps.ts';
 import { listEndpoints } from '../db/endpoints.ts';
 import { createApp, HERALD_ACTOR_ID, OPERATOR_APP_UID } from '../engine/apps.ts';
@@ -69,7 +70,7 @@ export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhoo
       throw new ConfigError(
         'HERALD_OPERATOR_WEBHOOK_URL',
         `a URL herald may deliver to (${error.message})`,
-        url,
+        urlOrigin(url),
       );
     }
     throw error;
