@@ -152,9 +152,27 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
     100,
   );
   await db.query(`update delivery set state = 'failed', next_attempt_at = null where state = 'pending'`);
-  // Kept for 0 days: every finished message is old enough.
-  assert.equal(await db.transaction((tx) => pruneFinishedHistory(tx, 0)), messages.length);
-  await assertFollows(app.id, 'finished history pruned', { due: 0, leased: 0, failed: 0 });
+  // The leases recovered above left unknown attempts: their deliveries, failed now, are parked for
+  // review, and pruning keeps their messages (retention.ts, KEPT).
+  const parked = await db.query<{ messages: number; deliveries: number }>(
+    `select count(distinct d.message_id)::int as messages, count(*)::int as deliveries
+       from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
+      where d.app_id = $1 and f.unknown_attempts > 0`,
+    [app.id],
+  );
+  const { messages: keptMessages } = parked.rows[0]!;
+  assert.ok(keptMessages > 0 && keptMessages < messages.length, 'some messages are parked, some not');
+  // Kept for 0 days: every other finished message is old enough.
+  assert.equal(await db.transaction((tx) => pruneFinishedHistory(tx, 0)), messages.length - keptMessages);
+  const failedLeft = await db.query<{ n: number }>(
+    `select count(*)::int as n from delivery where app_id = $1 and state = 'failed'`,
+    [app.id],
+  );
+  await assertFollows(app.id, 'finished history pruned', {
+    due: 0,
+    leased: 0,
+    failed: failedLeft.rows[0]!.n,
+  });
 });
 
 test('two deliveries of one endpoint in flight break delivery_one_in_flight, whoever writes them', async () => {
