@@ -54,13 +54,14 @@ describe('scopes, app restrictions and revocation', () => {
     key: string,
     method: string,
     path: string,
-    status: 401 | 403,
+    status: 401 | 403 | 404,
     body?: unknown,
   ): Promise<void> {
     const answer = await t.call(method, path, body, bearer(key));
     const what = `${method} ${path}: ${answer.status} ${JSON.stringify(answer.body)}`;
     assert.equal(answer.status, status, what);
-    assert.equal(answer.body.code, status === 401 ? 'authentication_failed' : 'insufficient_access', what);
+    const code = { 401: 'authentication_failed', 403: 'insufficient_access', 404: 'not_found' }[status];
+    assert.equal(answer.body.code, code, what);
     assert.equal(typeof answer.body.detail, 'string', what);
   }
 
@@ -150,11 +151,13 @@ describe('scopes, app restrictions and revocation', () => {
       [appA],
     );
 
-    await refused(key, 'GET', `/api/v1/app/${appB}`, 403);
-    await refused(key, 'GET', '/api/v1/app/keys-b', 403);
-    await refused(key, 'POST', `/api/v1/app/${appB}/msg`, 403, MESSAGE);
-    await refused(key, 'POST', `/api/v1/app/${appB}/endpoint`, 403, { url: EP_URL });
-    await refused(key, 'DELETE', `/api/v1/app/${appB}`, 403);
+    // Another tenant's app is not found, as an app nobody has: no key learns which uids are taken.
+    for (const other of [appB, 'keys-b', 'nobody-has-this']) {
+      await refused(key, 'GET', `/api/v1/app/${other}`, 404);
+      await refused(key, 'POST', `/api/v1/app/${other}/msg`, 404, MESSAGE);
+      await refused(key, 'POST', `/api/v1/app/${other}/endpoint`, 404, { url: EP_URL });
+      await refused(key, 'DELETE', `/api/v1/app/${other}`, 404);
+    }
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'another tenant' });
     // get_if_exists shows an existing app only to a key that may see it, and does not tell such a
     // key whether a uid is taken: the same refusal as for a uid nobody has.
@@ -244,7 +247,7 @@ describe('scopes, app restrictions and revocation', () => {
     assert.ok(key, `a key on stdout: ${run.stdout}`);
     const published = await t.call('POST', `/api/v1/app/${uidOfA}/msg`, MESSAGE, bearer(key));
     assert.equal(published.status, 202, JSON.stringify(published.body));
-    await refused(key, 'POST', `/api/v1/app/${appB}/msg`, 403, MESSAGE);
+    await refused(key, 'POST', `/api/v1/app/${appB}/msg`, 404, MESSAGE);
 
     const missing = await runHerald(
       ['keys', 'create', '--scope', 'publish', '--app', 'no-such-app'],

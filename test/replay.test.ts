@@ -298,8 +298,17 @@ describe('replay', () => {
     }
     const restricted = await keyFor(['admin'], [other]);
     const as = (b: unknown) => t.call('POST', '/api/v1/replay', b, { authorization: `Bearer ${restricted}` });
-    assert.equal((await as({ ...body, app: 'shop' })).status, 403);
-    assert.equal((await as({ ...body, endpoint: epOk })).status, 403);
+    // Another tenant's app and endpoint are not found, as ones nobody has.
+    for (const filter of [
+      { app: 'shop' },
+      { app: 'nobody-has-this' },
+      { endpoint: epOk },
+      { endpoint: 'ep_nobody' },
+    ]) {
+      const answer = await as({ ...body, ...filter });
+      assert.equal(answer.status, 422, JSON.stringify(answer.body));
+      assert.match(answer.body.detail[0].msg, /not found/);
+    }
     // No app filter: the selection stays inside the key's apps (the shop's six are not in it).
     const own = await as(body);
     assert.equal(own.status, 200, JSON.stringify(own.body));

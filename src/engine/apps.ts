@@ -4,7 +4,7 @@ import type { AppFields, AppRow } from '../db/apps.ts';
 import { findApp, insertApp } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import type { Queryable } from '../db/port.ts';
-import { HeraldError, invalidField, notFound } from '../errors.ts';
+import { invalidField, notFound } from '../errors.ts';
 import type { Actor } from './core.ts';
 
 /** The operator app's uid (operational webhooks, ops/operator-app.ts). */
@@ -33,10 +33,13 @@ export function isAppAllowed(actor: Actor, appId: string): boolean {
   return actor.appIds === null || actor.appIds.includes(appId);
 }
 
-export function assertAppAllowed(actor: Actor, appId: string): void {
-  if (!isAppAllowed(actor, appId)) {
-    throw new HeraldError('forbidden', 'this API key is not allowed to access this application');
-  }
+/**
+ * What a key restricted to some apps may not reach does not exist for it: the same 404 as for an
+ * app (or the source, endpoint, … of one) that nobody has, so that no key learns which ids or
+ * uids another tenant uses.
+ */
+export function assertAppAllowed(actor: Actor, appId: string, what = 'application'): void {
+  if (!isAppAllowed(actor, appId)) throw notFound(what);
 }
 
 /** Svix's application input → stored fields (`rateLimit` is the SDK's name for throttleRate). */

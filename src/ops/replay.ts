@@ -18,7 +18,7 @@ import {
   type ReplayPair,
   type ReplaySelection,
 } from '../db/replay.ts';
-import { assertAppAllowed, requireApp } from '../engine/apps.ts';
+import { isAppAllowed, requireApp } from '../engine/apps.ts';
 import type { Actor } from '../engine/core.ts';
 import { requireEndpoint } from '../engine/endpoints.ts';
 import { HeraldError, invalidField } from '../errors.ts';
@@ -94,7 +94,7 @@ async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
     // Without an app an endpoint is named by its id (uids are unique only within an app).
     const owner = await endpointAppId(db, input.endpoint);
     if (owner === null) throw invalidField(['endpoint'], `endpoint ${input.endpoint} not found`);
-    assertAppAllowed(actor, owner);
+    if (!isAppAllowed(actor, owner)) throw invalidField(['endpoint'], `endpoint ${input.endpoint} not found`);
     appId = owner;
     endpointId = input.endpoint;
   }

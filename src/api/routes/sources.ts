@@ -34,7 +34,7 @@ export const sourceRoutes =
     const { db } = core;
     const load = async (actor: Parameters<typeof assertAppAllowed>[0], idOrUid: string) => {
       const source = await requireSource(db, idOrUid);
-      assertAppAllowed(actor, source.appId);
+      assertAppAllowed(actor, source.appId, 'source');
       return source;
     };
 
