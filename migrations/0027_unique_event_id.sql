@@ -60,7 +60,9 @@ begin
       -- Key order: concurrent batches take the keys' index entries in one order, never crosswise
       -- (a deadlock). Among items of one key, the first by ord is inserted; the others replay it.
       -- An item whose eventId another message of its app has (or an earlier item of the batch)
-      -- is not inserted either.
+      -- is not inserted either. EventIds are not taken in one order: two batches that share two
+      -- of them, in opposite orders under other keys, can deadlock (40P01); the group commit then
+      -- writes their items alone.
       from input order by app_id, idempotency_key, ord
     on conflict do nothing
     returning message.id

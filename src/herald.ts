@@ -189,8 +189,8 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     },
   };
   try {
-    // Set-up belongs with migrating: commands that open herald read-only (doctor) or migrate
-    // afterwards (keys, replay) leave the operator app alone.
+    // Set-up belongs with migrating: the commands that open herald without migrating (doctor,
+    // keys, replay, reconcile, sources) leave the operator app alone.
     if (options.migrate !== false) await ensureOperatorWebhooks(core);
   } catch (error) {
     await db.close();

@@ -157,6 +157,7 @@ describe('scopes, app restrictions and revocation', () => {
       await refused(key, 'POST', `/api/v1/app/${other}/msg`, 404, MESSAGE);
       await refused(key, 'POST', `/api/v1/app/${other}/endpoint`, 404, { url: EP_URL });
       await refused(key, 'DELETE', `/api/v1/app/${other}`, 404);
+      await refused(key, 'PUT', `/api/v1/app/${other}`, 404, { name: 'mine now' });
     }
     await refused(key, 'POST', '/api/v1/app', 403, { name: 'another tenant' });
     // get_if_exists shows an existing app only to a key that may see it, and does not tell such a

@@ -77,6 +77,7 @@ describe('signing', () => {
         'X-Webhook-Token': 'downstream',
         'Api-Key': 'downstream',
         'X-Shopify-Access-Token': 'downstream',
+        X_API_KEY: 'downstream',
       },
     });
     assert.equal(put.status, 204);
@@ -100,6 +101,7 @@ describe('signing', () => {
       'X-Auth-Token',
       'X-Shopify-Access-Token',
       'X-Webhook-Token',
+      'X_API_KEY',
     ]);
   });
 });

@@ -47,6 +47,7 @@ function isStoreUnavailable(error: unknown): boolean {
       'ECONNRESET',
       'ETIMEDOUT',
       'EPIPE',
+      '57014',
       '57P01',
       '57P03',
       '53300',

@@ -194,10 +194,12 @@ export function coalesced(run: () => Promise<void>): () => Promise<void> {
 
 /**
  * SQLSTATE classes of errors that no one item causes, and that its items written alone would meet
- * again, many writes instead of one: a statement cancelled or timed out, the server shutting down
- * (57), out of resources (53), a system error (58), a lost connection (08).
+ * again, many writes instead of one: the server shutting down or refusing connections (57P0x),
+ * out of resources (53), a system error (58), a lost connection (08). A statement that ran past
+ * its timeout (57014) may have been slow for one item's sake (a fan-out to many endpoints): its
+ * items are written alone.
  */
-const NOT_AN_ITEMS_FAULT = new Set(['57', '53', '58', '08']);
+const NOT_AN_ITEMS_FAULT = /^(57P|53|58|08)/;
 
 /**
  * An ERROR reported by the server for an autocommit statement (it did not commit) that one of its
@@ -207,5 +209,5 @@ const NOT_AN_ITEMS_FAULT = new Set(['57', '53', '58', '08']);
 function rejectedForAnItem(error: unknown): boolean {
   const { severity, code } = (error ?? {}) as { severity?: unknown; code?: unknown };
   if (severity !== 'ERROR') return false;
-  return !(typeof code === 'string' && NOT_AN_ITEMS_FAULT.has(code.slice(0, 2)));
+  return !(typeof code === 'string' && NOT_AN_ITEMS_FAULT.test(code));
 }

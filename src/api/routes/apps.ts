@@ -5,7 +5,7 @@ import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } 
 import { recordAudit } from '../../db/audit.ts';
 import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Actor, Core } from '../../engine/core.ts';
-import { HeraldError } from '../../errors.ts';
+import { HeraldError, notFound } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
@@ -85,9 +85,10 @@ export const appRoutes =
       const existing = await findApp(db, request.params.app_id);
       const fields = appFieldsFrom(input);
       if (!existing) {
-        // Svix: PUT creates the app when it does not exist, using the path as its uid.
-        if (request.actor.appIds !== null)
-          throw new HeraldError('forbidden', 'this API key cannot create applications');
+        // Svix: PUT creates the app when it does not exist, using the path as its uid. A key
+        // restricted to some apps creates none; to it, a uid nobody has is not found, as one that
+        // another tenant has (requireApp, below).
+        if (request.actor.appIds !== null) throw notFound('application');
         const uid = fields.uid ?? request.params.app_id;
         if (fields.uid == null) assertPathIdentifier('app_id', uid, 'uid for a new application');
         const created = await conflictOnTakenUid(APP_UID_TAKEN, () =>

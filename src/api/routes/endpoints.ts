@@ -41,11 +41,12 @@ type EpParams = AppParams & { endpoint_id: string };
 
 /**
  * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
- * few; receivers name theirs every way (`X-Webhook-Token`, `Api-Key`, `X-Shopify-Access-Token`),
- * so any name with a word of a credential's among its hyphen-separated words is withheld.
+ * few; receivers name theirs every way (`X-Webhook-Token`, `Api-Key`, `X_API_KEY`,
+ * `X-Shopify-Access-Token`), so any name with a credential's word among its words (split at `-`,
+ * `_` and `.`) is withheld.
  */
 const SENSITIVE_HEADER =
-  /(^|-)(authorization|authenticate|auth|token|secret|key|apikey|password|passwd|credentials?|signature|cookie|session)(-|$)/i;
+  /(^|[-_.])(authorization|authenticate|auth|token|secret|key|apikey|password|passwd|credentials?|signature|cookie|session)([-_.]|$)/i;
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
