@@ -14,7 +14,13 @@ import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
 import { formatFindings, runDoctor } from './ops/doctor.ts';
-import { formatReconciliation, isUncertain, reconcileMessage, reconcileWindow } from './ops/reconcile.ts';
+import {
+  acknowledgeUnknown,
+  formatReconciliation,
+  isUncertain,
+  reconcileMessage,
+  reconcileWindow,
+} from './ops/reconcile.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
 import { ReplayIn, replay } from './ops/replay.ts';
 import { SourceIn } from './schemas/sources.ts';
@@ -279,6 +285,10 @@ program
   .option('--until <time>', 'and before this ISO time', isoTime)
   .option('--app <app>', 'only this app (id or uid)')
   .option('--unknown-only', 'only messages with an outcome unknown, or not recorded yet')
+  .option(
+    '--acknowledge',
+    'with --message: its unknown outcomes are reviewed and left as they are (no longer awaiting review)',
+  )
   .option('--json', 'machine-readable output')
   .action(
     (options: {
@@ -287,10 +297,16 @@ program
       until?: Date;
       app?: string;
       unknownOnly?: boolean;
+      acknowledge?: boolean;
       json?: boolean;
     }) =>
       withHerald(async (herald) => {
         const db = herald.core.db;
+        if (options.acknowledge) {
+          if (!options.message) throw new Error('--acknowledge needs --message <id>');
+          await acknowledge(herald, options.message);
+          return;
+        }
         if (!options.message && !options.since) throw new Error('give --message <id> or --since <time>');
         const app = options.app ? await findApp(db, options.app) : null;
         if (options.app && !app) throw new Error(`no app ${options.app}`);
@@ -309,6 +325,20 @@ program
         if (found.some(isUncertain)) process.exitCode = 3;
       }),
   );
+
+/** `reconcile --message … --acknowledge`: see acknowledgeUnknown. */
+async function acknowledge(herald: Herald, messageId: string): Promise<void> {
+  const acknowledged = await acknowledgeUnknown(herald.core.db, CLI_ACTOR.id, messageId);
+  if (acknowledged.length === 0 && !(await reconcileMessage(herald.core.db, messageId))) {
+    throw new Error(`no message ${messageId}`);
+  }
+  const attempts = acknowledged.reduce((n, r) => n + r.unknownAttempts, 0);
+  console.log(
+    acknowledged.length === 0
+      ? `no unknown outcome of ${messageId} awaits review`
+      : `acknowledged ${attempts} unknown attempt(s) on ${acknowledged.map((r) => r.deliveryId).join(', ')}`,
+  );
+}
 
 program
   .command('doctor')

@@ -89,6 +89,29 @@ test('an unknown outcome is reported with its intake, deliveries and attempts; e
   );
   assert.equal(report[0].intake[0].observations.length, 2);
   assert.equal(report[0].unknown[0].responseClass, 'connection_lost');
+
+  // Looked into and left: no longer awaiting review, audited, still unknown in the history.
+  const parked = `select coalesce(sum(f.unknown_attempts), 0)::int as n from delivery_failed f
+                    join delivery d on d.id = f.delivery_id where d.message_id = $1`;
+  assert.equal((await t.database.db.query<{ n: number }>(parked, [messageId])).rows[0]!.n, 1);
+  const acknowledged = await runHerald(['reconcile', '--message', messageId, '--acknowledge'], env);
+  assert.equal(acknowledged.code, 0, acknowledged.stderr);
+  assert.match(acknowledged.stdout, /^acknowledged 1 unknown attempt\(s\) on dlv_/);
+  assert.equal((await t.database.db.query<{ n: number }>(parked, [messageId])).rows[0]!.n, 0);
+  const audit = await t.database.db.query<{ actor: string }>(
+    `select actor from audit_entry where target_id = $1 and action = 'message.unknown_acknowledged'`,
+    [messageId],
+  );
+  assert.deepEqual(
+    audit.rows.map((r) => r.actor),
+    ['cli'],
+  );
+  const again = await runHerald(['reconcile', '--message', messageId, '--acknowledge'], env);
+  assert.match(again.stdout, /no unknown outcome of .* awaits review/);
+  assert.equal((await runHerald(['reconcile', '--message', messageId], env)).code, 3, 'still unknown');
+  const nowhere = await runHerald(['reconcile', '--message', 'msg_nowhere', '--acknowledge'], env);
+  assert.notEqual(nowhere.code, 0);
+  assert.match(nowhere.stderr, /no message msg_nowhere/);
 });
 
 test('an attempt with no outcome yet is not known either: in flight, or its lease expired; every page of a window; --app by uid', async () => {

@@ -379,3 +379,30 @@ export async function listDestinations(db: Queryable, messageId: string): Promis
   );
   return result.rows;
 }
+
+/**
+ * Ends the parking of a message's failed deliveries whose unknown attempts an operator has looked
+ * into and decided to leave (the receiver applied them, or nothing is to be done): they are no
+ * longer counted as awaiting review (herald doctor, herald_unknown_outcomes_parked) and history
+ * retention may prune the message. The attempts stay `unknown`: that is what herald knows of them.
+ * Returns each delivery with the unknown attempts it had counted.
+ */
+export async function acknowledgeUnknownOutcomes(
+  db: Queryable,
+  messageId: string,
+): Promise<{ deliveryId: string; appId: string; unknownAttempts: number }[]> {
+  const result = await db.query<{ deliveryId: string; appId: string; unknownAttempts: number }>(
+    `with parked as (
+       select f.endpoint_id, f.delivery_id, f.unknown_attempts, d.app_id
+         from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
+        where d.message_id = $1 and f.unknown_attempts > 0
+          for update of f
+     )
+     update delivery_failed f set unknown_attempts = 0
+       from parked p
+      where (f.endpoint_id, f.delivery_id) = (p.endpoint_id, p.delivery_id)
+     returning p.delivery_id as "deliveryId", p.app_id as "appId", p.unknown_attempts as "unknownAttempts"`,
+    [messageId],
+  );
+  return result.rows;
+}

@@ -141,7 +141,8 @@ const CHECKS: Check[] = [
     }),
     detail:
       'attempts with an unknown outcome (finished_at) are parked on failed deliveries; check with the ' +
-      'receiver (herald reconcile --unknown-only), then resend or leave them',
+      'receiver (herald reconcile --unknown-only), then resend them, or leave them: ' +
+      'herald reconcile --message <id> --acknowledge',
   },
   {
     // Automatic disables always need a person; an operator's disable only once work waits on it.

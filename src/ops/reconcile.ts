@@ -4,6 +4,8 @@
 // whether an uncertain effect happened (ask the receiver about that Idempotency-Key) and what to
 // do next (resend, or nothing).
 
+import { recordAudit } from '../db/audit.ts';
+import { acknowledgeUnknownOutcomes } from '../db/deliveries.ts';
 import {
   type EvidenceWindow,
   type MessageEvidence,
@@ -11,7 +13,7 @@ import {
   messageIdsInWindow,
 } from '../db/evidence.ts';
 import { type IntakeEvidence, intakeEvidenceForMessage } from '../db/intake.ts';
-import type { Queryable } from '../db/port.ts';
+import type { Db, Queryable } from '../db/port.ts';
 
 export interface Reconciliation {
   message: MessageEvidence;
@@ -53,6 +55,33 @@ export async function reconcileWindow(
     if (ids.length < pageSize) return found;
     after = ids.at(-1)!;
   }
+}
+
+/**
+ * An operator's decision about a message's unknown outcomes, once looked into: leave them (the
+ * receiver applied them, or nothing is to be done). They stay `unknown` in the history; they no
+ * longer await review (`herald doctor`, herald_unknown_outcomes_parked) nor keep the message from
+ * history retention. Audited with what was acknowledged; returns it.
+ */
+export async function acknowledgeUnknown(
+  db: Db,
+  actorId: string,
+  messageId: string,
+): Promise<{ deliveryId: string; unknownAttempts: number }[]> {
+  return db.transaction(async (tx) => {
+    const rows = await acknowledgeUnknownOutcomes(tx, messageId);
+    if (rows.length === 0) return [];
+    const deliveries = rows.map(({ deliveryId, unknownAttempts }) => ({ deliveryId, unknownAttempts }));
+    await recordAudit(tx, {
+      actor: actorId,
+      action: 'message.unknown_acknowledged',
+      appId: rows[0]!.appId,
+      targetType: 'message',
+      targetId: messageId,
+      details: { deliveries },
+    });
+    return deliveries;
+  });
 }
 
 /** Whether a report holds an outcome nobody knows, now or yet. */
