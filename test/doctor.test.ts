@@ -233,6 +233,11 @@ test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {
       [message],
     )
   ).rows[0]!.id;
+  // Behind a throttle, a backlog waits by design: not overdue.
+  const throttle = `update endpoint set throttle_rate = $2 where id = (select endpoint_id from delivery where id = $1)`;
+  await sql(throttle, [delivery, 1]);
+  await assertHealthy();
+  await sql(throttle, [delivery, null]);
   await assertFails('deliveries_overdue', delivery);
 
   // Repair: a worker runs and delivers it.

@@ -102,16 +102,18 @@ const CHECKS: Check[] = [
   },
   {
     // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
+    // A throttled endpoint's backlog waits by design (throttleRate a second): not overdue.
     name: 'deliveries_overdue',
     sql: (t) => ({
       text: `select q.delivery_id as id, q.next_attempt_at as t
                from delivery_due q join endpoint e on e.id = q.endpoint_id
-              where not e.disabled and q.next_attempt_at < now() - make_interval(secs => $1)`,
+              where not e.disabled and coalesce(e.throttle_rate, 0) = 0
+                and q.next_attempt_at < now() - make_interval(secs => $1)`,
       params: [t.dueSeconds],
     }),
     detail:
-      'deliveries to enabled endpoints have been due (next_attempt_at) for too long; are workers ' +
-      'running, and keeping up?',
+      'deliveries to enabled endpoints without a throttle have been due (next_attempt_at) for too ' +
+      'long; are workers running, and keeping up?',
   },
   {
     name: 'leases_expired',
