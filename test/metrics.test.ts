@@ -19,6 +19,7 @@ import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { freePort, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
+import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { startTcpProxy } from './support/tcp-proxy.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -339,5 +340,24 @@ test('a worker-only process serves /metrics on HERALD_METRICS_PORT', async () =>
     assert.equal((await fetch(`http://127.0.0.1:${port}/api/v1/app`)).status, 404, 'no API on a worker');
   } finally {
     await worker.proc.kill('SIGTERM');
+  }
+});
+
+test('the oldest due delivery leaves out a throttled endpoint, whose backlog waits its turn by design', async () => {
+  const database = await freshDatabase('metrics_throttled');
+  try {
+    const app = await seedApp(database.db, 'throttled');
+    const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:9/t');
+    await seedMessage(database.db, app.id);
+    await database.db.query(`update delivery_due set next_attempt_at = now() - interval '90 seconds'`);
+    const oldest = async () => {
+      const text = await createMetrics(database.db).scrape();
+      return Number(/^herald_oldest_due_delivery_age_seconds (\S+)$/m.exec(text)?.[1]);
+    };
+    assert.ok((await oldest()) >= 90, 'without a throttle, the wait is seen');
+    await database.db.query('update endpoint set throttle_rate = 1 where id = $1', [endpoint.id]);
+    assert.equal(await oldest(), 0);
+  } finally {
+    await database.drop();
   }
 });

@@ -70,8 +70,9 @@ interface DatabaseSnapshot {
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
 // queue table (due, in flight, failed — migration 0015), never the whole history; they are read
 // only when Prometheus asks. A failed delivery carries the count of its unknown attempts (0019).
-// The oldest due delivery ignores disabled endpoints: their deliveries wait on purpose (they are
-// counted in herald_endpoints_disabled), and would otherwise hide a worker that falls behind.
+// The oldest due delivery ignores disabled endpoints (their deliveries wait on purpose; they are
+// counted in herald_endpoints_disabled) and throttled ones (their backlogs wait for their turn):
+// either would otherwise hide a worker that falls behind.
 const SNAPSHOT_SQL = `
   select
     (select count(*) from delivery_due)::float8 as pending,
@@ -83,7 +84,7 @@ const SNAPSHOT_SQL = `
          select q.next_attempt_at from delivery_due q where q.endpoint_id = e.id
           order by q.next_attempt_at limit 1
        ) q
-       where not e.disabled and q.next_attempt_at <= now()
+       where not e.disabled and coalesce(e.throttle_rate, 0) = 0 and q.next_attempt_at <= now()
     )), 0)::float8 as "oldestDueSeconds",
     f.unknown::float8 as "unknownParked",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled"
