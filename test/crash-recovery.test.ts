@@ -156,7 +156,7 @@ test('a worker frozen past its leases leaves what recovery took: not given back,
   const app = await seedApp(database.db, 'frozen');
   // One connection to the receiver's origin, held by a first request that hangs: the two other
   // endpoints' requests wait behind it for their turn, past their start limit ((lease − deadline)
-  // ÷ 2 after the claim: 1.5 s, before the first request's 2 s deadline frees the connection).
+  // ÷ 2 after the claim: 2.5 s, before the first request's 3 s deadline frees the connection).
   const held = await startReceiver((_request, n) => (n === 1 ? 'hang' : { status: 204 }));
   const metricsPort = await freePort();
   try {
@@ -165,8 +165,8 @@ test('a worker frozen past its leases leaves what recovery took: not given back,
     const worker = await startHerald(
       'worker',
       testEnv(database.url, {
-        HERALD_LEASE_SECONDS: '5',
-        HERALD_ATTEMPT_TIMEOUT_MS: '2000',
+        HERALD_LEASE_SECONDS: '8',
+        HERALD_ATTEMPT_TIMEOUT_MS: '3000',
         HERALD_CONNECTIONS_PER_ORIGIN: '1',
         HERALD_METRICS_PORT: String(metricsPort),
         LOG_LEVEL: 'info',
