@@ -303,7 +303,8 @@ program
       withHerald(async (herald) => {
         const db = herald.core.db;
         if (options.acknowledge) {
-          if (!options.message) throw new Error('--acknowledge needs --message <id>');
+          if (!options.message || options.since || options.app || options.unknownOnly || options.json)
+            throw new Error('--acknowledge takes one --message <id>, and nothing else');
           await acknowledge(herald, options.message);
           return;
         }

@@ -233,12 +233,21 @@ test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {
       [message],
     )
   ).rows[0]!.id;
-  // Behind a throttle, a backlog waits by design: not overdue.
-  const throttle = `update endpoint set throttle_rate = $2 where id = (select endpoint_id from delivery where id = $1)`;
-  await sql(throttle, [delivery, 1]);
+  // Behind a throttle, a backlog waits its turn: not overdue while the endpoint's slot opened
+  // lately (its last start plus the spacing), overdue once nobody has served it for as long.
+  const endpoint = `(select endpoint_id from delivery where id = $1)`;
+  await sql(`update endpoint set throttle_rate = 1 where id = ${endpoint}`, [delivery]);
+  const slotOpened = (ago: string) =>
+    sql(
+      `insert into delivery_lease (endpoint_id, next_start_at) select ${endpoint}, now() - $2::interval
+       on conflict (endpoint_id) do update set next_start_at = excluded.next_start_at`,
+      [delivery, ago],
+    );
+  await slotOpened('1 second');
   await assertHealthy();
-  await sql(throttle, [delivery, null]);
+  await slotOpened('10 minutes');
   await assertFails('deliveries_overdue', delivery);
+  await sql(`update endpoint set throttle_rate = null where id = ${endpoint}`, [delivery]);
 
   // Repair: a worker runs and delivers it.
   const worker = await t.herald.startWorker();

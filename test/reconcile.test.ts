@@ -108,7 +108,36 @@ test('an unknown outcome is reported with its intake, deliveries and attempts; e
   );
   const again = await runHerald(['reconcile', '--message', messageId, '--acknowledge'], env);
   assert.match(again.stdout, /no unknown outcome of .* awaits review/);
-  assert.equal((await runHerald(['reconcile', '--message', messageId], env)).code, 3, 'still unknown');
+  const reviewed = await runHerald(['reconcile', '--message', messageId], env);
+  assert.equal(reviewed.code, 0, 'nothing unknown awaits anyone');
+  assert.match(reviewed.stdout, /unknown\s+- connection_lost/, 'the attempt is still unknown in the history');
+  assert.match(reviewed.stdout, /acknowledged: 1 attempt\(s\) unknown, looked into and left/);
+  const window = await runHerald(
+    ['reconcile', '--since', '2000-01-01T00:00:00Z', '--unknown-only', '--json'],
+    env,
+  );
+  assert.deepEqual(JSON.parse(window.stdout), [], 'no longer listed as unknown');
+
+  // Resent, and unknown again: the new attempt awaits review, the acknowledged one does not.
+  const delivery = (
+    await t.database.db.query<{ app: string; endpoint: string }>(
+      'select app_id as app, endpoint_id as endpoint from delivery where message_id = $1',
+      [messageId],
+    )
+  ).rows[0]!;
+  const resent = await t.call(
+    'POST',
+    `/api/v1/app/${delivery.app}/msg/${messageId}/endpoint/${delivery.endpoint}/resend`,
+  );
+  assert.equal(resent.status, 202, JSON.stringify(resent.body));
+  await waitFor('the resent delivery parked again', async () => {
+    const rows = await t.database.db.query(
+      `select 1 from delivery where message_id = $1 and state = 'failed' and cycle = 2`,
+      [messageId],
+    );
+    return rows.rowCount === 1;
+  });
+  assert.equal((await t.database.db.query<{ n: number }>(parked, [messageId])).rows[0]!.n, 1);
   const nowhere = await runHerald(['reconcile', '--message', 'msg_nowhere', '--acknowledge'], env);
   assert.notEqual(nowhere.code, 0);
   assert.match(nowhere.stderr, /no message msg_nowhere/);

@@ -382,10 +382,11 @@ export async function listDestinations(db: Queryable, messageId: string): Promis
 
 /**
  * Ends the parking of a message's failed deliveries whose unknown attempts an operator has looked
- * into and decided to leave (the receiver applied them, or nothing is to be done): they are no
- * longer counted as awaiting review (herald doctor, herald_unknown_outcomes_parked) and history
- * retention may prune the message. The attempts stay `unknown`: that is what herald knows of them.
- * Returns each delivery with the unknown attempts it had counted.
+ * into and decided to leave (the receiver applied them, or nothing is to be done): each such
+ * attempt is marked acknowledged (it stays `unknown`, which is what herald knows of it), and the
+ * deliveries no longer count it as awaiting review (herald doctor, herald_unknown_outcomes_parked),
+ * nor does a later parking (migration 0029); history retention may prune the message. Returns each
+ * delivery with the unknown attempts it had counted.
  */
 export async function acknowledgeUnknownOutcomes(
   db: Queryable,
@@ -397,6 +398,10 @@ export async function acknowledgeUnknownOutcomes(
          from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
         where d.message_id = $1 and f.unknown_attempts > 0
           for update of f
+     ), acknowledged as (
+       update attempt a set acknowledged_at = now()
+         from parked p
+        where a.delivery_id = p.delivery_id and a.outcome = 'unknown' and a.acknowledged_at is null
      )
      update delivery_failed f set unknown_attempts = 0
        from parked p

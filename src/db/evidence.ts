@@ -31,6 +31,8 @@ export interface MessageEvidence {
     statusCode: number | null;
     responseClass: string | null;
     durationMs: number | null;
+    /** An unknown outcome an operator looked into and left (`reconcile --acknowledge`). */
+    acknowledgedAt: Date | null;
   }[];
 }
 
@@ -38,7 +40,7 @@ export interface EvidenceWindow {
   since: Date;
   until: Date | null;
   appId: string | null;
-  /** Only messages with an attempt whose outcome is unknown, or not recorded yet. */
+  /** Only messages with an attempt whose outcome is unknown (and not acknowledged), or not recorded yet. */
   uncertainOnly: boolean;
 }
 
@@ -54,7 +56,8 @@ export async function messageIdsInWindow(
       where m.created_at >= $1 and ($2::timestamptz is null or m.created_at < $2)
         and ($3::text is null or m.app_id = $3)
         and (not $4 or exists (select 1 from attempt a
-                                where a.message_id = m.id and (a.outcome is null or a.outcome = 'unknown')))
+                                where a.message_id = m.id
+                                  and (a.outcome is null or (a.outcome = 'unknown' and a.acknowledged_at is null))))
         and m.id > $5
       order by m.id limit $6`,
     [window.since, window.until, window.appId, window.uncertainOnly, afterId, limit],
@@ -75,7 +78,8 @@ export async function messageEvidence(db: Queryable, messageId: string): Promise
             coalesce((select json_agg(json_build_object(
                 'id', a.id, 'endpointId', a.endpoint_id, 'cycle', a.cycle, 'trigger', a.trigger,
                 'startedAt', a.started_at, 'finishedAt', a.finished_at, 'outcome', a.outcome,
-                'statusCode', a.status_code, 'responseClass', a.response_class, 'durationMs', a.duration_ms)
+                'statusCode', a.status_code, 'responseClass', a.response_class, 'durationMs', a.duration_ms,
+                'acknowledgedAt', a.acknowledged_at)
                 order by a.id)
               from attempt a where a.message_id = m.id), '[]') as attempts
        from message m where m.id = $1`,

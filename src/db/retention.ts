@@ -9,7 +9,7 @@ import { firstIdAt } from './time-ids.ts';
 /**
  * What history pruning leaves: a message with a delivery waiting or in flight, or one parked with
  * an attempt whose outcome is unknown (invariant: the evidence stays until someone has looked at
- * it; resending it ends the parking, and `herald doctor` lists it until then).
+ * it; resending it or acknowledging it ends the parking, and `herald doctor` lists it until then).
  */
 const KEPT = `(exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
   or exists (select 1 from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)

@@ -102,18 +102,22 @@ const CHECKS: Check[] = [
   },
   {
     // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
-    // A throttled endpoint's backlog waits by design (throttleRate a second): not overdue.
+    // Unserved since: a throttled endpoint's backlog waits its turn by design, so its waiting is
+    // counted from the later of a delivery's due time and when the endpoint's slot last opened
+    // (0028: the last start plus 1 / throttleRate). A backlog that drains is not overdue; one that
+    // nobody serves is, as for any endpoint.
     name: 'deliveries_overdue',
     sql: (t) => ({
-      text: `select q.delivery_id as id, q.next_attempt_at as t
+      text: `select q.delivery_id as id, greatest(q.next_attempt_at, s.next_start_at) as t
                from delivery_due q join endpoint e on e.id = q.endpoint_id
-              where not e.disabled and coalesce(e.throttle_rate, 0) = 0
-                and q.next_attempt_at < now() - make_interval(secs => $1)`,
+               left join delivery_lease s on s.endpoint_id = q.endpoint_id
+              where not e.disabled
+                and greatest(q.next_attempt_at, s.next_start_at) < now() - make_interval(secs => $1)`,
       params: [t.dueSeconds],
     }),
     detail:
-      'deliveries to enabled endpoints without a throttle have been due (next_attempt_at) for too ' +
-      'long; are workers running, and keeping up?',
+      "deliveries to enabled endpoints have been due (next_attempt_at, or a throttled endpoint's " +
+      'last start) for too long; are workers running, and keeping up?',
   },
   {
     name: 'leases_expired',
@@ -134,7 +138,7 @@ const CHECKS: Check[] = [
       text: `select a.id, a.finished_at as t from delivery_failed f
               cross join lateral (
                 select a.id, a.finished_at from attempt a
-                 where a.delivery_id = f.delivery_id and a.outcome = 'unknown'
+                 where a.delivery_id = f.delivery_id and a.outcome = 'unknown' and a.acknowledged_at is null
                 offset 0
               ) a
               where f.unknown_attempts > 0

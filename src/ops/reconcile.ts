@@ -18,8 +18,10 @@ import type { Db, Queryable } from '../db/port.ts';
 export interface Reconciliation {
   message: MessageEvidence;
   intake: IntakeEvidence[];
-  /** Attempts nobody can tell the result of. */
+  /** Attempts nobody can tell the result of, and nobody has acknowledged. */
   unknown: MessageEvidence['attempts'];
+  /** Unknown attempts an operator looked into and left (`reconcile --acknowledge`). */
+  acknowledged: MessageEvidence['attempts'];
   /**
    * Attempts with no outcome recorded yet: in flight under a live lease, or left by a worker that
    * died (lease recovery will mark them unknown). Not known either, for now.
@@ -33,7 +35,8 @@ export async function reconcileMessage(db: Queryable, messageId: string): Promis
   return {
     message,
     intake: await intakeEvidenceForMessage(db, messageId),
-    unknown: message.attempts.filter((a) => a.outcome === 'unknown'),
+    unknown: message.attempts.filter((a) => a.outcome === 'unknown' && a.acknowledgedAt === null),
+    acknowledged: message.attempts.filter((a) => a.outcome === 'unknown' && a.acknowledgedAt !== null),
     open: message.attempts.filter((a) => a.outcome === null),
   };
 }
@@ -84,7 +87,7 @@ export async function acknowledgeUnknown(
   });
 }
 
-/** Whether a report holds an outcome nobody knows, now or yet. */
+/** Whether a report holds an outcome nobody knows, now or yet, and nobody has acknowledged. */
 export const isUncertain = (r: Reconciliation): boolean => r.unknown.length > 0 || r.open.length > 0;
 
 /** A plain-text report, one block per message. */
@@ -128,6 +131,7 @@ export function formatReconciliation(r: Reconciliation): string {
       );
   };
   uncertain('UNKNOWN', r.unknown, 'may or may not have been applied');
+  uncertain('acknowledged', r.acknowledged, 'unknown, looked into and left');
   uncertain('OPEN', r.open, 'with no outcome recorded yet, not known either');
   if (!isUncertain(r)) lines.push('  no unknown outcomes');
   return lines.join('\n');
