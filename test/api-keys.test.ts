@@ -151,6 +151,10 @@ describe('scopes, app restrictions and revocation', () => {
       [appA],
     );
 
+    // Nor may it rename its own app: the clash with another tenant's uid would tell it that uid.
+    await refused(key, 'PATCH', `/api/v1/app/${appA}`, 403, { uid: 'keys-b' });
+    await refused(key, 'PATCH', `/api/v1/app/${appA}`, 403, { uid: 'nobody-has-this' });
+    await refused(key, 'PUT', `/api/v1/app/${appA}`, 403, { name: 'A', uid: 'nobody-has-this' });
     // Another tenant's app is not found, as an app nobody has: no key learns which uids are taken.
     for (const other of [appB, 'keys-b', 'nobody-has-this']) {
       await refused(key, 'GET', `/api/v1/app/${other}`, 404);

@@ -193,13 +193,12 @@ export function coalesced(run: () => Promise<void>): () => Promise<void> {
 }
 
 /**
- * SQLSTATE classes of errors that no one item causes, and that its items written alone would meet
- * again, many writes instead of one: the server shutting down or refusing connections (57P0x),
- * out of resources (53), a system error (58), a lost connection (08). A statement that ran past
- * its timeout (57014) may have been slow for one item's sake (a fan-out to many endpoints): its
- * items are written alone.
+ * SQLSTATE classes of errors that no one item causes, or not surely, and that its items written
+ * alone would meet again, many writes instead of one while the database struggles: a statement
+ * cancelled or past its timeout, the server shutting down (57), out of resources (53), a system
+ * error (58), a lost connection (08). Every caller is told to retry (503).
  */
-const NOT_AN_ITEMS_FAULT = /^(57P|53|58|08)/;
+const NOT_AN_ITEMS_FAULT = /^(57|53|58|08)/;
 
 /**
  * An ERROR reported by the server for an autocommit statement (it did not commit) that one of its

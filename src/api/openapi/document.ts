@@ -59,8 +59,8 @@ const QUERY_PARAMS: Record<string, string> = {
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request: the body is not JSON, or a required part of the request is missing',
   401: 'Unauthorized',
-  403: 'Forbidden: the key lacks the scope, or may not reach this application',
-  404: 'Not Found',
+  403: 'Forbidden: the key lacks the scope for this operation',
+  404: 'Not Found (an application beyond a restricted key reads as not found too)',
   409: 'Conflict',
   413: 'Payload Too Large (`HERALD_MAX_BODY_BYTES`)',
   415: 'Unsupported Media Type: JSON only',
