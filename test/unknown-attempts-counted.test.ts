@@ -118,7 +118,11 @@ test('a database upgraded with failed deliveries already parked counts their unk
     const byEndpoint = new Map(claimed.map((c) => [c.endpointId, c.deliveryId]));
     assert.equal(await counted(old.db, byEndpoint.get(risky.id)!), 1);
     assert.equal(await counted(old.db, byEndpoint.get(plain.id)!), 0);
-    assert.equal(await parkedGauge(old.db), 1);
+    // What the gauge sums, read as 0019 left it (the gauge's query reads later migrations' columns).
+    const parked = await old.db.query<{ n: number }>(
+      'select sum(unknown_attempts)::int as n from delivery_failed',
+    );
+    assert.equal(parked.rows[0]!.n, 1);
   } finally {
     await old.drop();
   }
