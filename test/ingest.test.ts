@@ -309,6 +309,11 @@ describe('claim and outbox', () => {
     );
     assert.equal(rows.rowCount, 2);
     assert.equal(new Set(rows.rows.map((r) => r.message_id)).size, 1, 'one message for one business key');
+    const claims = await t.herald.core.metrics.registry.getSingleMetric('herald_intake_claims_total')?.get();
+    const joined = (claims?.values ?? []).find(
+      (v) => v.labels['source'] === 'helpdesk' && v.labels['outcome'] === 'joined',
+    );
+    assert.equal(joined?.value, 1, 'the second delivery id is counted as joined, not as a relayed claim');
   });
 
   test('a store failure answers 503 and keeps nothing, so the sender retries', async () => {

@@ -201,8 +201,18 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       });
       const { relayed, ...result } = recorded;
       failpoint('ingest.after_commit');
-      // Counted after COMMIT, like the 2xx: a rolled-back claim is not a claim.
-      deps.metrics?.intake(label, result.duplicate ? 'duplicate' : 'claimed');
+      // Counted after COMMIT, like the 2xx: a rolled-back claim is not a claim. A new delivery id
+      // whose business key had a message already joined it, and nothing was relayed again: said
+      // apart, as it may be the same event redelivered under a new id, or a template that lets two
+      // events share a key (the observations keep each body's digest to tell).
+      const joined = !result.duplicate && !relayed;
+      deps.metrics?.intake(label, result.duplicate ? 'duplicate' : joined ? 'joined' : 'claimed');
+      if (joined) {
+        deps.log.info(
+          { sourceId: source.id, deliveryId: verdict.deliveryId, messageId: result.messageId },
+          'a new delivery id carried a business key that had a message already: joined it, not relayed again',
+        );
+      }
       if (relayed) deps.metrics?.published('ingest');
       return result;
     },

@@ -11,7 +11,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { Queryable } from '../db/port.ts';
 
 export type PublishedVia = 'api' | 'library' | 'ingest';
-export type IntakeOutcome = 'claimed' | 'duplicate' | 'rejected';
+export type IntakeOutcome = 'claimed' | 'joined' | 'duplicate' | 'rejected';
 
 export interface AttemptSample {
   outcome: 'success' | 'failure' | 'unknown';
@@ -117,7 +117,7 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
   for (const via of ['api', 'library', 'ingest'] as const) published.inc({ via }, 0);
   const intake = new Counter({
     name: 'herald_intake_claims_total',
-    help: 'Inbound deliveries by source (uid or id) and outcome: claimed, duplicate, or rejected before anything was stored.',
+    help: 'Inbound deliveries by source (uid or id) and outcome: claimed (relayed), joined (a new delivery id whose business key had a message already), duplicate, or rejected before anything was stored.',
     labelNames: ['source', 'outcome'] as const,
     registers,
   });
