@@ -101,14 +101,21 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
  * builds an index, or stop on data it must not change).
  */
 async function withHerald<T>(fn: (herald: Herald) => Promise<T>): Promise<T> {
-  // What these commands print on stdout is their answer (a key, a list): logs go to stderr.
-  const config = loadConfig();
-  const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
-  try {
+  return withOpenHerald(async (herald) => {
     const { pending } = await migrationState(herald.core.db);
     if (pending.length > 0) {
       throw new Error(`the database lacks migrations ${pending.join(', ')}: run \`herald migrate\` first`);
     }
+    return fn(herald);
+  });
+}
+
+/** A herald without its worker and without migrating, closed after `fn`. */
+async function withOpenHerald<T>(fn: (herald: Herald) => Promise<T>): Promise<T> {
+  // What these commands print on stdout is their answer (a key, a list): logs go to stderr.
+  const config = loadConfig();
+  const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
+  try {
     return await fn(herald);
   } finally {
     await herald.close();
@@ -147,18 +154,14 @@ for (const [name, role, text] of [
 program
   .command('migrate')
   .description('apply pending database migrations')
-  .action(async () => {
-    const config = loadConfig();
-    const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
-    try {
+  .action(() =>
+    withOpenHerald(async (herald) => {
       const applied = await migrate(herald.core.db);
       console.log(
         applied.length > 0 ? `applied migrations ${applied.join(', ')}` : 'migrations are up to date',
       );
-    } finally {
-      await herald.close();
-    }
-  });
+    }),
+  );
 
 const keys = program.command('keys').description('manage API keys and the master key');
 keys

@@ -250,6 +250,14 @@ export async function releaseClaim(db: Queryable, claimId: string): Promise<numb
   return result.rows[0]?.released ?? 0;
 }
 
+/**
+ * When a due delivery's wait for service began, as SQL over `q` (its `delivery_due` row) and `s`
+ * (its endpoint's `delivery_lease` slot): its due time, or for a throttled endpoint the later
+ * moment its slot opened again (0028: the last start plus 1 / throttleRate) — a throttled backlog
+ * waits its turn by design. What the doctor's overdue check and the oldest-due gauge measure.
+ */
+export const UNSERVED_SINCE = 'greatest(q.next_attempt_at, s.next_start_at)';
+
 export interface RecoveredLease {
   deliveryId: string;
   endpointId: string;
@@ -275,8 +283,9 @@ export async function recoverExpiredLeases(
  * message whose payload retention removed is not restarted: each attempt would fail at once
  * (payload_expired), and count as work done.
  */
-const MESSAGE_HELD = `exists (select 1 from message m where m.id = delivery.message_id and m.payload is not null
-  for key share)`;
+const messageHeld = (messageId: string) =>
+  `exists (select 1 from message m where m.id = ${messageId} and m.payload is not null for key share)`;
+const MESSAGE_HELD = messageHeld('delivery.message_id');
 
 /**
  * Starts a new cycle on a finished delivery: the same delivery id and message id (so the same
@@ -304,7 +313,7 @@ export async function resendDelivery(
 ): Promise<boolean> {
   const result = await db.query<{ sendable: boolean }>(
     `with sendable as (
-       select 1 from message m where m.id = $2 and m.payload is not null for key share
+       select 1 where ${messageHeld('$2')}
      ), created as (
        insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
        select $1, $2, $3, now(), 'manual' from sendable

@@ -4,7 +4,7 @@ import type { AppFields, AppRow } from '../db/apps.ts';
 import { findApp, insertApp } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import type { Queryable } from '../db/port.ts';
-import { invalidField, notFound } from '../errors.ts';
+import { HeraldError, invalidField, notFound } from '../errors.ts';
 import type { Actor } from './core.ts';
 
 /** The operator app's uid (operational webhooks, ops/operator-app.ts). */
@@ -13,13 +13,20 @@ export const OPERATOR_APP_UID = 'herald-operator';
 export const HERALD_ACTOR_ID = 'herald';
 
 /**
- * Herald alone gives an app the operator app's uid: the app holding it receives every app's
- * operational events (their apps, endpoints and messages), so a key that could give its own app
- * that uid would read them all. The app that holds it already (the operator app) keeps it.
+ * Who may give an app (`current`, when it exists) this uid:
+ * - herald alone gives the operator app's uid: the app holding it receives every app's
+ *   operational events (their apps, endpoints and messages), so a key that could give its own app
+ *   that uid would read them all. The app that holds it already (the operator app) keeps it;
+ * - a key restricted to some apps changes no app's uid: uids are unique across every app, and the
+ *   refusal of a taken one would tell it which uids other tenants use.
  */
 export function assertUidAllowed(actor: Actor, uid: string | null, current?: AppRow): void {
-  if (uid !== OPERATOR_APP_UID || actor.id === HERALD_ACTOR_ID || current?.uid === OPERATOR_APP_UID) return;
-  throw invalidField(['uid'], `"${OPERATOR_APP_UID}" is reserved for herald's operator app`);
+  const reserved =
+    uid === OPERATOR_APP_UID && actor.id !== HERALD_ACTOR_ID && current?.uid !== OPERATOR_APP_UID;
+  if (reserved) throw invalidField(['uid'], `"${OPERATOR_APP_UID}" is reserved for herald's operator app`);
+  if (current && actor.appIds !== null && uid !== current.uid) {
+    throw new HeraldError('forbidden', "changing an application's uid needs a key not restricted to some");
+  }
 }
 
 export async function requireApp(db: Queryable, actor: Actor, idOrUid: string): Promise<AppRow> {

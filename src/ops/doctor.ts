@@ -3,6 +3,7 @@
 // with its count, its oldest age and a few ids to start from. Read-only: it repairs nothing, so
 // it is safe to run from cron or a probe against a live system. Every check is one query.
 
+import { UNSERVED_SINCE } from '../db/deliveries.ts';
 import { migrationState } from '../db/migrate.ts';
 import type { Queryable } from '../db/port.ts';
 import { firstIdAt } from '../db/time-ids.ts';
@@ -102,17 +103,14 @@ const CHECKS: Check[] = [
   },
   {
     // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
-    // Unserved since: a throttled endpoint's backlog waits its turn by design, so its waiting is
-    // counted from the later of a delivery's due time and when the endpoint's slot last opened
-    // (0028: the last start plus 1 / throttleRate). A backlog that drains is not overdue; one that
-    // nobody serves is, as for any endpoint.
+    // Counted from UNSERVED_SINCE: a throttled backlog that drains is not overdue; one that nobody
+    // serves is, as for any endpoint.
     name: 'deliveries_overdue',
     sql: (t) => ({
-      text: `select q.delivery_id as id, greatest(q.next_attempt_at, s.next_start_at) as t
+      text: `select q.delivery_id as id, ${UNSERVED_SINCE} as t
                from delivery_due q join endpoint e on e.id = q.endpoint_id
                left join delivery_lease s on s.endpoint_id = q.endpoint_id
-              where not e.disabled
-                and greatest(q.next_attempt_at, s.next_start_at) < now() - make_interval(secs => $1)`,
+              where not e.disabled and ${UNSERVED_SINCE} < now() - make_interval(secs => $1)`,
       params: [t.dueSeconds],
     }),
     detail:

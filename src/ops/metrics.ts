@@ -8,6 +8,7 @@
 
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { UNSERVED_SINCE } from '../db/deliveries.ts';
 import type { Queryable } from '../db/port.ts';
 
 export type PublishedVia = 'api' | 'library' | 'ingest';
@@ -71,22 +72,22 @@ interface DatabaseSnapshot {
 // queue table (due, in flight, failed — migration 0015), never the whole history; they are read
 // only when Prometheus asks. A failed delivery carries the count of its unknown attempts (0019).
 // The oldest due delivery ignores disabled endpoints (their deliveries wait on purpose; they are
-// counted in herald_endpoints_disabled), and counts a throttled endpoint's wait from when its
-// slot last opened (its backlog waits its turn): either would otherwise hide a worker that falls
-// behind, or cry wolf at a backlog that drains.
+// counted in herald_endpoints_disabled), and counts from UNSERVED_SINCE (a throttled backlog waits
+// its turn): either would otherwise hide a worker that falls behind, or cry wolf at a backlog
+// that drains.
 const SNAPSHOT_SQL = `
   select
     (select count(*) from delivery_due)::float8 as pending,
     (select count(*) from delivery_lease where delivery_id is not null)::float8 as sending,
     f.failed::float8 as failed,
     coalesce(extract(epoch from now() - (
-      select min(greatest(q.next_attempt_at, s.next_start_at)) from endpoint e
+      select min(${UNSERVED_SINCE}) from endpoint e
        cross join lateral (
          select q.next_attempt_at from delivery_due q where q.endpoint_id = e.id
           order by q.next_attempt_at limit 1
        ) q
        left join delivery_lease s on s.endpoint_id = e.id
-       where not e.disabled and greatest(q.next_attempt_at, s.next_start_at) <= now()
+       where not e.disabled and ${UNSERVED_SINCE} <= now()
     )), 0)::float8 as "oldestDueSeconds",
     f.unknown::float8 as "unknownParked",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled"

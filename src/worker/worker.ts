@@ -166,8 +166,8 @@ export function createWorker(options: WorkerOptions): Worker {
   /**
    * Runs a write that ends leases herald did not send, retried with backoff while the database
    * fails, as long as the leases last (`until`, on the steady clock) and the worker runs; then the
-   * last error is thrown, and lease recovery takes what is left. Given up, an unsent lease is recovered as `unknown`:
-   * nobody recorded that it was not sent.
+   * last error is thrown, and lease recovery takes what is left. Given up, an unsent lease is
+   * recovered as `unknown`: nobody recorded that it was not sent.
    */
   async function whileLeased<T>(until: number, reason: NotSentReason, write: () => Promise<T>): Promise<T> {
     for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {

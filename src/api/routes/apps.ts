@@ -24,14 +24,6 @@ export const appRoutes =
     // The audit names the fields that changed, never their values (metadata may hold anything).
     const updateAudited = (actor: Actor, current: AppRow, fields: AppFields) => {
       assertUidAllowed(actor, fields.uid, current);
-      // Uids are unique across every app: a key restricted to some apps that could rename one would
-      // learn from the refusal which uids other tenants use.
-      if (actor.appIds !== null && fields.uid !== current.uid) {
-        throw new HeraldError(
-          'forbidden',
-          "changing an application's uid needs a key not restricted to some",
-        );
-      }
       return db.transaction(async (tx) => {
         const row = await updateApp(tx, current.id, fields);
         const changed = (['uid', 'name', 'throttleRate', 'metadata', 'retentionDays'] as const).filter(
