@@ -7,7 +7,7 @@ import pg from 'pg';
 import { restartDeliveries } from '../src/db/deliveries.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory, retentionPass } from '../src/db/retention.ts';
-import { createEndpoint, publishVia } from './support/fixtures.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
@@ -23,6 +23,9 @@ after(async () => {
   await t.close();
   await receiver.close();
 });
+
+/** The id of a message published 40 days ago: an id begins with its creation time, and pruning walks the ids. */
+const fortyDaysOld = (n: number) => idMintedAt('msg', Date.now() - 40 * 86_400_000, n);
 
 const retentionOf = async (messageId: string) =>
   (
@@ -76,13 +79,9 @@ test('an expired payload is removed; the history stays and reads as an empty pay
 });
 
 test('history pruning removes old finished messages with their attempts, never unfinished ones', async () => {
-  await t.call('POST', '/api/v1/app', { name: 'prune', uid: 'prune' });
+  const appId = await createApp(t, 'prune');
   const ep = await createEndpoint(t, 'prune', { url: `${receiver.url}/prune` });
-  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'prune'`)).rows[0]!
-    .id;
-  // Published 40 days ago: a message id begins with its creation time, and pruning walks the ids.
-  const old = (n: number) => idMintedAt('msg', Date.now() - 40 * 86_400_000, n);
-  const [finished, waiting] = [old(1), old(2)];
+  const [finished, waiting] = [fortyDaysOld(1), fortyDaysOld(2)];
   await t.database.db.query(
     `with m as (
        insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
@@ -129,11 +128,9 @@ test('history pruning removes old finished messages with their attempts, never u
 });
 
 test('a replay under way keeps its message from history pruning, and the delivery it restarted stays', async () => {
-  await t.call('POST', '/api/v1/app', { name: 'prune-race', uid: 'prune-race' });
+  const appId = await createApp(t, 'prune-race');
   const ep = await createEndpoint(t, 'prune-race', { url: `${receiver.url}/prune-race` });
-  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'prune-race'`))
-    .rows[0]!.id;
-  const message = idMintedAt('msg', Date.now() - 40 * 86_400_000, 7);
+  const message = fortyDaysOld(7);
   const delivery = (
     await t.database.db.query<{ id: string }>(
       `with m as (
@@ -178,9 +175,7 @@ test('a replay under way keeps its message from history pruning, and the deliver
 });
 
 test('a retention pass works off a backlog batch after batch, within its time; one out of time says it is behind', async () => {
-  await t.call('POST', '/api/v1/app', { name: 'backlog', uid: 'backlog' });
-  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'backlog'`))
-    .rows[0]!.id;
+  const appId = await createApp(t, 'backlog');
   const expiredPayloads = () =>
     t.database.db.query<{ n: number }>(
       `select count(*)::int as n from message where app_id = $1 and payload is not null and payload_expires_at < now()`,
@@ -209,12 +204,9 @@ test('a retention pass works off a backlog batch after batch, within its time; o
 });
 
 test('history pruning keeps a message parked with an unknown outcome, and takes the audit entry of a pruned message’s creation', async () => {
-  await t.call('POST', '/api/v1/app', { name: 'parked', uid: 'parked' });
+  const appId = await createApp(t, 'parked');
   const ep = await createEndpoint(t, 'parked', { url: `${receiver.url}/parked` });
-  const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'parked'`))
-    .rows[0]!.id;
-  const old = (n: number) => idMintedAt('msg', Date.now() - 40 * 86_400_000, n);
-  const [parked, done] = [old(11), old(12)];
+  const [parked, done] = [fortyDaysOld(11), fortyDaysOld(12)];
   await t.database.db.query(
     `with m as (
        insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
