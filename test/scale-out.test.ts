@@ -95,12 +95,19 @@ function baseline(): ScaleOutHistory {
       open: new Map([
         [
           'lease-1',
-          { attemptId: 'atmpt_1', deliveryId: 'dlv_1', startedAt: T, leaseExpiresAt: T + LEASE_MS },
+          {
+            attemptId: 'atmpt_1',
+            deliveryId: 'dlv_1',
+            claimId: 'claim-1',
+            startedAt: T,
+            leaseExpiresAt: T + LEASE_MS,
+          },
         ],
       ]),
     },
     leaseMs: LEASE_MS,
     leasesLostByLiveWorkers: new Set(),
+    givenBackByLiveWorkers: new Set(),
   };
 }
 
@@ -218,6 +225,31 @@ describe('scale-out checker', () => {
     const taken = baseline();
     taken.attempts = [taken.attempts[0]!, { ...taken.attempts[1]!, startedAt: T + LEASE_MS - 100 }];
     assert.ok(failing(taken).includes('d'));
+  });
+
+  test('d: a lease open at the kill whose attempt is gone passes only if a live worker gave it back unsent', () => {
+    // The attempt open at the kill was never sent: its worker gave the lease back (attempt row
+    // removed, budget kept) and the next attempt succeeded.
+    const givenBack = (): ScaleOutHistory => {
+      const history = baseline();
+      history.requests = [history.requests[1]!];
+      history.attempts = [history.attempts[1]!];
+      history.deliveries = [{ ...history.deliveries[0]!, attemptsTotal: 1 }];
+      return history;
+    };
+    assert.deepEqual(failing(givenBack()), ['d']);
+    for (const evidence of ['dlv_1', 'claim-1']) {
+      const history = givenBack();
+      history.givenBackByLiveWorkers = new Set([evidence]);
+      const result = checkScaleOut(history);
+      assert.deepEqual(result.violations, [], evidence);
+      assert.equal(result.counts['leases.open_at_kill_given_back_unsent'], 1);
+    }
+    // Said to be given back, yet its request reached the receiver: no attempt accounts for it.
+    const sent = givenBack();
+    sent.givenBackByLiveWorkers = new Set(['dlv_1']);
+    sent.requests = baseline().requests;
+    assert.deepEqual(failing(sent), ['b']);
   });
 });
 
@@ -430,6 +462,13 @@ test('3 workers and 2 APIs on one database: a worker killed mid-run, every deliv
     kill: killed.snapshot,
     leaseMs: LEASE_SECONDS * 1000,
     leasesLostByLiveWorkers: new Set(lostLeases.map((r) => String(r['deliveryId']))),
+    givenBackByLiveWorkers: new Set(
+      liveWorkers.flatMap((w) =>
+        w.proc.logs
+          .filter((r) => /(; not sent|given back unsent)$/.test(r.msg ?? ''))
+          .map((r) => String(r['deliveryId'] ?? r['claimId'])),
+      ),
+    ),
   };
   const result = checkScaleOut(history);
   const { counts } = result;

@@ -299,7 +299,10 @@ export interface KillSnapshot {
   /** Database time read after the process was seen to exit: it was dead by then. */
   killedAt: number;
   /** Attempts open (no outcome) under their delivery's current lease, by lease token. */
-  open: Map<string, { attemptId: string; deliveryId: string; startedAt: number; leaseExpiresAt: number }>;
+  open: Map<
+    string,
+    { attemptId: string; deliveryId: string; claimId: string; startedAt: number; leaseExpiresAt: number }
+  >;
 }
 
 export async function takeKillSnapshot(db: Queryable): Promise<KillSnapshot> {
@@ -307,11 +310,12 @@ export async function takeKillSnapshot(db: Queryable): Promise<KillSnapshot> {
   const open = await db.query<{
     id: string;
     delivery_id: string;
+    claim_id: string;
     lease_token: string;
     started_at: Date;
     lease_expires_at: Date;
   }>(
-    `select a.id, a.delivery_id, a.lease_token, a.started_at, d.lease_expires_at
+    `select a.id, a.delivery_id, a.claim_id, a.lease_token, a.started_at, d.lease_expires_at
        from attempt a join delivery d on d.id = a.delivery_id and d.lease_token = a.lease_token
       where a.outcome is null and d.state = 'sending'`,
   );
@@ -323,6 +327,7 @@ export async function takeKillSnapshot(db: Queryable): Promise<KillSnapshot> {
         {
           attemptId: r.id,
           deliveryId: r.delivery_id,
+          claimId: r.claim_id,
           startedAt: r.started_at.getTime(),
           leaseExpiresAt: r.lease_expires_at.getTime(),
         },
@@ -385,6 +390,12 @@ export interface ScaleOutHistory {
   leaseMs: number;
   /** Deliveries whose lease a worker still alive at the end lost with a result in hand (its logs). */
   leasesLostByLiveWorkers: ReadonlySet<string>;
+  /**
+   * Deliveries (by id) and whole claims (by claim id) a live worker gave back unsent, from its logs:
+   * herald removes the attempt row of a request it never sent (lease too short to start, its origin
+   * congested past the start limit, a claim whose answer was lost).
+   */
+  givenBackByLiveWorkers: ReadonlySet<string>;
 }
 
 export interface Violation {
@@ -649,13 +660,18 @@ export function checkScaleOut(history: ScaleOutHistory): ScaleOutResult {
     }
   }
   // Every lease open at the death was either finished by a live worker (the dead one could not have
-  // recorded anything after the snapshot) or recovered as unknown: nothing else, and none left open.
+  // recorded anything after the snapshot), recovered as unknown, or given back unsent by the live
+  // worker holding it (its attempt row removed; (b) shows no request went out under it): nothing
+  // else, and none left open.
   for (const [token, held] of kill.open) {
     count('leases.open_at_kill');
     const a = byId.get(held.attemptId);
     const where = `attempt ${held.attemptId} (delivery ${held.deliveryId}), open when the worker died`;
     if (!a || a.leaseToken !== token) {
-      fail('d', `${where}, is gone`);
+      const givenBack = history.givenBackByLiveWorkers;
+      if (givenBack.has(held.deliveryId) || givenBack.has(held.claimId))
+        count('leases.open_at_kill_given_back_unsent');
+      else fail('d', `${where}, is gone, and no live worker gave it back unsent`);
     } else if (a.responseClass === 'lease_expired') {
       count('leases.open_at_kill_recovered');
     } else if (a.outcome === null) {
