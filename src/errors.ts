@@ -41,14 +41,22 @@ export class HeraldError extends Error {
   readonly status: number;
   readonly code: string;
   readonly issues: ValidationIssue[] | undefined;
+  /** When the caller may try again (the Retry-After header), where herald knows it. */
+  readonly retryAfterSeconds: number | undefined;
 
-  constructor(kind: ErrorKind, detail: string, issues?: ValidationIssue[]) {
+  constructor(
+    kind: ErrorKind,
+    detail: string,
+    issues?: ValidationIssue[],
+    options: { retryAfterSeconds?: number } = {},
+  ) {
     super(detail);
     this.name = 'HeraldError';
     this.kind = kind;
     this.status = ERRORS[kind].status;
     this.code = ERRORS[kind].code;
     this.issues = issues;
+    this.retryAfterSeconds = options.retryAfterSeconds;
   }
 
   /** The response body. Validation errors use Svix's `detail: [{loc, msg, type}]` form. */

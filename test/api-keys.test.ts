@@ -433,3 +433,57 @@ describe('per-key rate limiting', () => {
     });
   });
 });
+
+describe('failed authentications per address', () => {
+  const LIMIT = 3;
+  let t: TestHerald;
+
+  before(async () => {
+    t = await startTestHerald('auth_failures', {
+      worker: false,
+      env: { HERALD_AUTH_FAILURE_LIMIT: String(LIMIT) },
+    });
+  });
+  after(() => t.close());
+
+  const read = (key: string) => t.call('GET', '/api/v1/app', undefined, bearer(key));
+
+  test('past the limit an address’s unknown tokens get 429 without a lookup; keys seen live and the admin key still work', async () => {
+    const known = await createKey(t, { name: 'known', scopes: ['read'] });
+    const fresh = await createKey(t, { name: 'fresh', scopes: ['read'] });
+    const revoked = await createKey(t, { name: 'revoked', scopes: ['read'] });
+    assert.equal((await read(known.key)).status, 200);
+    assert.equal((await t.call('DELETE', `/api/v1/api-key/${revoked.id}`)).status, 204);
+
+    // Missing or malformed credentials cost no lookup and are not counted.
+    for (let i = 0; i < LIMIT + 2; i++) {
+      assert.equal((await t.call('GET', '/api/v1/app', undefined, { authorization: '' })).status, 401);
+    }
+    for (let i = 0; i < LIMIT; i++) {
+      const answer = await read(generateApiKey().token);
+      assert.equal(answer.status, 401, `unknown token ${i + 1} of ${LIMIT}`);
+      assert.equal(answer.body.code, 'authentication_failed');
+    }
+    const refused = await fetch(`${t.url}/api/v1/app`, { headers: bearer(generateApiKey().token) });
+    assert.equal(refused.status, 429);
+    const retryAfter = Number(refused.headers.get('retry-after'));
+    assert.ok(
+      Number.isInteger(retryAfter) && retryAfter >= 1 && retryAfter <= 60,
+      `Retry-After ${retryAfter}`,
+    );
+    const body = (await refused.json()) as { code: string; detail: string };
+    assert.equal(body.code, 'rate_limited');
+    assert.match(body.detail, /too many failed authentications from this address/);
+    // A revoked key would be 401 after a lookup: refused before it, it is 429.
+    assert.equal((await read(revoked.key)).status, 429);
+    // So is a live key this process has not seen yet (the price of not looking it up)…
+    assert.equal((await read(fresh.key)).status, 429);
+    // …but a key seen live here, and the admin key, are honoured: a client with a stale key
+    // behind a shared proxy does not lock the others out.
+    assert.equal((await read(known.key)).status, 200);
+    assert.equal((await t.call('GET', '/api/v1/app')).status, 200);
+    // A key seen live and revoked since is looked up, and refused as revoked.
+    assert.equal((await t.call('DELETE', `/api/v1/api-key/${known.id}`)).status, 204);
+    assert.equal((await read(known.key)).status, 401);
+  });
+});

@@ -13,12 +13,19 @@ import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
 import type { Actor } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
+import type { AuthFailureLimiter } from './auth-failures.ts';
 
 export type Need = 'read' | 'publish' | 'admin';
 
+/** Live token hashes remembered per process (see seenLive below). */
+const MAX_SEEN_LIVE = 10_000;
+
 export interface Authenticator {
-  /** The actor behind an Authorization header; `unauthorized` without a live key. */
-  authenticate(header: string | undefined): Promise<Actor>;
+  /**
+   * The actor behind an Authorization header; `unauthorized` without a live key, and
+   * `rate_limited` for a token that would need a lookup from an address with too many failures.
+   */
+  authenticate(header: string | undefined, address: string): Promise<Actor>;
   /**
    * Stops honouring a key at once in this process (one it just revoked); other processes stop
    * when the revocation's commit is announced to them.
@@ -36,6 +43,7 @@ export function createAuthenticator(deps: {
   db: Db;
   adminKey: string | undefined;
   log: Logger;
+  failures: AuthFailureLimiter;
 }): Authenticator {
   const keys = createNotifiedCache<ApiKeyRow>({
     db: deps.db,
@@ -47,16 +55,41 @@ export function createAuthenticator(deps: {
   // Compared by hash: equal lengths, so the comparison leaks neither the key nor its length, and
   // the token is hashed once per request, for this comparison and the key lookup alike.
   const adminKeyHash = deps.adminKey ? hashApiKey(deps.adminKey) : null;
+  // Token hashes that authenticated in this process: still looked up (a key may have been revoked
+  // since), but never refused for their address's failures. Bounded; started afresh when full.
+  const seenLive = new Set<string>();
+  const lookupFailed = (address: string): HeraldError => {
+    if (deps.failures.recordFailure(address)) {
+      deps.log.warn(
+        { address },
+        'too many failed authentications from one address; its unknown keys are refused for the rest of the minute',
+      );
+    }
+    return new HeraldError('unauthorized', 'invalid or revoked API key');
+  };
   return {
-    async authenticate(header) {
+    async authenticate(header, address) {
       const token = header?.match(/^Bearer\s+(\S+)$/i)?.[1];
+      // A missing token costs nothing to refuse, so it is not counted: only lookups are.
       if (!token) throw new HeraldError('unauthorized', 'missing bearer token');
       const tokenHash = hashApiKey(token);
       if (adminKeyHash && crypto.timingSafeEqual(tokenHash, adminKeyHash)) {
         return { id: 'env-admin-key', scopes: ['admin'], appIds: null } satisfies Actor;
       }
-      const key = await keys.get(tokenHash.toString('hex'));
-      if (!key) throw new HeraldError('unauthorized', 'invalid or revoked API key');
+      const hashHex = tokenHash.toString('hex');
+      const wait = seenLive.has(hashHex) ? 0 : deps.failures.blockedFor(address);
+      if (wait > 0) {
+        throw new HeraldError(
+          'rate_limited',
+          `too many failed authentications from this address; keys not yet seen here are refused for ${wait} s`,
+          undefined,
+          { retryAfterSeconds: wait },
+        );
+      }
+      const key = await keys.get(hashHex);
+      if (!key) throw lookupFailed(address);
+      if (seenLive.size >= MAX_SEEN_LIVE) seenLive.clear();
+      seenLive.add(hashHex);
       return { id: key.id, scopes: key.scopes, appIds: key.appIds } satisfies Actor;
     },
     forget: keys.forget,

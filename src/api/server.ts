@@ -13,6 +13,7 @@ import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { assertReach, assertScope, createAuthenticator, requiredScope } from './auth.ts';
+import { createAuthFailureLimiter } from './auth-failures.ts';
 import { openApiRoutes } from './openapi/routes.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
@@ -139,7 +140,8 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
         'request failed',
       );
     }
-    if (herald.kind === 'store_unavailable') reply.header('retry-after', '1');
+    const retryAfter = herald.retryAfterSeconds ?? (herald.kind === 'store_unavailable' ? 1 : undefined);
+    if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter));
     return reply.status(herald.status).send(herald.toBody());
   });
   app.setNotFoundHandler((request, reply) => {
@@ -147,12 +149,17 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     return reply.status(error.status).send(error.toBody());
   });
 
-  const auth = createAuthenticator({ db: core.db, adminKey: core.config.adminKey, log: core.log });
+  const auth = createAuthenticator({
+    db: core.db,
+    adminKey: core.config.adminKey,
+    log: core.log,
+    failures: createAuthFailureLimiter({ limit: core.config.authFailureLimit }),
+  });
   app.addHook('onClose', () => auth.close());
   app.addHook('onRequest', async (request) => {
     const path = request.routeOptions.url;
     if (!path?.startsWith('/api/v1/') || PUBLIC_PATHS.has(path)) return;
-    request.actor = await auth.authenticate(request.headers.authorization);
+    request.actor = await auth.authenticate(request.headers.authorization, request.ip);
     assertScope(request.actor, requiredScope(request));
     assertReach(request.actor, request);
   });

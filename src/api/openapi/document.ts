@@ -65,7 +65,7 @@ const STATUS_TEXT: Record<number, string> = {
   413: 'Payload Too Large (`HERALD_MAX_BODY_BYTES`)',
   415: 'Unsupported Media Type: JSON only',
   422: 'Validation Error',
-  429: 'Too Many Requests (`HERALD_API_RATE_LIMIT`), with `Retry-After`',
+  429: 'Too Many Requests (`HERALD_API_RATE_LIMIT`, or `HERALD_AUTH_FAILURE_LIMIT` failed authentications from this address), with `Retry-After`',
   503: 'Service Unavailable: the database cannot be reached; retry later (`Retry-After`)',
 };
 

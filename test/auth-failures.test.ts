@@ -1,0 +1,41 @@
+// The per-address count of failed authentications (src/api/auth-failures.ts) on a clock of its
+// own: the limit, the window that resets it, and what counts as one address.
+
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { clientOf, createAuthFailureLimiter } from '../src/api/auth-failures.ts';
+
+describe('auth failure limiter', () => {
+  test('blocks an address at the limit until its window ends, and no other address', () => {
+    let now = 1_000_000;
+    const limiter = createAuthFailureLimiter({ limit: 2, windowMs: 60_000, now: () => now });
+    assert.equal(limiter.blockedFor('10.0.0.1'), 0);
+    assert.equal(limiter.recordFailure('10.0.0.1'), false);
+    assert.equal(limiter.blockedFor('10.0.0.1'), 0);
+    assert.equal(limiter.recordFailure('10.0.0.1'), true, 'the failure that reaches the limit says so');
+    assert.equal(limiter.blockedFor('10.0.0.1'), 60);
+    assert.equal(limiter.recordFailure('10.0.0.1'), false, 'only once per window');
+    assert.equal(limiter.blockedFor('10.0.0.2'), 0);
+    now += 59_500;
+    assert.equal(limiter.blockedFor('10.0.0.1'), 1);
+    now += 500;
+    assert.equal(limiter.blockedFor('10.0.0.1'), 0, 'a new window starts from nothing');
+  });
+
+  test('a limit of 0 never blocks', () => {
+    const limiter = createAuthFailureLimiter({ limit: 0 });
+    for (let i = 0; i < 10; i++) assert.equal(limiter.recordFailure('10.0.0.1'), false);
+    assert.equal(limiter.blockedFor('10.0.0.1'), 0);
+  });
+
+  test('IPv6 counts per /64; an IPv4-mapped address is its IPv4 address', () => {
+    assert.equal(clientOf('2001:db8:1:2:aaaa::1'), clientOf('2001:db8:1:2:bbbb::2'));
+    assert.notEqual(clientOf('2001:db8:1:2::1'), clientOf('2001:db8:1:3::1'));
+    assert.equal(clientOf('::ffff:192.0.2.7'), '192.0.2.7');
+    assert.equal(clientOf('192.0.2.7'), '192.0.2.7');
+    const limiter = createAuthFailureLimiter({ limit: 1 });
+    limiter.recordFailure('2001:db8:1:2::1');
+    assert.ok(limiter.blockedFor('2001:db8:1:2:ffff::9') > 0);
+    assert.equal(limiter.blockedFor('2001:db8:1:3::1'), 0);
+  });
+});
