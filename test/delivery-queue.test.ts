@@ -44,7 +44,7 @@ async function queue(appId: string): Promise<Counts> {
   const result = await database.db.query<Counts>(
     `with mine as (select id from endpoint where app_id = $1)
      select ${MISQUEUED_SQL} as misqueued,
-            (select count(*)::int from delivery_due where endpoint_id in (table mine)) as due,
+            (select count(*)::int from delivery_queued where endpoint_id in (table mine)) as due,
             (select count(*)::int from delivery_lease where endpoint_id in (table mine) and delivery_id is not null) as leased,
             (select count(*)::int from delivery_failed where endpoint_id in (table mine)) as failed`,
     [appId],
@@ -83,6 +83,12 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
   );
   assert.equal(await releaseUnsent(db, first[3]!), true);
   await assertFollows(app.id, 'outcomes and a lease given back', { due: 10, leased: 0, failed: 1 });
+  // The retry an hour ahead waits out of the claims' walk (0030); the rest are due now.
+  const deferred = await db.query<{ delivery_id: string }>('select delivery_id from delivery_deferred');
+  assert.deepEqual(
+    deferred.rows.map((r) => r.delivery_id),
+    [first[1]!.deliveryId],
+  );
 
   // A claim whose worker never got it is given back whole.
   const claimId = crypto.randomUUID();

@@ -477,8 +477,8 @@ test('no function whose plan is pinned, nor lease recovery, is compiled by JIT a
   const pinned = await client.query(`select 1 from pg_proc where 'jit=off' = any(proconfig)`);
   assert.equal(
     pinned.rowCount,
-    8,
-    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery, the unknown attempts counted',
+    11,
+    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery, the unknown attempts counted, and tending the deferred rows (hold, release, tend)',
   );
 });
 

@@ -251,7 +251,7 @@ export async function releaseClaim(db: Queryable, claimId: string): Promise<numb
 }
 
 /**
- * When a due delivery's wait for service began, as SQL over `q` (its `delivery_due` row) and `s`
+ * When a due delivery's wait for service began, as SQL over `q` (its `delivery_queued` row) and `s`
  * (its endpoint's `delivery_lease` slot): its due time, or for a throttled endpoint the later
  * moment its slot opened again (0028: the last start plus 1 / throttleRate) — a throttled backlog
  * waits its turn by design. What the doctor's overdue check and the oldest-due gauge measure.

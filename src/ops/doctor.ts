@@ -108,7 +108,7 @@ const CHECKS: Check[] = [
     name: 'deliveries_overdue',
     sql: (t) => ({
       text: `select q.delivery_id as id, ${UNSERVED_SINCE} as t
-               from delivery_due q join endpoint e on e.id = q.endpoint_id
+               from delivery_queued q join endpoint e on e.id = q.endpoint_id
                left join delivery_lease s on s.endpoint_id = q.endpoint_id
               where not e.disabled and ${UNSERVED_SINCE} < now() - make_interval(secs => $1)`,
       params: [t.dueSeconds],
@@ -155,7 +155,7 @@ const CHECKS: Check[] = [
       text: `select e.id, e.updated_at as t from endpoint e
               where e.disabled
                 and (e.disabled_reason <> 'operator'
-                     or exists (select 1 from delivery_due q where q.endpoint_id = e.id))`,
+                     or exists (select 1 from delivery_queued q where q.endpoint_id = e.id))`,
       params: [],
     }),
     detail:

@@ -69,7 +69,8 @@ interface DatabaseSnapshot {
 }
 
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
-// queue table (due, in flight, failed — migration 0015), never the whole history; they are read
+// queue table (due or deferred, in flight, failed — migrations 0015, 0030), never the whole
+// history; they are read
 // only when Prometheus asks. A failed delivery carries the count of its unknown attempts (0019).
 // The oldest due delivery ignores disabled endpoints (their deliveries wait on purpose; they are
 // counted in herald_endpoints_disabled), and counts from UNSERVED_SINCE (a throttled backlog waits
@@ -77,13 +78,13 @@ interface DatabaseSnapshot {
 // that drains.
 const SNAPSHOT_SQL = `
   select
-    (select count(*) from delivery_due)::float8 as pending,
+    (select count(*) from delivery_queued)::float8 as pending,
     (select count(*) from delivery_lease where delivery_id is not null)::float8 as sending,
     f.failed::float8 as failed,
     coalesce(extract(epoch from now() - (
       select min(${UNSERVED_SINCE}) from endpoint e
        cross join lateral (
-         select q.next_attempt_at from delivery_due q where q.endpoint_id = e.id
+         select q.next_attempt_at from delivery_queued q where q.endpoint_id = e.id
           order by q.next_attempt_at limit 1
        ) q
        left join delivery_lease s on s.endpoint_id = e.id

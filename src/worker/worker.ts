@@ -8,6 +8,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { forgetOldAnswers } from '../db/api-idempotency.ts';
+import { TEND_BATCH, tendDeferred } from '../db/deferred-queue.ts';
 import {
   type ClaimedDelivery,
   type ClaimRequest,
@@ -32,6 +33,10 @@ import { createSigningKeyCache } from './signing-keys.ts';
 
 /** Retention is a slow clock: once a minute is plenty, unless the last pass left work behind. */
 const RETENTION_EVERY_MS = 60_000;
+/** How often tending walks every endpoint with held deliveries (see tendDeferred). */
+const RELEASE_HELD_EVERY_MS = 30_000;
+/** Tendings in one maintenance pass at most, while each step keeps filling its batch. */
+const TENDINGS_PER_PASS = 10;
 /** A retention pass's share of the maintenance loop, which also recovers leases. */
 const RETENTION_BUDGET_MS = 2_000;
 
@@ -134,6 +139,7 @@ export function createWorker(options: WorkerOptions): Worker {
     mayHaveMore = true;
   };
   let lastRetention = 0;
+  let lastReleaseHeld = 0;
   /** The last retention pass ran out of time with work left: the next maintenance pass goes on. */
   let retentionBehind = false;
   /** Dead due rows that the last VACUUM left (see vacuumDueDeliveries). */
@@ -340,9 +346,9 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   /**
-   * Lease recovery, the due table's vacuum and payload retention, on a clock of their own: a
-   * wake-up's claim never waits behind them (they ran at the head of a claim round once, which
-   * showed as the p99 of the publish-to-receiver latency).
+   * Lease recovery, tending the deferred deliveries, the due table's vacuum and payload retention,
+   * on a clock of their own: a wake-up's claim never waits behind them (they ran at the head of a
+   * claim round once, which showed as the p99 of the publish-to-receiver latency).
    */
   async function maintain(): Promise<void> {
     const { afterRecover } = options;
@@ -357,6 +363,7 @@ export function createWorker(options: WorkerOptions): Worker {
       metrics?.leasesRecovered(recovered.length);
       log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
     }
+    await tend();
     const left = await vacuumDueDeliveries(db, dueDeadLeft + DUE_DEAD_ROWS_TO_VACUUM);
     if (left !== null) {
       dueDeadLeft = left;
@@ -378,12 +385,28 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
+  /** Moves deferred deliveries coming due back into the claims' reach (migration 0030). */
+  async function tend(): Promise<void> {
+    const releaseHeld = Date.now() - lastReleaseHeld >= RELEASE_HELD_EVERY_MS;
+    if (releaseHeld) lastReleaseHeld = Date.now();
+    for (let pass = 0; pass < TENDINGS_PER_PASS && running; pass++) {
+      const tended = await tendDeferred(db, releaseHeld);
+      if (tended.requeued + tended.held + tended.released > 0)
+        log.debug(tended, 'tended deferred deliveries');
+      if (tended.requeued + tended.released > 0) nudge();
+      if (Math.max(tended.requeued, tended.held, tended.released) < TEND_BATCH) return;
+    }
+  }
+
   async function maintenance(): Promise<void> {
     while (running) {
       try {
         await maintain();
       } catch (error) {
-        log.error({ err: (error as Error).message }, 'lease recovery or retention failed');
+        log.error(
+          { err: (error as Error).message },
+          'maintenance failed (lease recovery, tending, vacuum or retention)',
+        );
       }
       await sleep(recoverEveryMs, undefined, { signal: stopping.signal }).catch(() => {});
     }

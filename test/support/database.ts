@@ -64,15 +64,23 @@ export interface TestDatabase {
 /**
  * A fresh, migrated database for one test file; `drop` closes and removes it. `upTo`: migrated
  * only up to that version, as a database that a release before the latest left (an upgrade test
- * runs the rest with `migrate`).
+ * runs the rest with `migrate`). `settings`: parameters every session of the database starts
+ * with (ALTER DATABASE … SET), such as herald.defer_horizon.
  */
-export async function freshDatabase(label: string, options: { upTo?: number } = {}): Promise<TestDatabase> {
+export async function freshDatabase(
+  label: string,
+  options: { upTo?: number; settings?: Record<string, string> } = {},
+): Promise<TestDatabase> {
   const name = `herald_t_${label.replace(/[^a-z0-9]/gi, '_').toLowerCase()}_${crypto.randomBytes(4).toString('hex')}`;
   const url = urlFor(name);
   const { upTo } = options;
   // A copy of the migrated template, or an empty database to migrate part of the way.
   const template = upTo === undefined ? ` template ${await ensureTemplate()}` : '';
-  await withAdmin((admin) => admin.query(`create database ${name}${template}`));
+  await withAdmin(async (admin) => {
+    await admin.query(`create database ${name}${template}`);
+    for (const [setting, value] of Object.entries(options.settings ?? {}))
+      await admin.query(`alter database ${name} set ${setting} = ${admin.escapeLiteral(value)}`);
+  });
   const db = createPgDb({ connectionString: url, max: 4 });
   if (upTo !== undefined)
     await migrate(

@@ -46,9 +46,9 @@ export interface TestHerald {
 
 export async function startTestHerald(
   label: string,
-  options: { worker?: boolean; env?: Record<string, string> } = {},
+  options: { worker?: boolean; env?: Record<string, string>; settings?: Record<string, string> } = {},
 ): Promise<TestHerald> {
-  const database = await freshDatabase(label);
+  const database = await freshDatabase(label, { settings: options.settings });
   const config = loadConfig(testEnv(database.url, options.env));
   const herald = await createHerald({ config, logger: createLogger(config.logLevel), migrate: false });
   const api = await buildApi(herald.core);
