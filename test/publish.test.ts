@@ -456,6 +456,61 @@ describe('listing messages by time', () => {
     assert.deepEqual(await list(`after=${at(3 * day - 1)}&before=${at(day + 1)}`), [twoDays]);
     assert.deepEqual(await list(`before=${at(4 * day)}`), []);
   });
+
+  test('after alone pages from its moment towards newer messages, as Svix does; an iterator overrides both', async () => {
+    const app = await createApp(t, 'tail-after');
+    const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'tail-after'`))
+      .rows[0]!.id;
+    const now = Date.now();
+    const hour = 3_600_000;
+    // Six messages an hour apart, oldest first: ids[0] six hours ago … ids[5] an hour ago.
+    const ids: string[] = [];
+    for (let n = 6; n >= 1; n--) {
+      const id = idMintedAt('msg', now - n * hour, n * hour);
+      await t.database.db.query(
+        `insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+         values ($1, $2, 'e', '{}', now() + interval '1 day', to_timestamp($3 / 1000.0))`,
+        [id, appId, now - n * hour],
+      );
+      ids.push(id);
+    }
+    const page = async (query: string) => {
+      const answer = await t.call('GET', `/api/v1/app/${app}/msg?${query}`);
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+      return answer.body as {
+        data: { id: string }[];
+        iterator: string | null;
+        prevIterator: string | null;
+        done: boolean;
+      };
+    };
+    const at = (ago: number) => encodeURIComponent(new Date(now - ago).toISOString());
+    // After 5.5 hours ago: the two oldest of the five after it, newest first…
+    const first = await page(`after=${at(5.5 * hour)}&limit=2`);
+    assert.deepEqual(
+      first.data.map((m) => m.id),
+      [ids[2], ids[1]],
+    );
+    assert.equal(first.done, false);
+    // …and prevIterator walks on towards newer ones, to the end, missing none.
+    const second = await page(`iterator=${first.prevIterator}&limit=2&after=${at(5.5 * hour)}`);
+    assert.deepEqual(
+      second.data.map((m) => m.id),
+      [ids[4], ids[3]],
+    );
+    const third = await page(`iterator=${second.prevIterator}&limit=2`);
+    assert.deepEqual(
+      third.data.map((m) => m.id),
+      [ids[5]],
+    );
+    assert.equal(third.done, true);
+    // An iterator walks on from where it points, whatever before says.
+    const onwards = await page(`iterator=${first.iterator}&before=${at(6.5 * hour)}`);
+    assert.deepEqual(
+      onwards.data.map((m) => m.id),
+      [ids[0]],
+    );
+  });
 });
 
 describe("an endpoint's statistics over a window", () => {

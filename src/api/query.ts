@@ -40,12 +40,27 @@ export const StatsQuery = z.object({ since: date.nullish(), until: date.nullish(
 
 export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTypes: string[] | null };
 
+/**
+ * The list's query. As in Svix, `before` and `after` are ignored once an iterator is passed, and
+ * `after` alone starts the walk at its moment towards newer items (as a prevIterator walks): the
+ * first page holds the oldest items after it, newest first, and its `prevIterator` goes on
+ * towards newer ones — a client that tails a list from a moment misses nothing. (Both at once,
+ * which Svix refuses, is a window walked from `before`.)
+ */
 export function parseListQuery(query: unknown, naturalOrder: 'ascending' | 'descending'): ListQuery {
   const q = parseOrThrow(ListQuery, query, 'query');
   const eventTypes = q.event_types === undefined ? null : [q.event_types].flat().flatMap((t) => t.split(','));
+  const order = q.order ?? naturalOrder;
+  const iterator = q.iterator ?? null;
+  const before = iterator === null ? q.before : undefined;
+  const after = iterator === null ? q.after : undefined;
+  // '-' with no id: a walk back from the very start, which `after` bounds.
+  const fromAfter = after !== undefined && before === undefined && order === 'descending';
   return {
     ...q,
+    before,
+    after,
     eventTypes,
-    page: { limit: q.limit, iterator: q.iterator ?? null, order: q.order ?? naturalOrder },
+    page: { limit: q.limit, iterator: fromAfter ? '-' : iterator, order },
   };
 }
