@@ -415,7 +415,7 @@ test('a list of messages before a moment long past walks only the ids before it'
       asQueryable(client),
       appId,
       { limit: 50, iterator: null, order: 'descending' },
-      { eventTypes: null, channel: null, before: tenDaysAgo, after: null },
+      { eventTypes: null, channel: null, tag: null, before: tenDaysAgo, after: null },
     );
   });
   assert.deepEqual(page.data, []);

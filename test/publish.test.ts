@@ -641,3 +641,37 @@ describe("an endpoint's messages and attempts, filtered", () => {
     assert.match(JSON.stringify(refused.body), /status_code_class.*one of 0, 100, 200, 300, 400, 500/);
   });
 });
+
+describe('listing by tag', () => {
+  test('message, attempt and attempted-message lists keep the messages with the tag', async () => {
+    const app = await createApp(t, 'by-tag');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/by-tag` });
+    const tagged: Record<string, string> = {};
+    for (const tags of [['a'], ['b'], ['a', 'b']]) {
+      tagged[tags.join('+')] = await publishVia(t, app, { eventType: 'e', payload: {}, tags });
+    }
+    await waitFor('three attempts', async () => {
+      const { rows } = await t.database.db.query<{ n: number }>(
+        `select count(*)::int as n from attempt where endpoint_id = $1 and outcome is not null`,
+        [ep],
+      );
+      return rows[0]!.n === 3;
+    });
+    const ids = async (path: string) => {
+      const page = await t.call('GET', `/api/v1/app/${app}${path}`);
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      return (page.body as { data: { id?: string; msgId?: string }[] }).data
+        .map((m) => m.msgId ?? m.id)
+        .sort();
+    };
+    const withA = [tagged['a'], tagged['a+b']].sort();
+    const withB = [tagged['b'], tagged['a+b']].sort();
+    assert.deepEqual(await ids('/msg?tag=a'), withA);
+    assert.deepEqual(await ids('/msg?tag=b'), withB);
+    assert.deepEqual(await ids('/msg?tag=c'), []);
+    assert.deepEqual(await ids(`/attempt/endpoint/${ep}?tag=b`), withB);
+    assert.deepEqual(await ids(`/endpoint/${ep}/msg?tag=a`), withA);
+    assert.deepEqual(await ids(`/attempt/msg/${tagged['a']}?tag=b`), []);
+    assert.deepEqual(await ids(`/attempt/msg/${tagged['a']}?tag=a`), [tagged['a']]);
+  });
+});

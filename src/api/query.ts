@@ -18,6 +18,8 @@ export const ListQuery = z.object({
   with_content: flag.default(true),
   include_archived: flag.default(false),
   channel: z.string().max(128).optional(),
+  // Not in the OSS contract; the Svix SDKs send it on message and attempt lists.
+  tag: z.string().max(128).optional(),
   endpoint_id: z.string().max(256).optional(),
   status: numberIn(z.coerce.number().int().min(0).max(3).optional()),
   // Svix StatusCodeClass: 0 (no status code), 100, 200, 300, 400, 500.

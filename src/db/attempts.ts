@@ -39,6 +39,7 @@ export interface AttemptFilter {
   /** Of the attempt's message. */
   eventTypes: string[] | null;
   channel: string | null;
+  tag: string | null;
 }
 
 const STATUS_CONDITION = `($3::int is null
@@ -62,11 +63,12 @@ async function listAttemptsWhere(
         and ${createdBetween({ prefix: 'atmpt', idColumn: 'id', timeColumn: 'started_at', before: '$5', after: '$6' })}
         and ${q.condition}
         and ($8::int is null or ($8 = 0 and status_code is null) or status_code between $8 and $8 + 99)
-        and (($9::text[] is null and $10::text is null)
+        and (($9::text[] is null and $10::text is null and $11::text is null)
              or exists (select 1 from message m
                          where m.id = attempt.message_id
                            and ($9::text[] is null or m.event_type = any($9))
-                           and ($10::text is null or $10 = any(m.channels))))
+                           and ($10::text is null or $10 = any(m.channels))
+                           and ($11::text is null or $11 = any(m.tags))))
       order by ${q.orderBy} limit ${q.fetch}`,
     [
       appId,
@@ -79,6 +81,7 @@ async function listAttemptsWhere(
       f.statusCodeClass,
       f.eventTypes,
       f.channel,
+      f.tag,
     ],
   );
   return toPage(result.rows, page, q, (r) => r.id);
@@ -142,6 +145,7 @@ export interface AttemptedMessageFilter {
   state: DeliveryState | null;
   eventTypes: string[] | null;
   channel: string | null;
+  tag: string | null;
   before: Date | null;
   after: Date | null;
 }
@@ -166,8 +170,9 @@ export async function listAttemptedMessages(
         and ($4::text is null or d.state = $4)
         and ($5::text[] is null or m.event_type = any($5)) and ($6::text is null or $6 = any(m.channels))
         and ${createdBetween({ prefix: 'msg', idColumn: 'd.message_id', timeColumn: 'm.created_at', before: '$7', after: '$8' })}
+        and ($9::text is null or $9 = any(m.tags))
       order by ${q.orderBy} limit ${q.fetch}`,
-    [appId, endpointId, q.param, f.state, f.eventTypes, f.channel, f.before, f.after],
+    [appId, endpointId, q.param, f.state, f.eventTypes, f.channel, f.before, f.after, f.tag],
   );
   return toPage(result.rows, page, q, (r) => r.messageId);
 }

@@ -202,6 +202,7 @@ export async function findMessage(
 export interface MessageFilter {
   eventTypes: string[] | null;
   channel: string | null;
+  tag: string | null;
   before: Date | null;
   after: Date | null;
 }
@@ -215,8 +216,9 @@ export async function listMessages(db: Queryable, appId: string, page: PageReque
       where app_id = $1 and ${q.condition}
         and ($3::text[] is null or event_type = any($3)) and ($4::text is null or $4 = any(channels))
         and ${createdBetween({ prefix: 'msg', idColumn: 'id', timeColumn: 'created_at', before: '$5', after: '$6' })}
+        and ($7::text is null or $7 = any(tags))
       order by ${q.orderBy} limit ${q.fetch}`,
-    [appId, q.param, f.eventTypes, f.channel, f.before, f.after],
+    [appId, q.param, f.eventTypes, f.channel, f.before, f.after, f.tag],
   );
   return toPage(result.rows, page, q, (r) => r.id);
 }

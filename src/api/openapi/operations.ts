@@ -128,6 +128,7 @@ const attemptFilters = page.extend({
   status: ListQuery.shape.status,
   status_code_class: ListQuery.shape.status_code_class,
   channel: ListQuery.shape.channel,
+  tag: ListQuery.shape.tag,
   event_types: ListQuery.shape.event_types,
 });
 /** Read by the handlers directly: `true` means yes, anything else no. */
@@ -496,6 +497,7 @@ export const OPERATIONS: Operation[] = [
       ...range.shape,
       status: ListQuery.shape.status,
       channel: ListQuery.shape.channel,
+      tag: ListQuery.shape.tag,
       event_types: ListQuery.shape.event_types,
     }),
     responses: { 200: one('A page of messages', out.ListResponse_EndpointMessageOut_) },
@@ -512,6 +514,7 @@ export const OPERATIONS: Operation[] = [
       ...range.shape,
       ...withContent.shape,
       channel: ListQuery.shape.channel,
+      tag: ListQuery.shape.tag,
       event_types: ListQuery.shape.event_types,
     }),
     responses: { 200: one('A page of messages, newest first', out.ListResponse_MessageOut_) },

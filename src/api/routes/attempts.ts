@@ -25,6 +25,7 @@ const filterOf = (q: ListQuery, endpointId: string | null = null) => ({
   statusCodeClass: q.status_code_class ?? null,
   eventTypes: q.eventTypes,
   channel: q.channel ?? null,
+  tag: q.tag ?? null,
 });
 
 export const attemptRoutes =
@@ -82,6 +83,7 @@ export const attemptRoutes =
           state: q.status === undefined ? null : deliveryStateOf(q.status),
           eventTypes: q.eventTypes,
           channel: q.channel ?? null,
+          tag: q.tag ?? null,
           before: q.before ?? null,
           after: q.after ?? null,
         });

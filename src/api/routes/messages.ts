@@ -60,6 +60,7 @@ export const messageRoutes =
       const page = await listMessages(db, application.id, q.page, {
         eventTypes: q.eventTypes,
         channel: q.channel ?? null,
+        tag: q.tag ?? null,
         before: q.before ?? null,
         after: q.after ?? null,
       });
