@@ -72,6 +72,14 @@ export const invalidField = (path: (string | number)[], msg: string): HeraldErro
     { loc: ['body', ...path.map(String)], msg, type: 'value_error' },
   ]);
 
+/** The idempotency-key header of any POST (a publish's is kept on its message, unique per app). */
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 256;
+
+export const invalidIdempotencyKey = (msg: string): HeraldError =>
+  new HeraldError('validation', `idempotency-key: ${msg}`, [
+    { loc: ['header', 'idempotency-key'], msg, type: 'value_error' },
+  ]);
+
 /** A configuration value that cannot be used; start-up stops with this message. */
 export class ConfigError extends Error {
   constructor(variable: string, expected: string, got?: string) {

@@ -313,6 +313,25 @@ describe('idempotent publish', () => {
     assert.equal(taken.status, 202);
   });
 
+  test('a key longer than 256 characters is refused by name, through the API and the library, and nothing is stored', async () => {
+    const app = await createApp(t, 'idem-long');
+    const body = { eventType: 'e', payload: { a: 1 } };
+    const long = 'k'.repeat(4096);
+    const refused = await t.call('POST', `/api/v1/app/${app}/msg`, body, { 'idempotency-key': long });
+    assert.equal(refused.status, 422, JSON.stringify(refused.body));
+    assert.deepEqual(refused.body.detail[0].loc, ['header', 'idempotency-key']);
+    assert.match(refused.body.detail[0].msg, /at most 256 characters/);
+    await assert.rejects(
+      t.herald.publish(app, body, { idempotencyKey: long }),
+      (error: Error & { code?: string }) => error.code === 'validation',
+    );
+    assert.equal(await count('from message where app_id = $1', [app]), 0);
+    const longest = await t.call('POST', `/api/v1/app/${app}/msg`, body, {
+      'idempotency-key': 'k'.repeat(256),
+    });
+    assert.equal(longest.status, 202);
+  });
+
   test('concurrent duplicates resolve to one message', async () => {
     const app = await createApp(t, 'idem-race');
     await createEndpoint(t, app, { url: `${receiver.url}/race` });

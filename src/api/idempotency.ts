@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { findKeptAnswer, type KeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
 import type { Db, Queryable } from '../db/port.ts';
-import { HeraldError } from '../errors.ts';
+import { HeraldError, invalidIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH } from '../errors.ts';
 
 export interface Answer {
   status: number;
@@ -32,10 +32,8 @@ export async function answerOnce(
   const header = request.headers['idempotency-key'];
   const key = typeof header === 'string' && header !== '' ? header : null;
   if (key === null) return send(reply, await db.transaction(work));
-  if (key.length > 256) {
-    throw new HeraldError('validation', 'idempotency-key: at most 256 characters', [
-      { loc: ['header', 'idempotency-key'], msg: 'at most 256 characters', type: 'value_error' },
-    ]);
+  if (key.length > MAX_IDEMPOTENCY_KEY_LENGTH) {
+    throw invalidIdempotencyKey(`at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
   }
   const scope = request.actor.id;
   const requestSha256 = crypto

@@ -14,7 +14,13 @@ import {
   publishMessages,
 } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
-import { HeraldError, invalidField, notFound } from '../errors.ts';
+import {
+  HeraldError,
+  invalidField,
+  invalidIdempotencyKey,
+  MAX_IDEMPOTENCY_KEY_LENGTH,
+  notFound,
+} from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
 import { appFieldsFrom, assertAppAllowed, assertUidAllowed, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
@@ -46,7 +52,12 @@ export async function publish(
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
   const key = options.idempotencyKey ?? null;
-  if (key?.startsWith(INTAKE_KEY_PREFIX)) throw reservedIdempotencyKey();
+  if (key !== null && key.length > MAX_IDEMPOTENCY_KEY_LENGTH)
+    throw invalidIdempotencyKey(`at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+  if (key?.startsWith(INTAKE_KEY_PREFIX))
+    throw invalidIdempotencyKey(
+      `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`,
+    );
   // Once per publish: a group commit that writes its items alone after a failure asks again.
   const hash = key === null ? null : requestHash(input);
   const messageFor = (app: AppRow): NewMessage => ({
@@ -79,13 +90,6 @@ export async function publish(
     throw new HeraldError('conflict', `eventId ${input.eventId} names message ${result.message.id} already`);
   }
   return { message: result.message, created: result.kind === 'created' };
-}
-
-function reservedIdempotencyKey(): HeraldError {
-  const msg = `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`;
-  return new HeraldError('validation', `idempotency-key: ${msg}`, [
-    { loc: ['header', 'idempotency-key'], msg, type: 'value_error' },
-  ]);
 }
 
 /** One publish waiting for its group commit: the app is looked up with the others of its batch. */
