@@ -694,3 +694,17 @@ describe('listing by tag', () => {
     assert.deepEqual(await ids(`/attempt/msg/${tagged['a']}?tag=a`), [tagged['a']]);
   });
 });
+
+describe('a message whose payload is gone', () => {
+  test('reads as {"expired": true} with content, {} without, as in Svix', async () => {
+    const app = await createApp(t, 'expunged');
+    const id = await publishVia(t, app, { eventType: 'e', payload: { secret: 1 } });
+    assert.equal((await t.call('DELETE', `/api/v1/app/${app}/msg/${id}/content`)).status, 204);
+    const read = await t.call('GET', `/api/v1/app/${app}/msg/${id}`);
+    assert.deepEqual(read.body.payload, { expired: true });
+    const listed = await t.call('GET', `/api/v1/app/${app}/msg`);
+    assert.deepEqual(listed.body.data[0].payload, { expired: true });
+    const bare = await t.call('GET', `/api/v1/app/${app}/msg/${id}?with_content=false`);
+    assert.deepEqual(bare.body.payload, {});
+  });
+});

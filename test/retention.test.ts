@@ -50,7 +50,7 @@ test('the retention period comes from the message, else the app, else 90 days', 
   assert.equal(await retentionOf(await publishVia(t, plain.body.id, { eventType: 'e', payload: {} })), 90);
 });
 
-test('an expired payload is removed; the history stays and reads as an empty payload', async () => {
+test('an expired payload is removed; the history stays and reads as {"expired": true}, as in Svix', async () => {
   await t.call('POST', '/api/v1/app', { name: 'old', uid: 'old' });
   const ep = await createEndpoint(t, 'old', { url: `${receiver.url}/old` });
   const msg = await publishVia(t, 'old', { eventType: 'e', payload: { secret: 'customer data' } });
@@ -72,7 +72,7 @@ test('an expired payload is removed; the history stays and reads as an empty pay
   );
   assert.equal(stored.rows[0]!.payload, null);
   const got = await t.call('GET', `/api/v1/app/old/msg/${msg}`);
-  assert.deepEqual(got.body.payload, {});
+  assert.deepEqual(got.body.payload, { expired: true });
   const attempts = await t.call('GET', `/api/v1/app/old/attempt/endpoint/${ep}`);
   assert.equal(attempts.body.data.length, 1, 'the attempt history outlives the content');
   assert.equal(await expireOldPayloads(t.database.db), 0, 'nothing left to expire');

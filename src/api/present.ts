@@ -50,8 +50,8 @@ export const presentEndpoint = (e: EndpointRow) => ({
   updatedAt: e.updatedAt,
 });
 
-/** An expunged or expired payload reads as an empty object, as in Svix. */
-const payloadOf = (payload: string | null) => (payload === null ? {} : JSON.parse(payload));
+/** An expunged or expired payload reads as `{"expired": true}`, as in Svix. */
+const payloadOf = (payload: string | null) => (payload === null ? { expired: true } : JSON.parse(payload));
 
 export const presentMessage = (m: MessageRow, withContent = true) => ({
   id: m.id,
@@ -70,10 +70,8 @@ export const presentMessage = (m: MessageRow, withContent = true) => ({
  * `"payload":{}` is the field.)
  */
 export function presentMessageJson(m: MessageRow, withContent = true): string {
-  const json = JSON.stringify(presentMessage(m, false));
-  return withContent && m.payload !== null
-    ? json.replace('"payload":{}', () => `"payload":${m.payload}`)
-    : json;
+  if (!withContent || m.payload === null) return JSON.stringify(presentMessage(m, withContent));
+  return JSON.stringify(presentMessage(m, false)).replace('"payload":{}', () => `"payload":${m.payload}`);
 }
 
 export const presentAttempt = (a: AttemptRow) => ({
