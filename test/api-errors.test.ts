@@ -398,6 +398,13 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'payloadRetentionPeriod'],
     },
     {
+      name: 'message retention under 5 days (the contract’s minimum)',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, payloadRetentionPeriod: 4 },
+      loc: ['body', 'payloadRetentionPeriod'],
+    },
+    {
       name: 'event type name with a space',
       method: 'POST',
       path: '/api/v1/event-type',

@@ -127,7 +127,7 @@ export const MessageIn = z.object({
   eventId: ident(256).nullish(),
   payload: z.record(z.string(), z.unknown()),
   channels: channels(5).nullish(),
-  payloadRetentionPeriod: z.number().int().min(1).max(90).optional(),
+  payloadRetentionPeriod: z.number().int().min(5).max(90).optional(),
   tags: z.array(ident(128)).max(5).nullish(),
   application: ApplicationIn.nullish(),
 });
