@@ -789,6 +789,20 @@ describe('conflicts: 409', () => {
       assert.equal((await send('GET', `/api/v1/app/${uid}`)).status, 404, `no app ${uid}`);
   });
 
+  test('publishing with `application` and no uid to a path that is no uid: 422 naming the path, no app made', async () => {
+    const answer = await rejected(() =>
+      send('POST', '/api/v1/app/has%20space/msg', {
+        eventType: 'invoice.paid',
+        payload: {},
+        application: { name: 'x' },
+      }),
+    );
+    assertError(answer, 422, 'validation');
+    assert.deepEqual(answer.body.detail[0].loc, ['path', 'app_id']);
+    const { rowCount } = await t.database.db.query(`select 1 from app where uid = 'has space'`);
+    assert.equal(rowCount, 0);
+  });
+
   test('duplicate endpoint uid in one app', async () => {
     assertError(
       await rejected(() => send('POST', '/api/v1/app/acme/endpoint', { url: EP_URL, uid: 'ep-1' })),

@@ -22,6 +22,7 @@ import {
   notFound,
 } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
+import { assertPathIdentifier } from '../schemas/validate.ts';
 import { appFieldsFrom, assertAppAllowed, assertUidAllowed, auditAppCreated, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
@@ -165,6 +166,8 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
       // not find the message under.
       const uid = input.application.uid ?? appIdOrUid;
       if (uid !== appIdOrUid) throw invalidField(['application', 'uid'], 'must be the uid the path names');
+      // Without a uid in the body, the path's becomes it: it must be one, as POST /app checks.
+      assertPathIdentifier('app_id', appIdOrUid, 'application uid');
       assertUidAllowed(actor, uid);
       const created = await insertAppIfAbsent(db, { ...appFieldsFrom(input.application), uid });
       if (created) {
