@@ -42,8 +42,6 @@ const REQUEST_GAPS: Record<string, string> = {
   // Attempts carry no payload: there is no content to leave out.
   'GET /api/v1/app/{app_id}/attempt/endpoint/{endpoint_id} query.with_content': 'attempts carry no payload',
   'GET /api/v1/app/{app_id}/attempt/msg/{msg_id} query.with_content': 'attempts carry no payload',
-  // Event types always carry their schemas.
-  'GET /api/v1/event-type query.with_content': 'schemas always included',
 };
 
 /** Svix operations whose document declares no success answer: what herald answers instead. */

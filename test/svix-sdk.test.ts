@@ -186,6 +186,10 @@ describe('svix SDK against herald', () => {
       list.data.map((e) => e.name),
       ['invoice.paid', 'invoice.voided'],
     );
+    // As in Svix, the list leaves the schemas out unless asked for them.
+    assert.equal(list.data[0]!.schemas, null);
+    const withSchemas = await svix.eventType.list({ withContent: true });
+    assert.deepEqual(withSchemas.data[0]!.schemas, schema);
 
     const updated = await svix.eventType.update('invoice.paid', { description: 'Paid in full' });
     assert.equal(updated.description, 'Paid in full');

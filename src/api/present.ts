@@ -27,7 +27,9 @@ export const presentApp = (a: AppRow) => ({
   updatedAt: a.updatedAt,
 });
 
-export const presentEventType = (e: EventTypeRow) => ({ ...e });
+/** `withContent` false: without its schemas (null), as Svix's event type list by default. */
+export const presentEventType = (e: EventTypeRow, withContent = true) =>
+  withContent ? { ...e } : { ...e, schemas: null };
 
 export const presentEndpoint = (e: EndpointRow) => ({
   id: e.id,

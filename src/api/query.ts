@@ -15,7 +15,8 @@ export const ListQuery = z.object({
   order: z.enum(['ascending', 'descending']).optional(),
   before: date.optional(),
   after: date.optional(),
-  with_content: flag.default(true),
+  // Each list says what it means when absent: messages come with content, event types without.
+  with_content: flag.optional(),
   include_archived: flag.default(false),
   channel: z.string().max(128).optional(),
   // Not in the OSS contract; the Svix SDKs send it on message and attempt lists.

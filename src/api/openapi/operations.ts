@@ -282,7 +282,12 @@ export const OPERATIONS: Operation[] = [
     operationId: 'v1.event-type.list',
     tag: 'Event Type',
     summary: 'List Event Types',
-    query: page.extend({ include_archived: ListQuery.shape.include_archived }),
+    query: page.extend({
+      include_archived: ListQuery.shape.include_archived,
+      with_content: ListQuery.shape.with_content.describe(
+        '`true`: each type with its schemas (null otherwise, as in Svix)',
+      ),
+    }),
     responses: { 200: one('A page of event types', out.ListResponse_EventTypeOut_) },
   },
   {

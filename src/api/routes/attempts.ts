@@ -87,7 +87,7 @@ export const attemptRoutes =
           before: q.before ?? null,
           after: q.after ?? null,
         });
-        return presentPage(page, (m) => presentAttemptedMessage(m, q.with_content));
+        return presentPage(page, (m) => presentAttemptedMessage(m, q.with_content ?? true));
       },
     );
   };

@@ -32,7 +32,11 @@ export const eventTypeRoutes =
 
     app.get('/api/v1/event-type', async (request) => {
       const q = parseListQuery(request.query, 'ascending');
-      return presentPage(await listEventTypes(db, q.page, q.include_archived), presentEventType);
+      // As in Svix, the schemas (which can be large) only with with_content=true.
+      const withContent = q.with_content ?? false;
+      return presentPage(await listEventTypes(db, q.page, q.include_archived), (e) =>
+        presentEventType(e, withContent),
+      );
     });
 
     app.post('/api/v1/event-type', async (request, reply) => {

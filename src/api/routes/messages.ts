@@ -64,7 +64,7 @@ export const messageRoutes =
         before: q.before ?? null,
         after: q.after ?? null,
       });
-      return presentPage(page, (m) => presentMessage(m, q.with_content));
+      return presentPage(page, (m) => presentMessage(m, q.with_content ?? true));
     });
 
     app.get<{ Params: MsgParams; Querystring: { with_content?: string } }>(
