@@ -116,9 +116,17 @@ export const messageRoutes =
     app.get<{ Params: MsgParams }>('/api/v1/app/:app_id/msg/:msg_id/endpoint', async (request) => {
       const { application, message } = await loadMessage(request.actor, request.params);
       const q = parseListQuery(request.query, 'ascending');
-      const destinations = new Map((await listDestinations(db, message.id)).map((d) => [d.endpointId, d]));
+      // The page first: each endpoint on it had a delivery of the message then, and deliveries go
+      // only with their endpoint, so the read after finds each one's (an endpoint deleted in
+      // between is left out, as if deleted before). The other way round, a resend to another
+      // endpoint in between put on the page an endpoint the first read had no delivery for.
       const page = await listEndpoints(db, application.id, q.page, message.id);
-      return presentPage(page, (e) => presentDestination(e, destinations.get(e.id)!));
+      const destinations = new Map((await listDestinations(db, message.id)).map((d) => [d.endpointId, d]));
+      const found = page.data.flatMap((e) => {
+        const destination = destinations.get(e.id);
+        return destination ? [{ endpoint: e, destination }] : [];
+      });
+      return presentPage({ ...page, data: found }, (d) => presentDestination(d.endpoint, d.destination));
     });
 
     app.post<{ Params: MsgParams & { endpoint_id: string } }>(
