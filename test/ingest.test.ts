@@ -223,6 +223,30 @@ describe('claim and outbox', () => {
     );
     assert.equal(sent.status, 204, sent.body);
     assert.deepEqual(await relayedPayload('evt_text'), { body: text });
+
+    // JSON that is not an object (SendGrid's and PandaDoc's arrays) keeps its bytes inside
+    // {"body": …}: an id past a double's precision stays itself.
+    const storedPayload = async (deliveryId: string) => {
+      const { rows } = await t.database.db.query<{ payload: string }>(
+        'select m.payload from intake i join message m on m.id = i.message_id where i.delivery_id = $1',
+        [deliveryId],
+      );
+      return rows[0]!.payload;
+    };
+    for (const [id, json] of [
+      ['evt_array', '[{"id":1234567890123456789,"amt":1.50}]'],
+      ['evt_number', ' 1e400 '],
+      ['evt_null', 'null'],
+      ['evt_string', '"caf\u00e9"'],
+    ] as const) {
+      const answer = await deliver(
+        { ...signed(id, json), 'content-type': 'application/json' },
+        json,
+        'raw-bytes',
+      );
+      assert.equal(answer.status, 204, answer.body);
+      assert.equal(await storedPayload(id), `{"body":${json}}`);
+    }
   });
 
   test('a Slack url_verification handshake is answered with its challenge, and stores nothing', async () => {
