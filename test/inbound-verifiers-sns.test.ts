@@ -331,6 +331,11 @@ describe('aws-sns', () => {
       'https://user@sns.us-east-1.amazonaws.com/cert.pem',
       'https://s3.us-east-1.amazonaws.com/cert.pem',
       'https://sns.amazonaws.com/cert.pem',
+      // S3's virtual hosts for a bucket named "sns": anyone owning it could serve a certificate.
+      'https://sns.s3.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+      'https://sns.s3-accelerate.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+      'https://sns.s3-us-west-2.amazonaws.com/SimpleNotificationService-0123abcd.pem',
+      'https://sns.s3.us-west-2.amazonaws.com/SimpleNotificationService-0123abcd.pem',
       'https://127.0.0.1/cert.pem',
       'file:///etc/passwd',
       // On an SNS host, but not where SNS keeps its signing certificates.
@@ -350,6 +355,8 @@ describe('aws-sns', () => {
       CERT_URL,
       'https://sns.cn-north-1.amazonaws.com.cn/x.pem',
       'https://SNS.EU-WEST-1.AMAZONAWS.COM/x.pem',
+      'https://sns.us-gov-west-1.amazonaws.com/x.pem',
+      'https://sns.ap-southeast-5.amazonaws.com/x.pem',
     ]) {
       assert.ok(isSnsUrl(url), url);
     }

@@ -52,7 +52,10 @@ type MessageType = keyof typeof SIGNED_KEYS;
 
 const DIGEST_OF_VERSION: Readonly<Record<string, string>> = { '1': 'sha1', '2': 'sha256' };
 
-const SNS_HOST = /^sns\.[a-z0-9-]+\.amazonaws\.com(\.cn)?$/;
+// sns.<region>.amazonaws.com(.cn), a region being like us-east-1, us-gov-west-1 or cn-north-1: a
+// looser label would admit S3's virtual hosts for a bucket named "sns" (sns.s3.amazonaws.com,
+// sns.s3-us-west-2.amazonaws.com), where anyone owning that bucket could serve a certificate.
+const SNS_HOST = /^sns\.[a-z]{2}(-gov)?-[a-z]+-\d+\.amazonaws\.com(\.cn)?$/;
 
 // Certificates are rotated rarely and each has its own URL, so a day is safe; the bound keeps
 // a flood of distinct (still SNS-hosted) URLs from growing memory.
