@@ -107,6 +107,12 @@ describe('verification happens before anything is stored', () => {
     const missing = await deliver(signed('evt_nokey', noAction), noAction);
     assert.equal(missing.status, 400);
     assert.equal(JSON.parse(missing.body).code, 'missing_business_key');
+    // The refusal names the part of the template that failed, and why.
+    assert.match(JSON.parse(missing.body).detail, /\{\{body\.action\}\} is missing/);
+    const long = JSON.stringify({ ticket: 1, action: 'a'.repeat(600) });
+    const tooLong = await deliver(signed('evt_longkey', long), long);
+    assert.equal(tooLong.status, 400);
+    assert.match(JSON.parse(tooLong.body).detail, /the key is \d+ characters, over 512/);
   });
 });
 

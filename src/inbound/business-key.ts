@@ -21,11 +21,22 @@ const MAX_KEY_LENGTH = 512;
 
 export class BusinessKeyTemplateError extends Error {}
 
+/** A rendered key, or null with what made it unusable (for the refusal, which names the part). */
+export type RenderedKey = { key: string } | { key: null; why: string };
+
 export interface BusinessKeyTemplate {
   readonly source: string;
-  /** The rendered key, or null when a field it names is missing or not a scalar. */
-  render(input: BusinessKeyInput): string | null;
+  render(input: BusinessKeyInput): RenderedKey;
 }
+
+const spelled = (part: Part): string =>
+  'literal' in part
+    ? part.literal
+    : 'field' in part
+      ? '{{delivery_id}}'
+      : 'header' in part
+        ? `{{header.${part.header}}}`
+        : `{{body.${part.body.join('.')}}}`;
 
 function parsePlaceholder(expression: string): Part {
   if (expression === 'delivery_id') return { field: 'delivery_id' };
@@ -68,13 +79,17 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
               : 'header' in part
                 ? ownValue(input.headers, part.header)
                 : scalarAt(input.payload, part.body, numbersAsText);
+        if (typeof value !== 'string' || value === '')
+          return { key: null, why: `${spelled(part)} is missing, empty, or not a string, number or boolean` };
         // A NUL cannot be stored (nor sent in a header), and a lone surrogate would be stored as
         // U+FFFD, which two different keys could share: such a key is as good as missing.
-        if (typeof value !== 'string' || value === '' || value.includes('\u0000') || !value.isWellFormed())
-          return null;
+        if (value.includes('\u0000') || !value.isWellFormed())
+          return { key: null, why: `${spelled(part)} holds U+0000 or a lone UTF-16 surrogate` };
         key += value;
       }
-      return key.length <= MAX_KEY_LENGTH ? key : null;
+      return key.length <= MAX_KEY_LENGTH
+        ? { key }
+        : { key: null, why: `the key is ${key.length} characters, over ${MAX_KEY_LENGTH}` };
     },
   };
 }

@@ -178,19 +178,20 @@ export function createIngestor(deps: IngestDeps): Ingestor {
           return { kind: 'subscription', confirmed: false };
         }
       }
-      const businessKey = template.render({
+      const rendered = template.render({
         deliveryId: verdict.deliveryId,
         headers: request.headers,
         payload: verdict.payload,
         rawBody: request.rawBody,
       });
-      if (businessKey === null) {
+      if (rendered.key === null) {
         deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(
           'missing_business_key',
-          `the business key template ${source.businessKey} names a missing field`,
+          `no business key from the template ${source.businessKey}: ${rendered.why}`,
         );
       }
+      const businessKey = rendered.key;
       failpoint('ingest.before_claim');
       const recorded = await submitIntake({
         sourceId: source.id,
