@@ -35,7 +35,13 @@ const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
 export const DEFAULT_GRACE_SECONDS = 24 * 3600;
 
 /** Refuses URLs herald would never send to, naming the reason (invariant 10). */
-async function assertDestination(core: Core, url: string): Promise<void> {
+/**
+ * Refuses a URL herald would not deliver to (a private address, a name that does not resolve). It
+ * may wait on DNS for seconds: call it before opening a transaction — the embedded database runs
+ * one at a time, and a server's holds a connection — and tell createEndpoint or replaceEndpoint
+ * which URL was checked.
+ */
+export async function assertDestination(core: Core, url: string): Promise<void> {
   const verdict = await checkDestination(url, core.addressPolicy);
   if (!verdict.ok) throw invalidField(['url'], verdict.reason);
 }
@@ -58,14 +64,16 @@ function toFields(input: EndpointInput): EndpointFields {
   };
 }
 
+/** `checkedUrl`: the URL the caller passed to assertDestination before its transaction, if any. */
 export async function createEndpoint(
   core: Core,
   tx: Queryable,
   actor: Actor,
   app: AppRow,
   input: EndpointIn,
+  checkedUrl: string | null = null,
 ): Promise<EndpointRow> {
-  await assertDestination(core, input.url);
+  if (input.url !== checkedUrl) await assertDestination(core, input.url);
   const endpoint = await insertEndpoint(tx, app.id, toFields(input));
   const secret = input.secret ?? generateEndpointSecret();
   await insertCurrentSecret(tx, app.id, endpoint.id, core.box.seal(secret, endpoint.id));
@@ -78,8 +86,9 @@ export async function createEndpoint(
 /**
  * Changes an endpoint as `change` says, given its current row: read again under its lock, as the
  * row the caller read may be stale (a worker may have disabled the endpoint since), and a change
- * made from it would silently undo that. A new URL is checked before the lock is taken (a DNS
- * lookup must not hold up the worker's writes to the endpoint's row).
+ * made from it would silently undo that. `checkedUrl`: the URL the caller passed to
+ * assertDestination before its transaction (what `change` made of the row it read); another new
+ * URL is checked here, under the lock.
  */
 export async function replaceEndpoint(
   core: Core,
@@ -87,9 +96,8 @@ export async function replaceEndpoint(
   actor: Actor,
   endpoint: EndpointRow,
   change: (current: EndpointRow) => EndpointInput,
+  checkedUrl: string | null = null,
 ): Promise<EndpointRow> {
-  const checkedUrl = change(endpoint).url;
-  if (checkedUrl !== endpoint.url) await assertDestination(core, checkedUrl);
   const current = await lockEndpoint(tx, endpoint.id);
   if (!current) throw notFound('endpoint');
   const input = change(current);

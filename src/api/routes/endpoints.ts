@@ -2,10 +2,11 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import { recoverFailedDeliveries } from '../../db/deliveries.ts';
-import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
+import { deleteEndpoint, type EndpointRow, endpointStats, listEndpoints } from '../../db/endpoints.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import {
+  assertDestination,
   audit,
   createEndpoint,
   keepHeraldOwn,
@@ -57,6 +58,12 @@ export const endpointRoutes =
   (core: Core): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
+    /** A change's new URL, checked before its transaction (see assertDestination); null if unchanged. */
+    const checkedChange = async (current: EndpointRow, url: string): Promise<string | null> => {
+      if (url === current.url) return null;
+      await assertDestination(core, url);
+      return url;
+    };
     const load = async (actor: Parameters<typeof requireApp>[1], params: EpParams) => {
       const application = await requireApp(db, actor, params.app_id);
       return { application, endpoint: await requireEndpoint(db, application, params.endpoint_id) };
@@ -73,8 +80,10 @@ export const endpointRoutes =
       const headers = input.headers ?? {};
       validateHeaders(headers);
       const application = await requireApp(db, request.actor, request.params.app_id);
+      // The DNS lookup before the transaction (see assertDestination).
+      await assertDestination(core, input.url);
       return answerOnce(db, request, reply, async (tx) => {
-        const endpoint = await createEndpoint(core, tx, request.actor, application, input);
+        const endpoint = await createEndpoint(core, tx, request.actor, application, input, input.url);
         if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
         return { status: 201, body: presentEndpoint(endpoint) };
       }).catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
@@ -94,19 +103,32 @@ export const endpointRoutes =
       if (!current) {
         if (!input.uid)
           assertPathIdentifier('endpoint_id', request.params.endpoint_id, 'uid for a new endpoint');
+        await assertDestination(core, input.url);
         const created = await db
           .transaction((tx) =>
-            createEndpoint(core, tx, request.actor, application, {
-              ...input,
-              uid: input.uid ?? request.params.endpoint_id,
-            }),
+            createEndpoint(
+              core,
+              tx,
+              request.actor,
+              application,
+              { ...input, uid: input.uid ?? request.params.endpoint_id },
+              input.url,
+            ),
           )
           .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
         return reply.status(201).send(presentEndpoint(created));
       }
+      const checkedUrl = await checkedChange(current, keepHeraldOwn(current, input).url);
       const updated = await db
         .transaction((tx) =>
-          replaceEndpoint(core, tx, request.actor, current, (locked) => keepHeraldOwn(locked, input)),
+          replaceEndpoint(
+            core,
+            tx,
+            request.actor,
+            current,
+            (locked) => keepHeraldOwn(locked, input),
+            checkedUrl,
+          ),
         )
         .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);
@@ -120,9 +142,17 @@ export const endpointRoutes =
           ? { ...parsed, throttleRate: parsed.rateLimit }
           : parsed;
       const { endpoint } = await load(request.actor, request.params);
+      const checkedUrl = await checkedChange(endpoint, patchToUpdate(endpoint, patch).url);
       const updated = await db
         .transaction((tx) =>
-          replaceEndpoint(core, tx, request.actor, endpoint, (locked) => patchToUpdate(locked, patch)),
+          replaceEndpoint(
+            core,
+            tx,
+            request.actor,
+            endpoint,
+            (locked) => patchToUpdate(locked, patch),
+            checkedUrl,
+          ),
         )
         .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
       return presentEndpoint(updated);

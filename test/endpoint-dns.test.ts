@@ -1,0 +1,82 @@
+// An endpoint's URL is checked (its name resolved, every address judged) before the transaction
+// that creates or changes the endpoint begins: a lookup can take seconds, and a transaction held
+// open meanwhile keeps a pooled connection — with the embedded database, the only one, so every
+// claim and outcome write would wait behind it.
+//
+// The system resolver is the one seam: this process's dns.promises.lookup answers one name only
+// when the test lets it (nothing here can make a real name resolve slowly on demand).
+
+import assert from 'node:assert/strict';
+import dnsPromises from 'node:dns/promises';
+import { syncBuiltinESMExports } from 'node:module';
+import { after, before, test } from 'node:test';
+import { createApp, createEndpoint } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { waitFor } from './support/wait.ts';
+
+const SLOW_NAME = 'slow-dns.herald.test';
+
+let t: TestHerald;
+const originalLookup = dnsPromises.lookup;
+let pending: Array<() => void> = [];
+
+before(async () => {
+  t = await startTestHerald('endpoint_dns', { worker: false });
+  const held = (async (hostname: string, options: unknown) => {
+    if (hostname !== SLOW_NAME) return originalLookup(hostname, options as never);
+    await new Promise<void>((resolve) => pending.push(resolve));
+    return [{ address: '127.0.0.1', family: 4 }];
+  }) as typeof dnsPromises.lookup;
+  dnsPromises.lookup = held;
+  syncBuiltinESMExports();
+});
+after(async () => {
+  dnsPromises.lookup = originalLookup;
+  syncBuiltinESMExports();
+  await t.close();
+});
+
+/** Sessions of the test database inside a transaction now (herald's pool, while it waits on DNS). */
+async function openTransactions(): Promise<number> {
+  const { rows } = await t.database.db.query<{ n: number }>(
+    `select count(*)::int as n from pg_stat_activity
+      where datname = current_database() and pid <> pg_backend_pid() and state like 'idle in transaction%'`,
+  );
+  return rows[0]!.n;
+}
+
+/** Starts `request`, waits until its lookup is held, checks no transaction is open, lets it go. */
+async function whileResolving<T>(request: () => Promise<T>): Promise<T> {
+  pending = [];
+  const answer = request();
+  await waitFor('the lookup to be held', () => pending.length > 0);
+  assert.equal(await openTransactions(), 0, 'no transaction is open while the name resolves');
+  for (const release of pending) release();
+  return answer;
+}
+
+test('creating, replacing and patching an endpoint resolve its new URL before any transaction begins', async () => {
+  const app = await createApp(t, 'dns');
+  const url = `http://${SLOW_NAME}:9/hook`;
+
+  const created = await whileResolving(() => t.call('POST', `/api/v1/app/${app}/endpoint`, { url }));
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+
+  const other = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/other' });
+  const patched = await whileResolving(() =>
+    t.call('PATCH', `/api/v1/app/${app}/endpoint/${other}`, { url: `${url}/patched` }),
+  );
+  assert.equal(patched.status, 200, JSON.stringify(patched.body));
+  assert.equal(patched.body.url, `${url}/patched`);
+
+  const replaced = await whileResolving(() =>
+    t.call('PUT', `/api/v1/app/${app}/endpoint/${other}`, { url: `${url}/replaced` }),
+  );
+  assert.equal(replaced.status, 200, JSON.stringify(replaced.body));
+  assert.equal(replaced.body.url, `${url}/replaced`);
+
+  const upserted = await whileResolving(() =>
+    t.call('PUT', `/api/v1/app/${app}/endpoint/new-by-put`, { url: `${url}/new` }),
+  );
+  assert.equal(upserted.status, 201, JSON.stringify(upserted.body));
+});
