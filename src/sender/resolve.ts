@@ -13,10 +13,27 @@ export interface ResolvedAddress {
 
 export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
 
-/** A and AAAA through the system resolver, as the OS would (hosts file included). */
-export const systemResolver: Resolver = async (hostname) => {
-  const answers = await lookup(hostname, { all: true });
-  return answers.map((answer) => ({ address: answer.address, family: answer.family === 6 ? 6 : 4 }));
+const lookingUp = new Map<string, Promise<ResolvedAddress[]>>();
+
+/**
+ * A and AAAA through the system resolver, as the OS would (hosts file included). Concurrent
+ * lookups of one name share one: the system resolver runs on node's small thread pool (4 threads
+ * unless UV_THREADPOOL_SIZE says otherwise), and a lookup there cannot be cancelled, so the
+ * connections of a name whose servers never answer would otherwise take every thread, and the
+ * lookups of every other endpoint would wait behind them until their attempts timed out. Nothing
+ * is kept once the answer is in: each new lookup asks again.
+ */
+export const systemResolver: Resolver = (hostname) => {
+  let answer = lookingUp.get(hostname);
+  if (answer === undefined) {
+    answer = lookup(hostname, { all: true })
+      .then((answers) =>
+        answers.map((a): ResolvedAddress => ({ address: a.address, family: a.family === 6 ? 6 : 4 })),
+      )
+      .finally(() => lookingUp.delete(hostname));
+    lookingUp.set(hostname, answer);
+  }
+  return answer;
 };
 
 /**

@@ -1,7 +1,10 @@
-// An endpoint's URL is checked (its name resolved, every address judged) before the transaction
-// that creates or changes the endpoint begins: a lookup can take seconds, and a transaction held
-// open meanwhile keeps a pooled connection — with the embedded database, the only one, so every
-// claim and outcome write would wait behind it.
+// Host name lookups that take long must hold up nothing else:
+// - an endpoint's URL is checked (its name resolved, every address judged) before the transaction
+//   that creates or changes the endpoint begins: a transaction held open meanwhile keeps a pooled
+//   connection — with the embedded database, the only one, so every claim and outcome write would
+//   wait behind it;
+// - concurrent lookups of one name share one: a lookup takes one of node's few pool threads until
+//   the system resolver gives up, so a slow name's connections must not take them all.
 //
 // The system resolver is the one seam: this process's dns.promises.lookup answers one name only
 // when the test lets it (nothing here can make a real name resolve slowly on demand).
@@ -10,6 +13,7 @@ import assert from 'node:assert/strict';
 import dnsPromises from 'node:dns/promises';
 import { syncBuiltinESMExports } from 'node:module';
 import { after, before, test } from 'node:test';
+import { systemResolver } from '../src/sender/resolve.ts';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { waitFor } from './support/wait.ts';
@@ -19,11 +23,13 @@ const SLOW_NAME = 'slow-dns.herald.test';
 let t: TestHerald;
 const originalLookup = dnsPromises.lookup;
 let pending: Array<() => void> = [];
+let slowLookups = 0;
 
 before(async () => {
   t = await startTestHerald('endpoint_dns', { worker: false });
   const held = (async (hostname: string, options: unknown) => {
     if (hostname !== SLOW_NAME) return originalLookup(hostname, options as never);
+    slowLookups++;
     await new Promise<void>((resolve) => pending.push(resolve));
     return [{ address: '127.0.0.1', family: 4 }];
   }) as typeof dnsPromises.lookup;
@@ -79,4 +85,22 @@ test('creating, replacing and patching an endpoint resolve its new URL before an
     t.call('PUT', `/api/v1/app/${app}/endpoint/new-by-put`, { url: `${url}/new` }),
   );
   assert.equal(upserted.status, 201, JSON.stringify(upserted.body));
+});
+
+test('concurrent lookups of one name make one system lookup; the next one asks again', async () => {
+  pending = [];
+  slowLookups = 0;
+  const answers = Array.from({ length: 10 }, () => systemResolver(SLOW_NAME));
+  await waitFor('the lookup to be held', () => pending.length > 0);
+  assert.equal(slowLookups, 1);
+  for (const release of pending) release();
+  for (const answer of await Promise.all(answers))
+    assert.deepEqual(answer, [{ address: '127.0.0.1', family: 4 }]);
+  // Nothing kept: a lookup after the answer asks the system again.
+  pending = [];
+  const again = systemResolver(SLOW_NAME);
+  await waitFor('the second lookup to be held', () => pending.length > 0);
+  assert.equal(slowLookups, 2);
+  for (const release of pending) release();
+  await again;
 });
