@@ -25,6 +25,10 @@
 -- The horizon is a setting (herald.defer_horizon, 60 s unless set) so that tests can shorten it;
 -- tending runs every few seconds, well within it, so that a deferred row is back in delivery_due
 -- before it is due.
+--
+-- Workers of the version before this migration do not tend: once it is applied, retries more than
+-- a minute ahead and disabled endpoints' backlogs wait until a worker of this version runs.
+-- Upgrade the workers with it.
 
 create table delivery_deferred (
   endpoint_id     text collate "C" not null,
@@ -53,14 +57,20 @@ create view delivery_queued as
   union all
   select endpoint_id, next_attempt_at, delivery_id, held from delivery_deferred;
 
--- Rows already waiting far ahead, or for a disabled endpoint, move now.
+-- Rows already waiting far ahead, or for a disabled endpoint, move now: in one statement, each
+-- under its delivery's lock as every later move (a row deleted meanwhile by a writer is not
+-- copied). Those of deliveries a writer holds stay in delivery_due, where they are served as
+-- before: tending holds a disabled endpoint's, and a far one is claimed when it comes due.
+with moved as (
+  delete from delivery_due q
+   using endpoint e
+   where e.id = q.endpoint_id
+     and (e.disabled or q.next_attempt_at > now() + herald_defer_horizon())
+     and exists (select 1 from delivery p where p.id = q.delivery_id for no key update skip locked)
+  returning q.endpoint_id, q.next_attempt_at, q.delivery_id, e.disabled
+)
 insert into delivery_deferred (endpoint_id, next_attempt_at, delivery_id, held)
-select q.endpoint_id, q.next_attempt_at, q.delivery_id, e.disabled
-  from delivery_due q join endpoint e on e.id = q.endpoint_id
- where e.disabled or q.next_attempt_at > now() + herald_defer_horizon();
-delete from delivery_due q
- using delivery_deferred f
- where f.endpoint_id = q.endpoint_id and f.next_attempt_at = q.next_attempt_at and f.delivery_id = q.delivery_id;
+select m.endpoint_id, m.next_attempt_at, m.delivery_id, m.disabled from moved m;
 
 -- As in 0015, with each pending row queued by its time, and looked for in both tables.
 create or replace function herald_follow_deliveries()
@@ -303,6 +313,12 @@ as $$
 declare
   moved int;
 begin
+  -- Still disabled, and held so until this transaction ends: an enable waits for it (and then
+  -- releases what this moved), or holds the endpoint already (then nothing is held here).
+  perform 1 from endpoint x where x.id = endpoint and x.disabled for share skip locked;
+  if not found then
+    return 0;
+  end if;
   with picked as materialized (
     select q.ctid as at
       from delivery_due q
@@ -334,6 +350,11 @@ as $$
 declare
   released int;
 begin
+  -- Still enabled, and kept so until this transaction ends (as herald_hold_endpoint, the other way).
+  perform 1 from endpoint x where x.id = endpoint and not x.disabled for share skip locked;
+  if not found then
+    return 0;
+  end if;
   with picked as materialized (
     select q.ctid as at, q.next_attempt_at <= now() + herald_defer_horizon() as coming
       from delivery_deferred q
@@ -387,9 +408,9 @@ create trigger endpoint_disabled_changed after update of disabled on endpoint
 --   released  held rows of enabled endpoints (past the 10,000 that the enable released, or a hold
 --             that raced with it), when asked: this step walks every endpoint with held rows,
 --             so it runs less often.
--- One tending at a time: a second one returns at once.
+-- One tending at a time: a second one returns at once, `tended` false.
 create function herald_tend_deferred(batch int, release_held boolean)
-returns table (requeued int, held int, released int)
+returns table (requeued int, held int, released int, tended boolean)
 language plpgsql volatile
 set enable_seqscan = off
 set enable_hashjoin = off
@@ -402,7 +423,8 @@ begin
   requeued := 0;
   held := 0;
   released := 0;
-  if not pg_try_advisory_xact_lock(hashtext('herald_tend_deferred')) then
+  tended := pg_try_advisory_xact_lock(hashtext('herald_tend_deferred'));
+  if not tended then
     return next;
     return;
   end if;
@@ -413,7 +435,11 @@ begin
       cross join lateral (
         select 1 from delivery p where p.id = q.delivery_id limit 1 for no key update skip locked
       ) p
-      cross join lateral (select x.disabled from endpoint x where x.id = q.endpoint_id limit 1) x
+      -- The endpoint as it is, kept so until this transaction ends: a disable or enable under way
+      -- leaves its rows for the next tending.
+      cross join lateral (
+        select x.disabled from endpoint x where x.id = q.endpoint_id limit 1 for share skip locked
+      ) x
      where not q.held and q.next_attempt_at <= now() + herald_defer_horizon()
      order by q.next_attempt_at
      limit batch

@@ -114,7 +114,7 @@ describe('the deferred queue rows', () => {
     ]);
     // Tending (horizon 60 s): the open endpoint's row comes due, the disabled one's is held.
     const tended = await tendDeferred(db, false);
-    assert.deepEqual(tended, { requeued: 1, held: 1, released: 0 });
+    assert.deepEqual(tended, { requeued: 1, held: 1, released: 0, tended: true });
     const places = await placesOf(app.id);
     const placeAt = async (endpointId: string) => {
       const { rows } = await db.query<{ id: string }>('select id from delivery where endpoint_id = $1', [
@@ -131,7 +131,7 @@ describe('the deferred queue rows', () => {
       (await db.query('select 1 from delivery_due where endpoint_id = $1', [closed.id])).rowCount,
       1,
     );
-    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 1, released: 0 });
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 1, released: 0, tended: true });
     assert.equal(
       (await db.query('select 1 from delivery_due where endpoint_id = $1', [closed.id])).rowCount,
       0,
@@ -182,10 +182,51 @@ describe('the deferred queue rows', () => {
       [app.id],
     );
     assert.deepEqual([...(await placesOf(app.id)).values()], ['held']);
-    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 0 });
-    assert.deepEqual(await tendDeferred(db, true), { requeued: 0, held: 0, released: 1 });
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 0, tended: true });
+    assert.deepEqual(await tendDeferred(db, true), { requeued: 0, held: 0, released: 1, tended: true });
     // Two hours ahead, it waits on, unheld, until it comes due.
     assert.deepEqual([...(await placesOf(app.id)).values()], ['deferred']);
+    await assertQueuedOnce(app.id);
+  });
+
+  test('a hold that meets an enable under way holds nothing: the enable is not undone', async () => {
+    const db = database.db;
+    const app = await seedApp(db, 'enable-race');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:1/race');
+    await db.query(`update endpoint set disabled = true, disabled_reason = 'operator' where id = $1`, [
+      endpoint.id,
+    ]);
+    await seedMessage(db, app.id);
+    await seedMessage(db, app.id);
+    // Published while disabled: due rows that tending is about to hold, as its snapshot says.
+    assert.equal(
+      (await db.query('select 1 from delivery_due where endpoint_id = $1', [endpoint.id])).rowCount,
+      2,
+    );
+    const enabling = new pg.Client({ connectionString: database.url });
+    await enabling.connect();
+    try {
+      await enabling.query('begin');
+      await enabling.query(`update endpoint set disabled = false, disabled_reason = null where id = $1`, [
+        endpoint.id,
+      ]);
+      // The enable is under way (uncommitted): the hold must not move the rows it is releasing.
+      const { rows } = await db.query<{ moved: number }>('select herald_hold_endpoint($1, 100) as moved', [
+        endpoint.id,
+      ]);
+      assert.equal(rows[0]!.moved, 0);
+      await enabling.query('commit');
+    } finally {
+      await enabling.end();
+    }
+    assert.equal(
+      (await db.query('select 1 from delivery_due where endpoint_id = $1', [endpoint.id])).rowCount,
+      2,
+    );
+    assert.equal(
+      (await db.query('select 1 from delivery_deferred where endpoint_id = $1', [endpoint.id])).rowCount,
+      0,
+    );
     await assertQueuedOnce(app.id);
   });
 

@@ -15,14 +15,16 @@ export interface Tended {
   held: number;
   /** Held rows of enabled endpoints, released. */
   released: number;
+  /** False when another worker was tending: this one did nothing. */
+  tended: boolean;
 }
 
 /**
  * One tending of the deferred rows; `releaseHeld` also walks every endpoint with held rows (the
  * safety net for a hold that raced with an enable, and for backlogs past what an enable releases
- * at once). Another worker tending at the same time makes this one return zeros.
+ * at once). Another worker tending at the same time makes this one return zeros, `tended` false.
  */
 export async function tendDeferred(db: Queryable, releaseHeld: boolean, batch = TEND_BATCH): Promise<Tended> {
   const { rows } = await db.query<Tended>('select * from herald_tend_deferred($1, $2)', [batch, releaseHeld]);
-  return rows[0] ?? { requeued: 0, held: 0, released: 0 };
+  return rows[0] ?? { requeued: 0, held: 0, released: 0, tended: false };
 }

@@ -351,6 +351,11 @@ export function createWorker(options: WorkerOptions): Worker {
    * claim round once, which showed as the p99 of the publish-to-receiver latency).
    */
   async function maintain(): Promise<void> {
+    // First, and on its own: deferred deliveries coming due must reach the claims whatever else
+    // fails below.
+    await tend().catch((error: Error) =>
+      log.error({ err: error.message }, 'tending the deferred deliveries failed'),
+    );
     const { afterRecover } = options;
     const recovered = afterRecover
       ? await db.transaction(async (tx) => {
@@ -363,7 +368,6 @@ export function createWorker(options: WorkerOptions): Worker {
       metrics?.leasesRecovered(recovered.length);
       log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
     }
-    await tend();
     const left = await vacuumDueDeliveries(db, dueDeadLeft + DUE_DEAD_ROWS_TO_VACUUM);
     if (left !== null) {
       dueDeadLeft = left;
@@ -388,9 +392,11 @@ export function createWorker(options: WorkerOptions): Worker {
   /** Moves deferred deliveries coming due back into the claims' reach (migration 0030). */
   async function tend(): Promise<void> {
     const releaseHeld = Date.now() - lastReleaseHeld >= RELEASE_HELD_EVERY_MS;
-    if (releaseHeld) lastReleaseHeld = Date.now();
     for (let pass = 0; pass < TENDINGS_PER_PASS && running; pass++) {
       const tended = await tendDeferred(db, releaseHeld);
+      // Another worker was tending: the walk over held rows is still this one's to do.
+      if (!tended.tended) return;
+      if (releaseHeld) lastReleaseHeld = Date.now();
       if (tended.requeued + tended.held + tended.released > 0)
         log.debug(tended, 'tended deferred deliveries');
       if (tended.requeued + tended.released > 0) nudge();
