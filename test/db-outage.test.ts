@@ -275,6 +275,51 @@ test('an unsent lease given back during an outage is given back once the databas
   assert.match(metrics, /herald_attempts_not_sent_total\{reason="origin_congested"\} [1-9]/);
 });
 
+test('a lease given back as the worker stops, while the database is away, is given back once it returns: no unknown attempt', async () => {
+  // One connection to the origin, shared by two endpoints: the first request hangs, the other
+  // waits for the connection. The database goes away and the worker is told to stop at once:
+  // the waiting request is not sent, and its give-back must outlast the outage.
+  const { proxy, herald, receiver, logs, appUid } = await rig(
+    'stop_give_back',
+    { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '10', HERALD_ATTEMPT_TIMEOUT_MS: '3000' },
+    () => (_request, n) => (n === 1 ? 'hang' : { status: 204 }),
+  );
+  const app = (await findApp(database.db, appUid))!;
+  await addEndpoint(herald, database.db, app, { url: `${receiver.url}/other` });
+  const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 4 } });
+  const worker = await herald.startWorker();
+  const states = async () =>
+    (
+      await database.db.query<{ id: string; state: string }>(
+        'select id, state from delivery where message_id = $1 order by id',
+        [message.id],
+      )
+    ).rows;
+  await waitFor(
+    'one request hanging at the receiver, the other lease waiting for the connection',
+    async () => {
+      const rows = await states();
+      return receiver.requests.length === 1 && rows.every((d) => d.state === 'sending');
+    },
+  );
+  proxy.pause();
+  proxy.cutAll();
+  const stopped = worker.stop(0);
+  await waitFor('the give-back to be retried while the database is away', () =>
+    logs.some((l) => l.msg === GIVE_BACK_RETRIED && l['reason'] === 'stopping'),
+  );
+  proxy.resume();
+  await stopped;
+
+  // The request that never left has no attempt and waits again, budget kept.
+  const waiting = (await states()).filter((d) => d.state === 'pending');
+  assert.equal(waiting.length, 1, JSON.stringify(await states()));
+  assert.deepEqual(await attemptsOf(waiting[0]!.id), []);
+  assert.equal(count(logs, 'waiting for its origin when the worker stopped; not sent'), 1);
+  // The tests after this one share the database: nothing of this one may be left due.
+  await database.db.query('delete from app where id = $1', [app.id]);
+});
+
 // The answers a worker's claims come back in, told apart by their columns (src/db/deliveries.ts,
 // src/db/endpoint-secrets.ts), and taken only when they claimed something: a claim round may hold
 // the worker's free slots while an outcome is written, and that write then records without

@@ -171,18 +171,19 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /**
    * Runs a write that ends leases herald did not send, retried with backoff while the database
-   * fails, as long as the leases last (`until`, on the steady clock) and the worker runs; then the
-   * last error is thrown, and lease recovery takes what is left. Given up, an unsent lease is
-   * recovered as `unknown`: nobody recorded that it was not sent.
+   * fails, as long as the leases last (`until`, on the steady clock); then the last error is
+   * thrown, and lease recovery takes what is left. Given up, an unsent lease is recovered as
+   * `unknown`: nobody recorded that it was not sent. A stopping worker goes on trying too (stop()
+   * waits for its give-backs): the leases it gives back as it stops are most of what it gives back.
    */
   async function whileLeased<T>(until: number, reason: NotSentReason, write: () => Promise<T>): Promise<T> {
     for (let backoff = FIRST_BACKOFF_MS; ; backoff = Math.min(backoff * 2, MAX_BACKOFF_MS)) {
       try {
         return await write();
       } catch (error) {
-        if (!running || steadyNow() + backoff >= until) throw error;
+        if (steadyNow() + backoff >= until) throw error;
         log.warn({ err: (error as Error).message, backoff, reason }, 'retrying a give-back of unsent leases');
-        await sleep(backoff, undefined, { signal: stopping.signal }).catch(() => {});
+        await sleep(backoff);
       }
     }
   }
@@ -190,13 +191,28 @@ export function createWorker(options: WorkerOptions): Worker {
   /**
    * Gives an unsent attempt's lease back (budget kept, attempt row removed), counted and logged.
    * A lease that lease recovery took first (this worker was stalled past it) is not given back
-   * nor counted here: recovery closed its attempt as unknown and counted it as a recovery.
+   * nor counted here: recovery closed its attempt as unknown and counted it as a recovery. stop()
+   * waits for it, past the grace for attempts: the database must still be there to take it.
    */
-  async function giveBack(
+  function giveBack(
     claim: ClaimedDelivery,
     reason: NotSentReason,
     message: string,
     details: Record<string, unknown> = {},
+  ): Promise<void> {
+    const given = releaseCounted(claim, reason, message, details);
+    track(
+      givingBack,
+      given.catch(() => {}),
+    );
+    return given;
+  }
+
+  async function releaseCounted(
+    claim: ClaimedDelivery,
+    reason: NotSentReason,
+    message: string,
+    details: Record<string, unknown>,
   ): Promise<void> {
     const released = await whileLeased(claim.leaseEndsBy.getTime(), reason, () => releaseUnsent(db, claim));
     if (!released) {
@@ -219,14 +235,12 @@ export function createWorker(options: WorkerOptions): Worker {
   /** The worker began stopping while a claim ran: what it claimed is given back unsent. */
   const giveBackWhileStopping = (claimed: readonly ClaimedDelivery[]): void => {
     for (const claim of claimed) {
-      const given = giveBack(claim, 'stopping', 'claimed while stopping; given back unsent').catch(
-        (error: Error) =>
-          log.error(
-            { deliveryId: claim.deliveryId, err: error.message },
-            'could not give back a lease claimed while stopping; lease recovery will',
-          ),
+      giveBack(claim, 'stopping', 'claimed while stopping; given back unsent').catch((error: Error) =>
+        log.error(
+          { deliveryId: claim.deliveryId, err: error.message },
+          'could not give back a lease claimed while stopping; lease recovery will',
+        ),
       );
-      track(givingBack, given);
     }
   };
 
@@ -234,8 +248,8 @@ export function createWorker(options: WorkerOptions): Worker {
    * Gives back, unsent, every lease of a claim this worker does not start: the claim's answer was
    * lost (it may have committed unseen), or its signing keys could not be read. Only this worker
    * could have sent them, so this is safe whenever it runs; a claim still running on the server
-   * is waited for. Retried while the database fails, as long as the leases last and the worker
-   * runs; lease recovery takes whatever is left. The deliveries are due again: the next claim
+   * is waited for. Retried while the database fails, as long as the leases last; lease recovery
+   * takes whatever is left. The deliveries are due again: the next claim
    * round takes them (not at once: a failing claim must not turn into a tight loop).
    */
   async function giveBackClaim(claimId: string, reason: 'claim_lost' | 'keys_unavailable'): Promise<void> {
