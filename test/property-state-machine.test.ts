@@ -501,10 +501,12 @@ const resend = (pick: number): Command => ({
   check: () => true,
   async run(m, r) {
     const pair = m.pairs[pick % m.pairs.length]!;
-    await resendDelivery(r.db, m.appId, pair.messageId, pair.endpointId);
+    const resent = await resendDelivery(r.db, m.appId, pair.messageId, pair.endpointId);
     const existing = [...m.deliveries.values()].find(
       (d) => d.messageId === pair.messageId && d.endpointId === pair.endpointId,
     );
+    // In flight, nothing starts, and the caller is told so.
+    assert.equal(resent, existing?.state === 'sending' ? 'in_flight' : 'resent', this.toString());
     if (existing === undefined) {
       // A message never routed to the endpoint gets its delivery now (an explicit request).
       const created = await r.db.query<{ id: string }>(

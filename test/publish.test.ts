@@ -708,3 +708,47 @@ describe('a message whose payload is gone', () => {
     assert.deepEqual(bare.body.payload, {});
   });
 });
+
+describe('resending a delivery in flight', () => {
+  test('is a 409 that starts nothing and audits nothing; once the attempt ended, a resend starts a cycle', async () => {
+    const app = await createApp(t, 'resend-in-flight');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/in-flight` });
+    const answering = receiver.respond;
+    let hanging = 0;
+    receiver.respond = (request, n) => {
+      if (request.path !== '/in-flight') return answering(request, n);
+      hanging++;
+      return 'hang';
+    };
+    try {
+      const id = await publishVia(t, app, { eventType: 'e', payload: {} });
+      await waitFor('the request to hang at the receiver', () => hanging === 1);
+      const refused = await t.call('POST', `/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`);
+      assert.equal(refused.status, 409, JSON.stringify(refused.body));
+      assert.equal(refused.body.code, 'conflict');
+      assert.match(refused.body.detail, /in flight/);
+      const audited = await t.database.db.query(
+        `select 1 from audit_entry where action = 'message.resent' and target_id = $1`,
+        [id],
+      );
+      assert.equal(audited.rowCount, 0);
+      // The hung attempt ends at its deadline (unknown); its retry is answered.
+      receiver.respond = answering;
+      await waitFor(
+        'the delivery to succeed',
+        async () => {
+          const { rows } = await t.database.db.query<{ state: string }>(
+            'select state from delivery where message_id = $1',
+            [id],
+          );
+          return rows[0]?.state === 'succeeded';
+        },
+        15_000,
+      );
+      const resent = await t.call('POST', `/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`);
+      assert.equal(resent.status, 202, JSON.stringify(resent.body));
+    } finally {
+      receiver.respond = answering;
+    }
+  });
+});

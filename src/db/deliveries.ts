@@ -297,37 +297,47 @@ const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
     attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
     state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()`;
 
+/** What a resend did: started a cycle, or nothing — the payload is gone, or a request is in flight. */
+export type Resend = 'resent' | 'payload_gone' | 'in_flight';
+
 /**
  * Starts a new cycle for one message × endpoint, keeping its id and lifetime history. A delivery
- * that is already pending is made due now; one in flight is left alone (its outcome is coming).
- * The state guard sits in the UPDATE's WHERE clause, which PostgreSQL re-checks on the latest row
- * version, so competing resends start exactly one new cycle. A message that was never routed to
- * the endpoint (subscribed later) gets its delivery created here: an explicit resend is a request.
- * Returns false, and starts nothing, when the message's payload is gone (retention).
+ * that is already pending is made due now. One in flight is left alone and said to be
+ * (`in_flight`): its outcome is coming, and may end its cycle — the caller must not be told that
+ * a new one started. The state guard sits in the UPDATE's WHERE clause, which PostgreSQL
+ * re-checks on the latest row version, so competing resends start exactly one new cycle. A
+ * message that was never routed to the endpoint (subscribed later) gets its delivery created
+ * here: an explicit resend is a request. Nothing starts when the message's payload is gone
+ * (retention): `payload_gone`.
  */
 export async function resendDelivery(
   db: Queryable,
   appId: string,
   messageId: string,
   endpointId: string,
-): Promise<boolean> {
-  const result = await db.query<{ sendable: boolean }>(
+): Promise<Resend> {
+  const result = await db.query<{ sendable: boolean; started: boolean }>(
     `with sendable as (
        select 1 where ${messageHeld('$2')}
      ), created as (
        insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
        select $1, $2, $3, now(), 'manual' from sendable
        on conflict (message_id, endpoint_id) do nothing
+       returning 1
      ), restarted as (
        update delivery set ${RESTART}
         where message_id = $2 and endpoint_id = $3 and state <> 'sending' and exists (select 1 from sendable)
+       returning 1
      )
-     select exists (select 1 from sendable) as sendable`,
+     select exists (select 1 from sendable) as sendable,
+            exists (select 1 from created) or exists (select 1 from restarted) as started`,
     [appId, messageId, endpointId],
   );
-  const sendable = result.rows[0]?.sendable ?? false;
-  if (sendable) await db.query(`select pg_notify('herald_work', $1)`, [appId]);
-  return sendable;
+  const row = result.rows[0];
+  if (!row?.sendable) return 'payload_gone';
+  if (!row.started) return 'in_flight';
+  await db.query(`select pg_notify('herald_work', $1)`, [appId]);
+  return 'resent';
 }
 
 /** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */

@@ -135,7 +135,14 @@ export const messageRoutes =
         const { application, message } = await loadMessage(request.actor, request.params);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
         return answerOnce(db, request, reply, async (tx) => {
-          if (!(await resendDelivery(tx, application.id, message.id, endpoint.id))) throw payloadExpired();
+          const resend = await resendDelivery(tx, application.id, message.id, endpoint.id);
+          if (resend === 'payload_gone') throw payloadExpired();
+          if (resend === 'in_flight') {
+            throw new HeraldError(
+              'conflict',
+              'a request of this message to this endpoint is in flight; resend it once that attempt has ended',
+            );
+          }
           await recordAudit(tx, {
             actor: request.actor.id,
             action: 'message.resent',
