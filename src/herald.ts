@@ -247,8 +247,12 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       return worker;
     },
     async close() {
-      await Promise.all(workers.splice(0).map((w) => w.stop(config.shutdownGraceMs)));
+      const stopping = workers.splice(0);
+      await Promise.all(stopping.map((w) => w.stop(config.shutdownGraceMs)));
+      // A sender closes once its requests have ended, those that outlived the grace too: their
+      // outcomes are then written before the database closes.
       await Promise.all(senders.splice(0).map((s) => s.close()));
+      await Promise.all(stopping.map((w) => w.finish()));
       await apps.close();
       await db.close();
     },

@@ -65,6 +65,12 @@ export interface Worker {
   start(): Promise<void>;
   /** Stops claiming, waits up to `graceMs` for attempts in flight, then returns. */
   stop(graceMs?: number): Promise<void>;
+  /**
+   * After stop() and the sender's close (every request has ended): waits for what the attempts
+   * that outlived the grace still have to write. Their requests were waited for anyway; an
+   * outcome in hand is recorded, not left to lease recovery as `unknown`.
+   */
+  finish(): Promise<void>;
 }
 
 export function createWorker(options: WorkerOptions): Worker {
@@ -567,6 +573,11 @@ export function createWorker(options: WorkerOptions): Worker {
       if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
         log.warn({ inFlight }, 'stopping with attempts in flight; their leases will be recovered');
       }
+      await finalizer.drain();
+      await Promise.all(givingBack);
+    },
+    async finish() {
+      await Promise.all(attempts);
       await finalizer.drain();
       await Promise.all(givingBack);
     },
