@@ -23,7 +23,7 @@ import {
 } from './db/port.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
-import { HeraldError } from './errors.ts';
+import { ConfigError, HeraldError } from './errors.ts';
 import { createMetrics } from './ops/metrics.ts';
 import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks } from './ops/operator-app.ts';
@@ -128,7 +128,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const box = createSecretBox(
     loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded),
   );
-  const extraCaPem = config.extraCaFile ? fs.readFileSync(config.extraCaFile, 'utf8') : undefined;
+  const extraCaPem = config.extraCaFile ? readExtraCa(config.extraCaFile) : undefined;
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
   if (config.allowPrivateNetworks.length > 0) {
     log.warn(
@@ -257,4 +257,17 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       await db.close();
     },
   };
+}
+
+/** The operator's CA file, or a start-up error that names the variable (not a bare ENOENT). */
+function readExtraCa(path: string): string {
+  try {
+    return fs.readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new ConfigError(
+      'HERALD_EXTRA_CA_FILE',
+      'a readable PEM file',
+      `${path}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`,
+    );
+  }
 }

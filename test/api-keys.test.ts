@@ -118,6 +118,10 @@ describe('scopes, app restrictions and revocation', () => {
     await refused(key, 'GET', ep, 403);
     await refused(key, 'GET', `/api/v1/app/${appA}/msg/${messageA}`, 403);
 
+    // It may ask whether herald is ready, though: any key may.
+    const ready = await t.call('GET', '/api/v1/health/ready', undefined, bearer(key));
+    assert.equal(ready.status, 200, JSON.stringify(ready.body));
+
     const endpoint = await t.call('GET', ep);
     assert.equal(endpoint.status, 200, 'the refused DELETE left the endpoint in place');
     assert.equal(endpoint.body.description, '', 'the refused PATCH changed nothing');

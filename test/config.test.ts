@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
+import { createHerald } from '../src/herald.ts';
 import { testEnv } from './support/herald.ts';
 
 const base = testEnv('postgres://postgres@127.0.0.1:5432/test');
@@ -37,5 +38,28 @@ test('an operator webhook URL in an error shows its scheme and host only', () =>
       /HERALD_OPERATOR_WEBHOOK_URL/.test(error.message) &&
       error.message.includes('ftp://hooks.example.com/') &&
       !error.message.includes('s3cr3t'),
+  );
+});
+
+test('a retry schedule with an empty step is refused, not read as a 0 s wait', () => {
+  for (const schedule of ['5,,300', '5,300,', ' , 5']) {
+    assert.throws(
+      () => loadConfig({ ...base, HERALD_RETRY_SCHEDULE: schedule }),
+      /HERALD_RETRY_SCHEDULE/,
+      schedule,
+    );
+  }
+  assert.deepEqual(
+    loadConfig({ ...base, HERALD_RETRY_SCHEDULE: '5, 0.5 ,300' }).retrySchedule,
+    [5, 0.5, 300],
+  );
+});
+
+test('an extra CA file that cannot be read stops start-up naming the variable', async () => {
+  const config = loadConfig({ ...base, HERALD_EXTRA_CA_FILE: '/nonexistent/ca.pem' });
+  await assert.rejects(createHerald({ config, migrate: false }), (error: Error) =>
+    /HERALD_EXTRA_CA_FILE: expected a readable PEM file, got "\/nonexistent\/ca.pem: ENOENT"/.test(
+      error.message,
+    ),
   );
 });

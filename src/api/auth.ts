@@ -3,6 +3,7 @@
 //   admin   — everything
 //   publish — create messages (POST /api/v1/app/{app}/msg) and nothing else
 //   read    — GET and HEAD requests, except on API keys: listing them is for admins only
+// and any key may ask for readiness (GET /api/v1/health/ready).
 
 import crypto from 'node:crypto';
 import type { FastifyRequest } from 'fastify';
@@ -15,7 +16,8 @@ import type { Actor } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
 import type { AuthFailureLimiter } from './auth-failures.ts';
 
-export type Need = 'read' | 'publish' | 'admin';
+/** `any`: whatever the key's scopes (readiness, which every client may ask). */
+export type Need = 'read' | 'publish' | 'admin' | 'any';
 
 /** Live token hashes remembered per process (see seenLive below). */
 const MAX_SEEN_LIVE = 10_000;
@@ -98,6 +100,8 @@ export function createAuthenticator(deps: {
 }
 
 export function requiredScope(request: FastifyRequest): Need {
+  // A publish-only key, what a product holds, may ask whether herald is ready to take its work.
+  if (request.routeOptions.url === '/api/v1/health/ready') return 'any';
   // Key names, prefixes and scopes map out who can do what: not for read-only keys.
   if (request.routeOptions.url?.startsWith('/api/v1/api-key')) return 'admin';
   if (request.method === 'GET' || request.method === 'HEAD') return 'read';
@@ -106,7 +110,7 @@ export function requiredScope(request: FastifyRequest): Need {
 }
 
 export function assertScope(actor: Actor, need: Need): void {
-  if (actor.scopes.includes('admin') || actor.scopes.includes(need)) return;
+  if (need === 'any' || actor.scopes.includes('admin') || actor.scopes.includes(need)) return;
   throw new HeraldError('forbidden', `this API key lacks the '${need}' scope`);
 }
 
