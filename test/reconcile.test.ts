@@ -209,3 +209,35 @@ test('an attempt with no outcome yet is not known either: in flight, or its leas
     await s.close();
   }
 });
+
+test('an unknown attempt retried to a success is acknowledged too: reconcile then exits 0', async () => {
+  const app = await createApp(t, 'retried');
+  // Idempotent: the unknown first attempt is retried, and the retry succeeds.
+  await createEndpoint(t, app, { url: `${receiver.url}/retried` });
+  const dropping = receiver.respond;
+  let seen = 0;
+  receiver.respond = (request, n) =>
+    request.path !== '/retried' ? dropping(request, n) : seen++ === 0 ? 'destroy' : { status: 204 };
+  try {
+    const messageId = await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor('the retry to succeed', async () => {
+      const { rows } = await t.database.db.query<{ state: string }>(
+        'select state from delivery where message_id = $1',
+        [messageId],
+      );
+      return rows[0]?.state === 'succeeded';
+    });
+    const env = testEnv(t.database.url);
+    const before = await runHerald(['reconcile', '--message', messageId], env);
+    assert.equal(before.code, 3, before.stdout);
+    assert.match(before.stdout, /UNKNOWN: 1 attempt/);
+    const acknowledged = await runHerald(['reconcile', '--message', messageId, '--acknowledge'], env);
+    assert.equal(acknowledged.code, 0, acknowledged.stderr);
+    assert.match(acknowledged.stdout, /^acknowledged 1 unknown attempt\(s\) on dlv_/);
+    const after = await runHerald(['reconcile', '--message', messageId], env);
+    assert.equal(after.code, 0, after.stdout);
+    assert.match(after.stdout, /acknowledged: 1 attempt\(s\) unknown, looked into and left/);
+  } finally {
+    receiver.respond = dropping;
+  }
+});

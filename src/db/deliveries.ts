@@ -400,32 +400,31 @@ export async function listDestinations(db: Queryable, messageId: string): Promis
 }
 
 /**
- * Ends the parking of a message's failed deliveries whose unknown attempts an operator has looked
- * into and decided to leave (the receiver applied them, or nothing is to be done): each such
- * attempt is marked acknowledged (it stays `unknown`, which is what herald knows of it), and the
- * deliveries no longer count it as awaiting review (herald doctor, herald_unknown_outcomes_parked),
- * nor does a later parking (migration 0029); history retention may prune the message. Returns each
- * delivery with the unknown attempts it had counted.
+ * An operator has looked into a message's unknown attempts and decided to leave them (the
+ * receiver applied them, or nothing is to be done): each is marked acknowledged (it stays
+ * `unknown`, which is what herald knows of it), whatever its delivery's state — one retried to a
+ * success since is as much in the report as one parked — and the message's parked deliveries no
+ * longer count any as awaiting review (herald doctor, herald_unknown_outcomes_parked), nor does a
+ * later parking (migration 0029); history retention may prune the message. Returns each delivery
+ * with the unknown attempts acknowledged on it.
  */
 export async function acknowledgeUnknownOutcomes(
   db: Queryable,
   messageId: string,
 ): Promise<{ deliveryId: string; appId: string; unknownAttempts: number }[]> {
   const result = await db.query<{ deliveryId: string; appId: string; unknownAttempts: number }>(
-    `with parked as (
-       select f.endpoint_id, f.delivery_id, f.unknown_attempts, d.app_id
-         from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
-        where d.message_id = $1 and f.unknown_attempts > 0
-          for update of f
-     ), acknowledged as (
+    `with acknowledged as (
        update attempt a set acknowledged_at = now()
-         from parked p
-        where a.delivery_id = p.delivery_id and a.outcome = 'unknown' and a.acknowledged_at is null
+        where a.message_id = $1 and a.outcome = 'unknown' and a.acknowledged_at is null
+       returning a.delivery_id, a.app_id
+     ), unparked as (
+       update delivery_failed f set unknown_attempts = 0
+         from delivery d
+        where d.message_id = $1 and (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
+          and f.unknown_attempts > 0
      )
-     update delivery_failed f set unknown_attempts = 0
-       from parked p
-      where (f.endpoint_id, f.delivery_id) = (p.endpoint_id, p.delivery_id)
-     returning p.delivery_id as "deliveryId", p.app_id as "appId", p.unknown_attempts as "unknownAttempts"`,
+     select k.delivery_id as "deliveryId", min(k.app_id) as "appId", count(*)::int as "unknownAttempts"
+       from acknowledged k group by k.delivery_id order by k.delivery_id`,
     [messageId],
   );
   return result.rows;
