@@ -401,6 +401,25 @@ create trigger endpoint_disabled_changed after update of disabled on endpoint
   for each row when (old.disabled is distinct from new.disabled)
   execute function herald_endpoint_disabled_changed();
 
+-- When an endpoint was last enabled: its backlog waited on purpose until then, and how long it
+-- has waited unserved (herald doctor's deliveries_overdue, the oldest-due gauge) counts from it,
+-- not from the deliveries' due times hours before.
+alter table endpoint add column enabled_at timestamptz;
+
+create function herald_endpoint_enabled_at()
+returns trigger
+language plpgsql
+as $$
+begin
+  new.enabled_at := now();
+  return new;
+end
+$$;
+
+create trigger endpoint_enabled_at before update of disabled on endpoint
+  for each row when (old.disabled and not new.disabled)
+  execute function herald_endpoint_enabled_at();
+
 -- The workers' tending, up to `batch` rows for each of its steps:
 --   requeued  rows coming due within the horizon, back to delivery_due;
 --   held      rows of disabled endpoints: coming due in delivery_deferred, or in delivery_due

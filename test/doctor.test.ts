@@ -249,6 +249,19 @@ test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {
   await assertFails('deliveries_overdue', delivery);
   await sql(`update endpoint set throttle_rate = null where id = ${endpoint}`, [delivery]);
 
+  // A backlog a disabled endpoint held waited on purpose: just enabled, it is not overdue.
+  await sql(`update endpoint set disabled = true, disabled_reason = 'operator' where id = ${endpoint}`, [
+    delivery,
+  ]);
+  await sql(`update endpoint set disabled = false, disabled_reason = null where id = ${endpoint}`, [
+    delivery,
+  ]);
+  await assertHealthy();
+  await sql(`update endpoint set enabled_at = now() - interval '10 minutes' where id = ${endpoint}`, [
+    delivery,
+  ]);
+  await assertFails('deliveries_overdue', delivery);
+
   // Repair: a worker runs and delivers it.
   const worker = await t.herald.startWorker();
   try {

@@ -198,7 +198,13 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   await t.database.db.query(`update endpoint set disabled = false, disabled_reason = null where id = $1`, [
     failingEp,
   ]);
+  // It waited on purpose until the enable: its age counts from then, not from its due time.
   // (The worker may have already taken it again; then the age is 0 and that is right too.)
+  const justEnabled = value((await scrape()).samples, 'herald_oldest_due_delivery_age_seconds');
+  assert.ok(justEnabled < 60, `oldest due age ${justEnabled}, just enabled`);
+  await t.database.db.query(`update endpoint set enabled_at = now() - interval '90 seconds' where id = $1`, [
+    failingEp,
+  ]);
   const age = value((await scrape()).samples, 'herald_oldest_due_delivery_age_seconds');
   assert.ok(age === 0 || age >= 90, `oldest due age ${age}`);
 

@@ -251,12 +251,14 @@ export async function releaseClaim(db: Queryable, claimId: string): Promise<numb
 }
 
 /**
- * When a due delivery's wait for service began, as SQL over `q` (its `delivery_queued` row) and `s`
- * (its endpoint's `delivery_lease` slot): its due time, or for a throttled endpoint the later
- * moment its slot opened again (0028: the last start plus 1 / throttleRate) — a throttled backlog
- * waits its turn by design. What the doctor's overdue check and the oldest-due gauge measure.
+ * When a due delivery's wait for service began, as SQL over `q` (its `delivery_queued` row), `s`
+ * (its endpoint's `delivery_lease` slot) and `e` (its endpoint): its due time; for a throttled
+ * endpoint the later moment its slot opened again (0028: the last start plus 1 / throttleRate) —
+ * a throttled backlog waits its turn by design; and not before the endpoint was last enabled
+ * (0030) — a disabled endpoint's backlog waited on purpose. What the doctor's overdue check and
+ * the oldest-due gauge measure.
  */
-export const UNSERVED_SINCE = 'greatest(q.next_attempt_at, s.next_start_at)';
+export const UNSERVED_SINCE = 'greatest(q.next_attempt_at, s.next_start_at, e.enabled_at)';
 
 export interface RecoveredLease {
   deliveryId: string;

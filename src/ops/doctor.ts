@@ -103,8 +103,8 @@ const CHECKS: Check[] = [
   },
   {
     // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
-    // Counted from UNSERVED_SINCE: a throttled backlog that drains is not overdue; one that nobody
-    // serves is, as for any endpoint.
+    // Counted from UNSERVED_SINCE: a throttled backlog that drains is not overdue, nor one an
+    // endpoint enabled a moment ago held; one that nobody serves is, as for any endpoint.
     name: 'deliveries_overdue',
     sql: (t) => ({
       text: `select q.delivery_id as id, ${UNSERVED_SINCE} as t
