@@ -57,6 +57,10 @@ export async function countPayloadGone(db: Queryable, s: ReplaySelection): Promi
  * The first `limit` selected deliveries, in a stable order (message, then endpoint). With `lock`,
  * the rows are locked for the rest of the transaction: nothing can start or finish a cycle on them
  * between this read and the restart, and PostgreSQL re-checks the state filter on each locked row.
+ * Their messages are locked first, in a statement of their own: history retention locks a message
+ * before its deliveries (its delete cascades to them), so a replay that held a delivery and then
+ * waited for its message (the restart's check that the payload is still there) could deadlock
+ * with it; now retention skips the messages a replay holds, or the replay waits for retention.
  */
 export async function listReplay(
   db: Queryable,
@@ -64,13 +68,24 @@ export async function listReplay(
   limit: number,
   lock = false,
 ): Promise<ReplayPair[]> {
-  const result = await db.query<ReplayPair>(
-    `select d.id as "deliveryId", d.app_id as "appId", d.message_id as "messageId",
+  const select = `select d.id as "deliveryId", d.app_id as "appId", d.message_id as "messageId",
             d.endpoint_id as "endpointId", d.state
-       ${FROM_WHERE}
-      order by d.message_id, d.endpoint_id
-      limit $7 ${lock ? 'for update of d' : ''}`,
+       ${FROM_WHERE}`;
+  if (!lock) {
+    const result = await db.query<ReplayPair>(`${select} order by d.message_id, d.endpoint_id limit $7`, [
+      ...params(s),
+      limit,
+    ]);
+    return result.rows;
+  }
+  const messages = await db.query<{ id: string }>(
+    `select m.id ${FROM_WHERE} order by d.message_id, d.endpoint_id limit $7 for key share of m`,
     [...params(s), limit],
+  );
+  const result = await db.query<ReplayPair>(
+    `${select} and d.message_id = any($8)
+      order by d.message_id, d.endpoint_id limit $7 for update of d`,
+    [...params(s), limit, messages.rows.map((r) => r.id)],
   );
   return result.rows;
 }
