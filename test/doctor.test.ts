@@ -302,7 +302,11 @@ test('an expired lease nobody recovered, then its parked unknown outcome left un
   // Freshly parked: within the review window.
   await assertHealthy();
 
+  // An attempt two days old on a delivery parked just now (its cycle ran on): not yet overdue
+  // for review, which counts from the parking.
   await sql(`update attempt set finished_at = now() - interval '2 days' where id = $1`, [attempt]);
+  await assertHealthy();
+  await sql(`update delivery set updated_at = now() - interval '2 days' where id = $1`, [delivery]);
   await assertFails('unknown_outcomes_unreviewed', attempt);
 
   // Repair: reviewed (the receiver did not apply it), and resent.

@@ -133,18 +133,21 @@ const CHECKS: Check[] = [
     sql: (t) => ({
       // The failed deliveries that counted unknown attempts as they were parked (0019), and only
       // their attempts, each looked up by its delivery (OFFSET 0: never joined to the whole table).
-      text: `select a.id, a.finished_at as t from delivery_failed f
+      // Awaiting review since the parking (the delivery's last change), not since the attempt: an
+      // unknown first attempt of a cycle that ran on for a day was never anyone's to review before.
+      text: `select a.id, greatest(a.finished_at, d.updated_at) as t from delivery_failed f
+              join delivery d on d.id = f.delivery_id
               cross join lateral (
                 select a.id, a.finished_at from attempt a
                  where a.delivery_id = f.delivery_id and a.outcome = 'unknown' and a.acknowledged_at is null
                 offset 0
               ) a
               where f.unknown_attempts > 0
-                and a.finished_at < now() - make_interval(secs => $1)`,
+                and greatest(a.finished_at, d.updated_at) < now() - make_interval(secs => $1)`,
       params: [t.unknownReviewSeconds],
     }),
     detail:
-      'attempts with an unknown outcome (finished_at) are parked on failed deliveries; check with the ' +
+      'attempts with an unknown outcome are parked on failed deliveries (since the delivery failed); check with the ' +
       'receiver (herald reconcile --unknown-only), then resend them, or leave them: ' +
       'herald reconcile --message <id> --acknowledge',
   },
