@@ -3,6 +3,7 @@
 // against a PostgreSQL server; `migrate` applies migrations; `keys` manages API keys.
 
 import { Command, InvalidArgumentError } from 'commander';
+import { z } from 'zod';
 import { type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
@@ -128,12 +129,15 @@ const scopeList = (value: string, previous: Scope[] = []): Scope[] => {
   return [...previous, value as Scope];
 };
 
-/** An option's ISO time, refused where commander reads it: an Invalid Date would reach SQL. */
+/**
+ * An option's ISO time with its offset (as the API takes them), refused where commander reads it:
+ * a time without one would be read in this host's time zone, and a loose date string (`Nov 1`)
+ * as whatever year V8 guesses.
+ */
 const isoTime = (value: string): Date => {
-  const time = new Date(value);
-  if (Number.isNaN(time.getTime()))
-    throw new InvalidArgumentError('expected an ISO time, e.g. 2026-11-01T00:00:00Z');
-  return time;
+  if (!z.iso.datetime({ offset: true }).safeParse(value).success)
+    throw new InvalidArgumentError('expected an ISO time with its offset, e.g. 2026-11-01T00:00:00Z');
+  return new Date(value);
 };
 
 const program = new Command('herald').description('A webhook gateway on PostgreSQL').showHelpAfterError();
@@ -305,13 +309,20 @@ program
     }) =>
       withHerald(async (herald) => {
         const db = herald.core.db;
+        const windowed = options.since || options.until || options.app || options.unknownOnly;
         if (options.acknowledge) {
-          if (!options.message || options.since || options.app || options.unknownOnly || options.json)
+          if (!options.message || windowed || options.json)
             throw new Error('--acknowledge takes one --message <id>, and nothing else');
           await acknowledge(herald, options.message);
           return;
         }
+        if (options.message && windowed)
+          throw new Error(
+            '--message names one message: --since, --until, --app and --unknown-only are for a window',
+          );
         if (!options.message && !options.since) throw new Error('give --message <id> or --since <time>');
+        if (options.since && options.until && options.until <= options.since)
+          throw new Error('--until must be after --since');
         const app = options.app ? await findApp(db, options.app) : null;
         if (options.app && !app) throw new Error(`no app ${options.app}`);
         const found = options.message

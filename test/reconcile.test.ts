@@ -192,6 +192,22 @@ test('an attempt with no outcome yet is not known either: in flight, or its leas
       notATime.stderr,
       /option '--since <time>' argument 'yesterday' is invalid\. expected an ISO time/,
     );
+    // A time without its offset would be read in this host's zone; a loose date, as V8 guesses.
+    for (const loose of ['2026-11-01T00:00', 'Nov 1']) {
+      const refused = await runHerald(['reconcile', '--since', loose], env);
+      assert.notEqual(refused.code, 0, loose);
+      assert.match(refused.stderr, /expected an ISO time with its offset/, loose);
+    }
+    // What would be ignored is refused: a window's options with one message, an empty window.
+    const mixed = await runHerald(['reconcile', '--message', message, '--app', 'other'], env);
+    assert.notEqual(mixed.code, 0);
+    assert.match(mixed.stderr, /--message names one message/);
+    const inverted = await runHerald(
+      ['reconcile', '--since', '2026-01-02T00:00:00Z', '--until', '2026-01-01T00:00:00Z'],
+      env,
+    );
+    assert.notEqual(inverted.code, 0);
+    assert.match(inverted.stderr, /--until must be after --since/);
 
     // A window of more messages than a page holds is read whole.
     const more = [await publishVia(s, app, { eventType: 'order.paid', payload: { n: 2 } })];
