@@ -89,6 +89,17 @@ test('an unknown outcome is reported with its intake, deliveries and attempts; e
   );
   assert.equal(report[0].intake[0].observations.length, 2);
   assert.equal(report[0].unknown[0].responseClass, 'connection_lost');
+  // Every time in the report in one form, UTC to the millisecond, nested ones too.
+  const utc = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
+  for (const time of [
+    report[0].message.createdAt,
+    report[0].intake[0].claimedAt,
+    report[0].intake[0].observations[0].observedAt,
+    report[0].unknown[0].startedAt,
+    report[0].unknown[0].finishedAt,
+  ]) {
+    assert.match(time, utc);
+  }
 
   // Looked into and left: no longer awaiting review, audited, still unknown in the history.
   const parked = `select coalesce(sum(f.unknown_attempts), 0)::int as n from delivery_failed f

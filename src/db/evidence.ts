@@ -1,5 +1,6 @@
 // Read-only queries that gather the evidence about messages: what reconciliation prints.
 
+import { isoUtc } from './json-time.ts';
 import type { Queryable } from './port.ts';
 
 export interface MessageEvidence {
@@ -15,9 +16,10 @@ export interface MessageEvidence {
     state: string;
     cycle: number;
     attemptsTotal: number;
-    nextAttemptAt: Date | null;
+    /** Times inside the evidence are ISO 8601 UTC text (json-time.ts). */
+    nextAttemptAt: string | null;
     /** While it is `sending`: when its lease ends, and whether it is still running (database time). */
-    leaseExpiresAt: Date | null;
+    leaseExpiresAt: string | null;
     leaseLive: boolean;
   }[];
   attempts: {
@@ -25,14 +27,14 @@ export interface MessageEvidence {
     endpointId: string;
     cycle: number;
     trigger: string;
-    startedAt: Date;
-    finishedAt: Date | null;
+    startedAt: string;
+    finishedAt: string | null;
     outcome: string | null;
     statusCode: number | null;
     responseClass: string | null;
     durationMs: number | null;
     /** An unknown outcome an operator looked into and left (`reconcile --acknowledge`). */
-    acknowledgedAt: Date | null;
+    acknowledgedAt: string | null;
   }[];
 }
 
@@ -71,15 +73,15 @@ export async function messageEvidence(db: Queryable, messageId: string): Promise
             m.created_at as "createdAt",
             coalesce((select json_agg(json_build_object(
                 'id', d.id, 'endpointId', d.endpoint_id, 'url', e.url, 'state', d.state, 'cycle', d.cycle,
-                'attemptsTotal', d.attempts_total, 'nextAttemptAt', d.next_attempt_at,
-                'leaseExpiresAt', d.lease_expires_at,
+                'attemptsTotal', d.attempts_total, 'nextAttemptAt', ${isoUtc('d.next_attempt_at')},
+                'leaseExpiresAt', ${isoUtc('d.lease_expires_at')},
                 'leaseLive', coalesce(d.lease_expires_at > now(), false)) order by d.endpoint_id)
               from delivery d join endpoint e on e.id = d.endpoint_id where d.message_id = m.id), '[]') as deliveries,
             coalesce((select json_agg(json_build_object(
                 'id', a.id, 'endpointId', a.endpoint_id, 'cycle', a.cycle, 'trigger', a.trigger,
-                'startedAt', a.started_at, 'finishedAt', a.finished_at, 'outcome', a.outcome,
+                'startedAt', ${isoUtc('a.started_at')}, 'finishedAt', ${isoUtc('a.finished_at')}, 'outcome', a.outcome,
                 'statusCode', a.status_code, 'responseClass', a.response_class, 'durationMs', a.duration_ms,
-                'acknowledgedAt', a.acknowledged_at)
+                'acknowledgedAt', ${isoUtc('a.acknowledged_at')})
                 order by a.id)
               from attempt a where a.message_id = m.id), '[]') as attempts
        from message m where m.id = $1`,

@@ -2,6 +2,7 @@
 // included). Only ids, digests and timestamps: never the content.
 
 import crypto from 'node:crypto';
+import { isoUtc } from './json-time.ts';
 import { inOrder, wellFormed } from './messages.ts';
 import type { Queryable } from './port.ts';
 
@@ -74,7 +75,7 @@ export interface IntakeEvidence {
   businessKey: string;
   bodySha256: string;
   claimedAt: Date;
-  observations: { observedAt: Date; duplicate: boolean; bodySha256: string }[];
+  observations: { observedAt: string; duplicate: boolean; bodySha256: string }[];
 }
 
 /** Everything recorded about the inbound deliveries that produced a message. */
@@ -83,7 +84,7 @@ export async function intakeEvidenceForMessage(db: Queryable, messageId: string)
     `select i.id as "intakeId", i.source_id as "sourceId", i.delivery_id as "deliveryId",
             i.business_key as "businessKey", encode(i.body_sha256, 'hex') as "bodySha256",
             i.claimed_at as "claimedAt",
-            coalesce((select json_agg(json_build_object('observedAt', o.observed_at, 'duplicate', o.duplicate,
+            coalesce((select json_agg(json_build_object('observedAt', ${isoUtc('o.observed_at')}, 'duplicate', o.duplicate,
                                                         'bodySha256', encode(o.body_sha256, 'hex')) order by o.id)
                         from intake_observation o where o.intake_id = i.id), '[]') as observations
        from intake i where i.message_id = $1 order by i.id`,
