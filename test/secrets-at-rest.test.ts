@@ -74,6 +74,11 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
     eventType: 'e',
   });
   assert.equal(source.status, 201, JSON.stringify(source.body));
+  // A row too damaged to name its key (two bytes), which must not stop the run either.
+  const damaged = await createEndpoint(t, app, { url: `${receiver.url}/damaged` });
+  await t.database.db.query(`update endpoint_secret set sealed = '\\x0102'::bytea where endpoint_id = $1`, [
+    damaged,
+  ]);
   const newKey = Buffer.alloc(32, 9);
   const oldKey = Buffer.from(MASTER_KEY, 'base64');
   const both = createSecretBox([newKey, oldKey]);
@@ -81,8 +86,9 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   const byTable = Object.fromEntries(report.tables.map((r) => [r.table, r]));
   assert.ok(byTable['endpoint_secret']!.reencrypted >= 1);
   assert.equal(byTable['source_secret']!.reencrypted, 1, 'the source’s secret too');
-  // The row the previous test tampered with is reported, not silently skipped or fatal.
-  assert.equal(byTable['endpoint_secret']!.unreadable.length, 1);
+  // The row the previous test tampered with, and the damaged one, are reported, not silently
+  // skipped or fatal.
+  assert.equal(byTable['endpoint_secret']!.unreadable.length, 2);
   const again = await reencryptSecrets(t.database.db, both);
   assert.deepEqual(
     again.tables.map((r) => r.reencrypted),
