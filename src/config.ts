@@ -40,7 +40,10 @@ export interface HeraldConfig {
   maxBodyBytes: number;
   /** Requests per second one API key may make (429 above it); 0: unlimited. */
   apiRateLimit: number;
-  /** Failed authentications per client address per minute before its unknown keys are refused; 0: no limit. */
+  /**
+   * Failed authentications per client address per minute before its unknown keys are refused;
+   * 0 (the default): no limit — behind a proxy, all clients share one address.
+   */
   authFailureLimit: number;
   /** PEM file of extra CAs trusted for destinations, beside the system store. */
   extraCaFile: string | undefined;
@@ -213,7 +216,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     apiRateLimit: integer(env, 'HERALD_API_RATE_LIMIT', 200, 0, 1_000_000),
-    authFailureLimit: integer(env, 'HERALD_AUTH_FAILURE_LIMIT', 100, 0, 1_000_000),
+    authFailureLimit: integer(env, 'HERALD_AUTH_FAILURE_LIMIT', 0, 0, 1_000_000),
     extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,
     operatorWebhookUrl: operator.url,
     operatorWebhookSecret: operator.secret,

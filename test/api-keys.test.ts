@@ -486,8 +486,10 @@ describe('failed authentications per address', () => {
     // behind a shared proxy does not lock the others out.
     assert.equal((await read(known.key)).status, 200);
     assert.equal((await t.call('GET', '/api/v1/app')).status, 200);
-    // A key seen live and revoked since is looked up, and refused as revoked.
+    // A key seen live and revoked since is looked up, and refused as revoked — and is no longer
+    // spared: a client that goes on with it is held to the address's limit.
     assert.equal((await t.call('DELETE', `/api/v1/api-key/${known.id}`)).status, 204);
     assert.equal((await read(known.key)).status, 401);
+    assert.equal((await read(known.key)).status, 429);
   });
 });

@@ -39,3 +39,14 @@ describe('auth failure limiter', () => {
     assert.equal(limiter.blockedFor('2001:db8:1:3::1'), 0);
   });
 });
+
+test('past the addresses it tracks, the others count as one: a flood of addresses does not switch the limit off', () => {
+  const limiter = createAuthFailureLimiter({ limit: 2, maxAddresses: 3 });
+  for (const address of ['10.0.0.1', '10.0.0.2', '10.0.0.3']) limiter.recordFailure(address);
+  // The table is full: these two count together, and reach the limit together.
+  limiter.recordFailure('10.0.0.4');
+  assert.equal(limiter.blockedFor('10.0.0.5'), 0);
+  limiter.recordFailure('10.0.0.5');
+  assert.ok(limiter.blockedFor('10.0.0.6') > 0, 'a new address counts with the others past the table');
+  assert.equal(limiter.blockedFor('10.0.0.1'), 0, 'a tracked address keeps its own count');
+});

@@ -4,8 +4,9 @@
 // a minute and per API process; IPv6 addresses count per /64, the block one host usually holds.
 //
 // Only tokens that cost a lookup are refused: the admin key, and keys this process has seen
-// authenticate, are still accepted from a blocked address — many clients behind one proxy share
-// its address, and one of them with a stale key must not lock the others out.
+// authenticate, are still accepted from a blocked address. Keys it has not seen yet are not:
+// behind a proxy every client shares its address, and anyone could then keep new keys out. Hence
+// off unless HERALD_AUTH_FAILURE_LIMIT is set, for an API that sees its clients' own addresses.
 
 import ipaddr from 'ipaddr.js';
 
@@ -16,16 +17,22 @@ export interface AuthFailureLimiter {
   recordFailure(address: string): boolean;
 }
 
-/** Addresses tracked per window at most: past that, new ones are not counted until the next window. */
+/**
+ * Addresses tracked per window at most. Past that, the addresses not yet tracked count together,
+ * as one: a flood of addresses must not switch the limit off for everyone.
+ */
 const MAX_ADDRESSES = 100_000;
+const OVERFLOW = 'other addresses';
 
 export function createAuthFailureLimiter(options: {
   /** Failed authentications per address per window (0: no limit). */
   limit: number;
   windowMs?: number;
   now?: () => number;
+  /** Addresses tracked before the rest count as one (tests make it small). */
+  maxAddresses?: number;
 }): AuthFailureLimiter {
-  const { limit, windowMs = 60_000, now = Date.now } = options;
+  const { limit, windowMs = 60_000, now = Date.now, maxAddresses = MAX_ADDRESSES } = options;
   let failures = new Map<string, number>();
   let windowEndsAt = 0;
 
@@ -42,19 +49,25 @@ export function createAuthFailureLimiter(options: {
   return {
     blockedFor(address) {
       if (limit === 0) return 0;
-      const count = current().get(clientOf(address)) ?? 0;
+      const counts = current();
+      const count = counts.get(unitOf(counts, address, maxAddresses)) ?? 0;
       return count >= limit ? Math.max(1, Math.ceil((windowEndsAt - now()) / 1000)) : 0;
     },
     recordFailure(address) {
       if (limit === 0) return false;
       const counts = current();
-      const client = clientOf(address);
-      const count = counts.get(client);
-      if (count === undefined && counts.size >= MAX_ADDRESSES) return false;
-      counts.set(client, (count ?? 0) + 1);
-      return (count ?? 0) + 1 === limit;
+      const unit = unitOf(counts, address, maxAddresses);
+      const count = (counts.get(unit) ?? 0) + 1;
+      counts.set(unit, count);
+      return count === limit;
     },
   };
+}
+
+/** Where an address counts: its own entry, or the overflow's once the table is full. */
+function unitOf(counts: Map<string, number>, address: string, maxAddresses: number): string {
+  const client = clientOf(address);
+  return counts.has(client) || counts.size < maxAddresses ? client : OVERFLOW;
 }
 
 /** The unit counted: an IPv4 address (IPv4-mapped IPv6 too), or an IPv6 address's /64. */

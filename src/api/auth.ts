@@ -89,7 +89,11 @@ export function createAuthenticator(deps: {
         );
       }
       const key = await keys.get(hashHex);
-      if (!key) throw lookupFailed(address);
+      if (!key) {
+        // Seen live once, revoked since: no longer spared the address's limit.
+        seenLive.delete(hashHex);
+        throw lookupFailed(address);
+      }
       if (seenLive.size >= MAX_SEEN_LIVE) seenLive.clear();
       seenLive.add(hashHex);
       return { id: key.id, scopes: key.scopes, appIds: key.appIds } satisfies Actor;
