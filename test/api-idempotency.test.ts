@@ -4,6 +4,7 @@
 // same key with another request is a 409; a failed request keeps nothing; keys are per caller.
 
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import { forgetOldAnswers } from '../src/db/api-idempotency.ts';
 import { createApp, publishVia } from './support/fixtures.ts';
@@ -132,4 +133,29 @@ test('answers are forgotten after a day, every one of them: the key then runs ag
   assert.equal(again.status, 201);
   assert.equal(again.replayed, false);
   assert.equal(await endpointsAt(url), 2);
+});
+
+test('the kept digest of a request that carries a secret cannot be recomputed without the master key', async () => {
+  const body = {
+    uid: 'keyed-source',
+    scheme: 'github',
+    secret: 'gh-secret-8',
+    app: 'keyed',
+    eventType: 'push',
+  };
+  const created = await post('/api/v1/source', body, 'source-once');
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const { rows } = await t.database.db.query<{ digest: Buffer }>(
+    `select request_sha256 as digest from api_idempotency where key = 'source-once'`,
+  );
+  // A plain hash of the request, which a reader of the table could test secrets against.
+  const plain = createHash('sha256')
+    .update(`POST /api/v1/source\n${JSON.stringify(body)}`)
+    .digest();
+  assert.equal(rows.length, 1);
+  assert.ok(!rows[0]!.digest.equals(plain), 'the kept digest is keyed');
+  // It still tells a repeat from another request.
+  assert.equal((await post('/api/v1/source', body, 'source-once')).replayed, true);
+  const other = await post('/api/v1/source', { ...body, secret: 'gh-secret-9' }, 'source-once');
+  assert.equal(other.status, 409);
 });

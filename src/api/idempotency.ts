@@ -4,10 +4,10 @@
 // `idempotent-replayed: true`, and has no effect; the same key with another request is a 409. A
 // request that fails keeps nothing: it may be tried again.
 
-import crypto from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { findKeptAnswer, type KeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
-import type { Db, Queryable } from '../db/port.ts';
+import type { Queryable } from '../db/port.ts';
+import type { Core } from '../engine/core.ts';
 import { HeraldError, invalidIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH } from '../errors.ts';
 
 export interface Answer {
@@ -24,11 +24,12 @@ class KeyTaken extends Error {}
  * request carries an `idempotency-key`.
  */
 export async function answerOnce(
-  db: Db,
+  core: Pick<Core, 'db' | 'box'>,
   request: FastifyRequest,
   reply: FastifyReply,
   work: (tx: Queryable) => Promise<Answer>,
 ): Promise<FastifyReply> {
+  const { db } = core;
   const header = request.headers['idempotency-key'];
   const key = typeof header === 'string' && header !== '' ? header : null;
   if (key === null) return send(reply, await db.transaction(work));
@@ -36,10 +37,12 @@ export async function answerOnce(
     throw invalidIdempotencyKey(`at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
   }
   const scope = request.actor.id;
-  const requestSha256 = crypto
-    .createHash('sha256')
-    .update(`${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`)
-    .digest();
+  // Keyed: a body may hold a secret (a source's, a rotation's key), and the digest is kept a day
+  // in the database, where a plain hash would let its reader test guesses of the secret.
+  const requestSha256 = core.box.digest(
+    'idempotency request',
+    `${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`,
+  );
   const kept = await findKeptAnswer(db, scope, key);
   if (kept) return replay(reply, kept, requestSha256);
   try {

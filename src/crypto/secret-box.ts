@@ -10,7 +10,7 @@
 // The caller's `aad` is the owning row's id, so a ciphertext copied onto another row does not open.
 // The version byte and key id are authenticated too (GCM additional data = header || aad), so every
 // byte of the envelope is covered by the tag.
-import { createCipheriv, createDecipheriv, createHash, randomBytes } from 'node:crypto';
+import { createCipheriv, createDecipheriv, createHash, createHmac, randomBytes } from 'node:crypto';
 
 const VERSION = 1;
 const KEY_BYTES = 32;
@@ -26,6 +26,12 @@ export interface SecretBox {
   readonly currentKeyId: string;
   /** Which key sealed `sealed`, so a re-encryption job can find values not under the current key. */
   keyIdOf(sealed: Buffer): string;
+  /**
+   * A keyed digest of `data` for one `purpose`: HMAC-SHA256 under a key derived from the current
+   * master key. Equal data gives equal digests, but one kept in the database does not let whoever
+   * reads it test guesses of what it covers (a secret in a request body) without the master key.
+   */
+  digest(purpose: string, data: string): Buffer;
 }
 
 export function keyIdOf(key: Buffer): string {
@@ -68,6 +74,10 @@ export function createSecretBox(keys: readonly Buffer[]): SecretBox {
       return decrypt(key, sealed, aad);
     },
     keyIdOf: readKeyId,
+    digest(purpose, data) {
+      const key = createHmac('sha256', current).update(`herald digest: ${purpose}`).digest();
+      return createHmac('sha256', key).update(data).digest();
+    },
   };
 }
 

@@ -63,7 +63,7 @@ export const appRoutes =
       if (request.actor.appIds !== null)
         throw new HeraldError('forbidden', 'this API key cannot create applications');
       try {
-        return await answerOnce(db, request, reply, async (tx) => ({
+        return await answerOnce(core, request, reply, async (tx) => ({
           status: 201,
           body: presentApp(await createApp(tx, request.actor, appFieldsFrom(input))),
         }));

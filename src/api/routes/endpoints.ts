@@ -82,7 +82,7 @@ export const endpointRoutes =
       const application = await requireApp(db, request.actor, request.params.app_id);
       // The DNS lookup before the transaction (see assertDestination).
       await assertDestination(core, input.url);
-      return answerOnce(db, request, reply, async (tx) => {
+      return answerOnce(core, request, reply, async (tx) => {
         const endpoint = await createEndpoint(core, tx, request.actor, application, input, input.url);
         if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
         return { status: 201, body: presentEndpoint(endpoint) };
@@ -182,7 +182,7 @@ export const endpointRoutes =
       async (request, reply) => {
         const input = parseOrThrow(EndpointSecretRotateIn, request.body ?? {});
         const { endpoint } = await load(request.actor, request.params);
-        return answerOnce(db, request, reply, async (tx) => {
+        return answerOnce(core, request, reply, async (tx) => {
           await rotateEndpointSecret(
             core,
             tx,
@@ -239,7 +239,7 @@ export const endpointRoutes =
       async (request, reply) => {
         const input = parseOrThrow(RecoverIn, request.body);
         const { endpoint } = await load(request.actor, request.params);
-        return answerOnce(db, request, reply, async (tx) => {
+        return answerOnce(core, request, reply, async (tx) => {
           const n = await recoverFailedDeliveries(
             tx,
             endpoint.id,
@@ -271,7 +271,7 @@ export const endpointRoutes =
       async (request, reply) => {
         const input = parseOrThrow(EventExampleIn, request.body);
         const { application, endpoint } = await load(request.actor, request.params);
-        return answerOnce(db, request, reply, async (tx) => {
+        return answerOnce(core, request, reply, async (tx) => {
           const message = await publishExample(tx, request.actor, application, endpoint.id, input.eventType);
           return { status: 200, body: presentMessage(message) };
         });

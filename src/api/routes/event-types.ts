@@ -41,7 +41,7 @@ export const eventTypeRoutes =
 
     app.post('/api/v1/event-type', async (request, reply) => {
       const input = parseOrThrow(EventTypeIn, request.body);
-      return answerOnce(db, request, reply, async (tx) => {
+      return answerOnce(core, request, reply, async (tx) => {
         const inserted = await insertEventType(tx, {
           name: input.name,
           description: input.description,

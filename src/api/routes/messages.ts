@@ -134,7 +134,7 @@ export const messageRoutes =
       async (request, reply) => {
         const { application, message } = await loadMessage(request.actor, request.params);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
-        return answerOnce(db, request, reply, async (tx) => {
+        return answerOnce(core, request, reply, async (tx) => {
           const resend = await resendDelivery(tx, application.id, message.id, endpoint.id);
           if (resend === 'payload_gone') throw payloadExpired();
           if (resend === 'in_flight') {

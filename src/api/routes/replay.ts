@@ -13,7 +13,7 @@ export const replayRoutes =
   async (app) => {
     app.post('/api/v1/replay', async (request, reply) => {
       const input = parseOrThrow(ReplayIn, request.body);
-      return answerOnce(core.db, request, reply, async (tx) => {
+      return answerOnce(core, request, reply, async (tx) => {
         const result = await replay(tx, request.actor, input);
         // A real run has restarted the deliveries by now; sending them is the workers' job (202).
         return { status: result.dryRun ? 200 : 202, body: result };

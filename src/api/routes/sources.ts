@@ -45,7 +45,7 @@ export const sourceRoutes =
 
     app.post('/api/v1/source', async (request, reply) => {
       const input = parseOrThrow(SourceIn, request.body);
-      return answerOnce(db, request, reply, async (tx) => ({
+      return answerOnce(core, request, reply, async (tx) => ({
         status: 201,
         body: presentSource(await createSource(core, tx, request.actor, input)),
       })).catch(rethrowTakenUid(SOURCE_UID_TAKEN));
