@@ -8,12 +8,18 @@ import pg from 'pg';
 import { findApps } from '../src/db/apps.ts';
 import { coalesced, createGroupCommit, type WriteLane } from '../src/db/group-commit.ts';
 import { recordReceipts } from '../src/db/intake.ts';
-import { type NewMessage, publishMessages } from '../src/db/messages.ts';
+import { type MessageRow, type NewMessage, type PublishResult, publishMessages } from '../src/db/messages.ts';
 import { asQueryable, type Queryable } from '../src/db/port.ts';
 import { publishGroup } from '../src/engine/publish.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { newMessage, seedApp, seedEndpoint, seedReceipt, seedSource } from './support/seed.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
+
+/** The message a publish result names (every kind but key_holder_gone names one). */
+function messageOf(result: PublishResult): MessageRow {
+  assert.ok('message' in result, `a publish answered ${result.kind}`);
+  return result.message;
+}
 
 /** A write that waits until released, so that a test decides when a batch completes. */
 function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
@@ -321,11 +327,11 @@ describe('publishMessages: several messages in one call', () => {
       assert.equal(deliveries.rows[0]!.n, (r as { deliveries: number }).deliveries);
       const audit = await db.query<{ n: number }>(
         `select count(*)::int as n from audit_entry where action = 'message.created' and target_id = $1`,
-        [r.message.id],
+        [messageOf(r).id],
       );
-      assert.equal(audit.rows[0]!.n, 1, `audit entry of ${r.message.id}`);
+      assert.equal(audit.rows[0]!.n, 1, `audit entry of ${messageOf(r).id}`);
     }
-    assert.equal(results[2]!.message.appId, other.id);
+    assert.equal(messageOf(results[2]!).appId, other.id);
   });
 
   test('one idempotency key twice in one batch: one message; same content replays, other content conflicts', async () => {
@@ -342,7 +348,7 @@ describe('publishMessages: several messages in one call', () => {
       results.map((r) => r.kind),
       ['created', 'replayed', 'conflict'],
     );
-    assert.equal(results[1]!.message.id, results[0]!.message.id);
+    assert.equal(messageOf(results[1]!).id, messageOf(results[0]!).id);
     const stored = await db.query<{ n: number }>(
       `select count(*)::int as n from message where app_id = $1 and idempotency_key = 'k1'`,
       [app.id],
@@ -458,7 +464,7 @@ describe('publishGroup: the apps of a batch looked up together', () => {
     );
     const kinds = outcomes.map((o) => (o instanceof Error ? (o as { kind?: string }).kind : o.kind));
     assert.deepEqual(kinds, ['created', 'created', 'not_found', 'not_found', 'created']);
-    const appOf = (o: (typeof outcomes)[number]) => (o instanceof Error ? null : o.message.appId);
+    const appOf = (o: (typeof outcomes)[number]) => (o instanceof Error ? null : messageOf(o).appId);
     assert.deepEqual(outcomes.map(appOf), [a.id, a.id, null, null, b.id]);
   });
 });

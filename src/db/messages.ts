@@ -45,7 +45,12 @@ export type PublishResult =
   | { kind: 'replayed'; message: MessageRow }
   | { kind: 'conflict'; message: MessageRow }
   /** Its eventId names another message of the app (`message`): nothing was inserted. */
-  | { kind: 'event_id_taken'; message: MessageRow };
+  | { kind: 'event_id_taken'; message: MessageRow }
+  /**
+   * Its idempotency key was held by a message that history retention deleted between the insert
+   * and the read back: nothing was inserted for it (the others of the batch were).
+   */
+  | { kind: 'key_holder_gone' };
 
 /**
  * Inserts the message and its delivery snapshot in one call. With an idempotency key that
@@ -123,8 +128,8 @@ export async function publishMessages(
   );
   return inOrder(messages.length, rows.rows, 'message').map(
     ({ created, requestHash, deliveries, eventIdTaken, ...message }, ord) => {
-      if (message.id === null)
-        throw new Error('the message holding this idempotency key was deleted meanwhile');
+      // Not an error of the call: the batch has committed, and only this item has no message.
+      if (message.id === null) return { kind: 'key_holder_gone' };
       if (eventIdTaken) return { kind: 'event_id_taken', message };
       if (created) {
         // As stored: strings go in well-formed (see wellFormed).

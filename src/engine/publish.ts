@@ -90,6 +90,13 @@ export async function publish(
   if (result.kind === 'event_id_taken') {
     throw new HeraldError('conflict', `eventId ${input.eventId} names message ${result.message.id} already`);
   }
+  if (result.kind === 'key_holder_gone') {
+    // Only this publish: the others of its group commit went in. Tried again, it publishes anew.
+    throw new HeraldError(
+      'store_unavailable',
+      'the message that held this idempotency-key was removed by history retention just now; publish again',
+    );
+  }
   return { message: result.message, created: result.kind === 'created' };
 }
 
@@ -214,6 +221,8 @@ export async function publishExample(
     },
     actor.id,
   );
+  // Without an idempotency key, a publish can only create.
+  if (result.kind !== 'created') throw new Error(`an example publish answered ${result.kind}`);
   // Said in the audit log: the message went to this endpoint alone, whatever else its event type
   // matches (the doctor must not take its single delivery for a lost fan-out).
   await recordAudit(db, {
