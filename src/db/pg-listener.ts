@@ -34,8 +34,14 @@ export function createPgListener(options: PgListenerOptions): PgListener {
     });
     next.on('error', (error) => lost(next, error));
     next.on('end', () => lost(next));
-    await next.connect();
-    for (const channel of handlers.keys()) await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+    try {
+      await next.connect();
+      for (const channel of handlers.keys()) await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+    } catch (error) {
+      // Not this listener's connection yet: nothing else would end it, and each retry opens one.
+      void next.end().catch(() => {});
+      throw error;
+    }
     return next;
   }
 

@@ -27,7 +27,11 @@ export function createPgDb(options: PgDbOptions): Db {
     application_name: options.applicationName ?? 'herald',
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
     query_timeout: QUERY_TIMEOUT_MS,
+    // Probes after 10 s of silence, not the system's 2 hours: the listening connection sends
+    // nothing, and a peer gone without a reset (a NAT's timeout, a failover) would otherwise take
+    // its notifications with it unnoticed.
     keepAlive: true,
+    keepAliveInitialDelayMillis: 10_000,
   };
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.

@@ -16,7 +16,7 @@ const LOCK_FILE = 'herald.lock';
  * owner's pid already in it (written aside, then hard-linked into place in one step), so another
  * opener never reads an empty lock; an unreadable or empty lock counts as held.
  */
-function lockDataDir(dataDir: string): () => void {
+export function lockDataDir(dataDir: string): () => void {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const lockPath = path.join(dataDir, LOCK_FILE);
   const staging = `${lockPath}.${process.pid}`;
@@ -30,7 +30,9 @@ function lockDataDir(dataDir: string): () => void {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       }
       const holder = readHolder(lockPath);
-      if (holder === null || isAlive(holder)) {
+      // A holder with this process's pid is a dead process's lock: in a container herald is often
+      // pid 1 again after a crash, and that pid is alive — it is this one.
+      if (holder === null || (holder !== process.pid && isAlive(holder))) {
         throw new DataDirBusyError(
           `the embedded database in ${dataDir} is in use by another herald process` +
             `${holder ? ` (pid ${holder})` : ''}. PGlite allows one process per data directory: use the ` +
