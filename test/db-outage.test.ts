@@ -320,6 +320,30 @@ test('a lease given back as the worker stops, while the database is away, is giv
   await database.db.query('delete from app where id = $1', [app.id]);
 });
 
+test('a worker whose first LISTEN failed listens once the database is back: a publish wakes it, not its 60 s poll', async () => {
+  const { proxy, herald, receiver, logs, appUid } = await rig(
+    'listen_retried',
+    { HERALD_POLL_INTERVAL_MS: '60000', HERALD_LEASE_SECONDS: '8' },
+    () => () => ({ status: 204 }),
+  );
+  proxy.pause();
+  proxy.cutAll();
+  await herald.startWorker();
+  assert.equal(count(logs, 'LISTEN unavailable; relying on polling'), 1);
+  proxy.resume();
+  await waitFor(
+    'the worker to listen again',
+    () => count(logs, 'listening for wake-ups again') === 1,
+    15_000,
+  );
+  // The worker's claims failed while the database was away, and it now waits 30 s or more
+  // between them: only the wake-up brings this publish out within the deadline.
+  await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 5 } });
+  await waitFor('the request at the receiver', () => receiver.requests.length === 1, 10_000);
+  // The tests after this one share the database: this worker must not claim their work.
+  await herald.close();
+});
+
 // The answers a worker's claims come back in, told apart by their columns (src/db/deliveries.ts,
 // src/db/endpoint-secrets.ts), and taken only when they claimed something: a claim round may hold
 // the worker's free slots while an outcome is written, and that write then records without

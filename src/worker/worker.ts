@@ -122,6 +122,7 @@ export function createWorker(options: WorkerOptions): Worker {
   let maintenanceLoop: Promise<void> | null = null;
   let stopping = new AbortController();
   let unlisten: (() => Promise<void>) | null = null;
+  let listenFailed = false;
   let wake: (() => void) | null = null;
   /**
    * Attempts claimed whose response is not in yet (their outcomes are written afterwards), and
@@ -370,7 +371,25 @@ export function createWorker(options: WorkerOptions): Worker {
    * on a clock of their own: a wake-up's claim never waits behind them (they ran at the head of a
    * claim round once, which showed as the p99 of the publish-to-receiver latency).
    */
+  /**
+   * LISTENs for wake-ups; on failure the worker polls, and maintenance tries again (a listener's
+   * lost connection it restores itself, but one that never listened is not its to retry).
+   */
+  async function listenForWakeUps(): Promise<void> {
+    if (unlisten) return;
+    try {
+      unlisten = await db.listen(WAKE_CHANNEL, nudge);
+      if (listenFailed) log.info('listening for wake-ups again');
+      listenFailed = false;
+    } catch (error) {
+      if (!listenFailed)
+        log.warn({ err: (error as Error).message }, 'LISTEN unavailable; relying on polling');
+      listenFailed = true;
+    }
+  }
+
   async function maintain(): Promise<void> {
+    if (running) await listenForWakeUps();
     // First, and on its own: deferred deliveries coming due must reach the claims whatever else
     // fails below.
     await tend().catch((error: Error) =>
@@ -548,11 +567,7 @@ export function createWorker(options: WorkerOptions): Worker {
       if (running) return;
       running = true;
       options.sender.resumeStarting();
-      try {
-        unlisten = await db.listen(WAKE_CHANNEL, nudge);
-      } catch (error) {
-        log.warn({ err: (error as Error).message }, 'LISTEN unavailable; relying on polling');
-      }
+      await listenForWakeUps();
       stopping = new AbortController();
       loop = run();
       maintenanceLoop = maintenance();
