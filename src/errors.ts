@@ -16,6 +16,8 @@ export const ERRORS = {
   unsupported_media_type: { status: 415, code: 'unsupported_media_type' },
   rate_limited: { status: 429, code: 'rate_limited' },
   store_unavailable: { status: 503, code: 'store_unavailable' },
+  // More writes wait for the database than herald holds: refused at once, to be retried.
+  overloaded: { status: 503, code: 'overloaded' },
   // Inbound verification (POST /ingest/{source}): nothing is stored for any of these.
   missing_delivery_id: { status: 400, code: 'missing_delivery_id' },
   missing_business_key: { status: 400, code: 'missing_business_key' },

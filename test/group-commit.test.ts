@@ -47,6 +47,8 @@ function gatedWrite<I, O>(fn: (items: I[]) => O[] | Promise<O[]>) {
 const settle = () => new Promise((resolve) => setImmediate(resolve));
 
 /** One writer on the pipeline, none beside: each test says what it changes. */
+class Overloaded extends Error {}
+
 const ONE_WRITER = {
   maxBatch: 100,
   pipelined: 1,
@@ -54,6 +56,8 @@ const ONE_WRITER = {
   besideStays: false,
   splitAt: 100,
   maxWaitMs: 60_000,
+  maxQueued: 1000,
+  overloaded: () => new Overloaded('too many waiting'),
 } as const;
 
 describe('group commit', () => {
@@ -172,6 +176,27 @@ describe('group commit', () => {
     assert.deepEqual(gated.lanes, ['pipelined', 'beside']);
     gated.releaseAll();
     assert.deepEqual(await Promise.all([long, ...waiting]), [1, 2, 3]);
+  });
+
+  test('past maxQueued callers waiting, a caller is refused at once, and the others are written', async () => {
+    const gated = gatedWrite((items: number[]) => items);
+    const submit = createGroupCommit(gated.write, { ...ONE_WRITER, maxQueued: 3 });
+    const first = submit(1);
+    await settle();
+    // The first is being written; three wait, the most that may.
+    const waiting = [submit(2), submit(3), submit(4)];
+    await assert.rejects(submit(5), Overloaded);
+    gated.releaseAll();
+    assert.equal(await first, 1);
+    await settle();
+    gated.releaseAll();
+    assert.deepEqual(await Promise.all(waiting), [2, 3, 4]);
+    // Room again: a caller now waits its turn.
+    const later = submit(6);
+    await settle();
+    gated.releaseAll();
+    assert.equal(await later, 6);
+    assert.deepEqual(gated.batches, [[1], [2, 3, 4], [6]]);
   });
 
   test('refuses a splitAt outside 1..maxBatch, and no writer on the pipeline', () => {

@@ -140,7 +140,9 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
         'request failed',
       );
     }
-    const retryAfter = herald.retryAfterSeconds ?? (herald.kind === 'store_unavailable' ? 1 : undefined);
+    const retryAfter =
+      herald.retryAfterSeconds ??
+      (herald.kind === 'store_unavailable' || herald.kind === 'overloaded' ? 1 : undefined);
     if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter));
     return reply.status(herald.status).send(herald.toBody());
   });

@@ -53,9 +53,20 @@ export interface GroupCommitOptions<O = unknown> {
    * their results, so it must not throw: the write committed (Metrics.batchWritten never throws).
    */
   written?: (results: readonly O[], seconds: number) => void;
+  /**
+   * Callers waiting for a write, at most. Past that a caller is refused at once with
+   * `overloaded()`: when callers come faster than the database commits, each one waiting holds
+   * its item (a payload of up to the body limit) in memory, and its client, given up waiting,
+   * sends it again on top. Refused, it is told to come back (a 503 with Retry-After).
+   */
+  maxQueued: number;
+  overloaded: () => Error;
 }
 
 export type Write<I, O> = (items: I[], lane: WriteLane) => Promise<O[]>;
+
+/** Callers of a group commit waiting at most (publishes, receipts): several batches' worth. */
+export const MAX_QUEUED_WRITES = 2048;
 
 /** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
 export function createGroupCommit<I, O>(
@@ -155,6 +166,10 @@ export function createGroupCommit<I, O>(
 
   return (item) =>
     new Promise<O>((resolve, reject) => {
+      if (queue.length >= options.maxQueued) {
+        reject(options.overloaded());
+        return;
+      }
       queue.push({ item, resolve, reject });
       // (A writer that takes the queue disarms the timer.)
       if (
