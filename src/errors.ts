@@ -75,12 +75,18 @@ export const invalidField = (path: (string | number)[], msg: string): HeraldErro
   ]);
 
 /** The idempotency-key header of any POST (a publish's is kept on its message, unique per app). */
-export const MAX_IDEMPOTENCY_KEY_LENGTH = 256;
+const MAX_IDEMPOTENCY_KEY_LENGTH = 256;
 
 export const invalidIdempotencyKey = (msg: string): HeraldError =>
   new HeraldError('validation', `idempotency-key: ${msg}`, [
     { loc: ['header', 'idempotency-key'], msg, type: 'value_error' },
   ]);
+
+/** Refuses an idempotency-key too long to keep (an index entry has its limits), naming the header. */
+export function assertIdempotencyKeyLength(key: string): void {
+  if (key.length > MAX_IDEMPOTENCY_KEY_LENGTH)
+    throw invalidIdempotencyKey(`at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+}
 
 /** A configuration value that cannot be used; start-up stops with this message. */
 export class ConfigError extends Error {

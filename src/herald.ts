@@ -8,7 +8,7 @@ import { type HeraldConfig, loadConfig } from './config.ts';
 import { loadMasterKeys } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
-import { coalesced, createGroupCommit, MAX_QUEUED_WRITES } from './db/group-commit.ts';
+import { coalesced, createGroupCommit } from './db/group-commit.ts';
 import { wakeWorkers } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
@@ -166,7 +166,6 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       besideStays: false,
       splitAt: 16,
       maxWaitMs: 5,
-      maxQueued: MAX_QUEUED_WRITES,
       overloaded: () =>
         new HeraldError('overloaded', 'too many publishes are waiting for the database; retry in a second'),
       // Publishes refused before the database (an app missing or out of reach) are not items of

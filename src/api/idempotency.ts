@@ -8,7 +8,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { findKeptAnswer, type KeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
 import type { Queryable } from '../db/port.ts';
 import type { Core } from '../engine/core.ts';
-import { HeraldError, invalidIdempotencyKey, MAX_IDEMPOTENCY_KEY_LENGTH } from '../errors.ts';
+import { assertIdempotencyKeyLength, HeraldError } from '../errors.ts';
 
 export interface Answer {
   status: number;
@@ -33,9 +33,7 @@ export async function answerOnce(
   const header = request.headers['idempotency-key'];
   const key = typeof header === 'string' && header !== '' ? header : null;
   if (key === null) return send(reply, await db.transaction(work));
-  if (key.length > MAX_IDEMPOTENCY_KEY_LENGTH) {
-    throw invalidIdempotencyKey(`at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
-  }
+  assertIdempotencyKeyLength(key);
   const scope = request.actor.id;
   // Keyed: a body may hold a secret (a source's, a rotation's key), and the digest is kept a day
   // in the database, where a plain hash would let its reader test guesses of the secret.

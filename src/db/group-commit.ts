@@ -54,19 +54,20 @@ export interface GroupCommitOptions<O = unknown> {
    */
   written?: (results: readonly O[], seconds: number) => void;
   /**
-   * Callers waiting for a write, at most. Past that a caller is refused at once with
-   * `overloaded()`: when callers come faster than the database commits, each one waiting holds
-   * its item (a payload of up to the body limit) in memory, and its client, given up waiting,
-   * sends it again on top. Refused, it is told to come back (a 503 with Retry-After).
+   * Callers waiting for a write, at most (default MAX_QUEUED_WRITES). Past that a caller is
+   * refused at once with `overloaded()`: when callers come faster than the database commits, each
+   * one waiting holds its item (a payload of up to the body limit) in memory, and its client,
+   * given up waiting, sends it again on top. Refused, it is told to come back (a 503 with
+   * Retry-After).
    */
-  maxQueued: number;
+  maxQueued?: number;
   overloaded: () => Error;
 }
 
 export type Write<I, O> = (items: I[], lane: WriteLane) => Promise<O[]>;
 
 /** Callers of a group commit waiting at most (publishes, receipts): several batches' worth. */
-export const MAX_QUEUED_WRITES = 2048;
+const MAX_QUEUED_WRITES = 2048;
 
 /** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
 export function createGroupCommit<I, O>(
@@ -166,7 +167,7 @@ export function createGroupCommit<I, O>(
 
   return (item) =>
     new Promise<O>((resolve, reject) => {
-      if (queue.length >= options.maxQueued) {
+      if (queue.length >= (options.maxQueued ?? MAX_QUEUED_WRITES)) {
         reject(options.overloaded());
         return;
       }

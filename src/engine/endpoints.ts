@@ -34,16 +34,27 @@ const HEADER_VALUE = /^[\t\x20-\x7e]*$/;
 
 export const DEFAULT_GRACE_SECONDS = 24 * 3600;
 
-/** Refuses URLs herald would never send to, naming the reason (invariant 10). */
-/**
- * Refuses a URL herald would not deliver to (a private address, a name that does not resolve). It
- * may wait on DNS for seconds: call it before opening a transaction — the embedded database runs
- * one at a time, and a server's holds a connection — and tell createEndpoint or replaceEndpoint
- * which URL was checked.
- */
-export async function assertDestination(core: Core, url: string): Promise<void> {
+/** Refuses a URL herald would never send to, naming the reason (invariant 10). */
+async function assertDestination(core: Core, url: string): Promise<void> {
   const verdict = await checkDestination(url, core.addressPolicy);
   if (!verdict.ok) throw invalidField(['url'], verdict.reason);
+}
+
+/**
+ * Checks the URL an endpoint is about to take — any URL for a new endpoint (`current` null), a
+ * changed one for an existing endpoint — and returns it, to be passed to createEndpoint or
+ * replaceEndpoint as checked; null when there is nothing to check. The check may wait on DNS for
+ * seconds: it belongs before the transaction opens — the embedded database runs one at a time,
+ * and a server's holds a pooled connection.
+ */
+export async function checkNewUrl(
+  core: Core,
+  current: EndpointRow | null,
+  url: string,
+): Promise<string | null> {
+  if (current !== null && url === current.url) return null;
+  await assertDestination(core, url);
+  return url;
 }
 
 type EndpointInput = z.infer<typeof EndpointUpdate>;
@@ -64,7 +75,7 @@ function toFields(input: EndpointInput): EndpointFields {
   };
 }
 
-/** `checkedUrl`: the URL the caller passed to assertDestination before its transaction, if any. */
+/** `checkedUrl`: what checkNewUrl answered before the transaction, if it was called. */
 export async function createEndpoint(
   core: Core,
   tx: Queryable,
@@ -86,9 +97,9 @@ export async function createEndpoint(
 /**
  * Changes an endpoint as `change` says, given its current row: read again under its lock, as the
  * row the caller read may be stale (a worker may have disabled the endpoint since), and a change
- * made from it would silently undo that. `checkedUrl`: the URL the caller passed to
- * assertDestination before its transaction (what `change` made of the row it read); another new
- * URL is checked here, under the lock.
+ * made from it would silently undo that. `checkedUrl`: what checkNewUrl answered before the
+ * transaction, for what `change` made of the row the caller read; another new URL is checked
+ * here, under the lock.
  */
 export async function replaceEndpoint(
   core: Core,

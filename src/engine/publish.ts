@@ -15,10 +15,10 @@ import {
 } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
 import {
+  assertIdempotencyKeyLength,
   HeraldError,
   invalidField,
   invalidIdempotencyKey,
-  MAX_IDEMPOTENCY_KEY_LENGTH,
   notFound,
 } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
@@ -53,8 +53,7 @@ export async function publish(
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
   const key = options.idempotencyKey ?? null;
-  if (key !== null && key.length > MAX_IDEMPOTENCY_KEY_LENGTH)
-    throw invalidIdempotencyKey(`at most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters`);
+  if (key !== null) assertIdempotencyKeyLength(key);
   if (key?.startsWith(INTAKE_KEY_PREFIX))
     throw invalidIdempotencyKey(
       `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`,

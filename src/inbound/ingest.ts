@@ -7,7 +7,7 @@ import { isUtf8 } from 'node:buffer';
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { createGroupCommit, MAX_QUEUED_WRITES } from '../db/group-commit.ts';
+import { createGroupCommit } from '../db/group-commit.ts';
 import { type IntakeReceipt, recordReceipts } from '../db/intake.ts';
 import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
@@ -88,7 +88,6 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       besideStays: true,
       splitAt: 16,
       maxWaitMs: 5,
-      maxQueued: MAX_QUEUED_WRITES,
       // Not acknowledged: the sender delivers it again.
       overloaded: () =>
         new HeraldError(

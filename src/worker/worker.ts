@@ -367,11 +367,6 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   /**
-   * Lease recovery, tending the deferred deliveries, the due table's vacuum and payload retention,
-   * on a clock of their own: a wake-up's claim never waits behind them (they ran at the head of a
-   * claim round once, which showed as the p99 of the publish-to-receiver latency).
-   */
-  /**
    * LISTENs for wake-ups; on failure the worker polls, and maintenance tries again (a listener's
    * lost connection it restores itself, but one that never listened is not its to retry).
    */
@@ -388,6 +383,12 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
+  /**
+   * A LISTEN that failed, tending the deferred deliveries, lease recovery, the due table's vacuum
+   * and payload retention, on a clock of their own: a wake-up's claim never waits behind them
+   * (they ran at the head of a claim round once, which showed as the p99 of the
+   * publish-to-receiver latency).
+   */
   async function maintain(): Promise<void> {
     if (running) await listenForWakeUps();
     // First, and on its own: deferred deliveries coming due must reach the claims whatever else
@@ -450,7 +451,7 @@ export function createWorker(options: WorkerOptions): Worker {
       } catch (error) {
         log.error(
           { err: (error as Error).message },
-          'maintenance failed (lease recovery, tending, vacuum or retention)',
+          'maintenance failed (lease recovery, vacuum or retention)',
         );
       }
       await sleep(recoverEveryMs, undefined, { signal: stopping.signal }).catch(() => {});
@@ -562,6 +563,12 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
+  /** What attempts handed over is written: their outcomes, and the leases they gave back. */
+  async function writesDone(): Promise<void> {
+    await finalizer.drain();
+    await Promise.all(givingBack);
+  }
+
   return {
     async start() {
       if (running) return;
@@ -588,13 +595,11 @@ export function createWorker(options: WorkerOptions): Worker {
       if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
         log.warn({ inFlight }, 'stopping with attempts in flight; their leases will be recovered');
       }
-      await finalizer.drain();
-      await Promise.all(givingBack);
+      await writesDone();
     },
     async finish() {
       await Promise.all(attempts);
-      await finalizer.drain();
-      await Promise.all(givingBack);
+      await writesDone();
     },
   };
 }

@@ -2,12 +2,12 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import { recoverFailedDeliveries } from '../../db/deliveries.ts';
-import { deleteEndpoint, type EndpointRow, endpointStats, listEndpoints } from '../../db/endpoints.ts';
+import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import {
-  assertDestination,
   audit,
+  checkNewUrl,
   createEndpoint,
   keepHeraldOwn,
   patchToUpdate,
@@ -58,12 +58,6 @@ export const endpointRoutes =
   (core: Core): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
-    /** A change's new URL, checked before its transaction (see assertDestination); null if unchanged. */
-    const checkedChange = async (current: EndpointRow, url: string): Promise<string | null> => {
-      if (url === current.url) return null;
-      await assertDestination(core, url);
-      return url;
-    };
     const load = async (actor: Parameters<typeof requireApp>[1], params: EpParams) => {
       const application = await requireApp(db, actor, params.app_id);
       return { application, endpoint: await requireEndpoint(db, application, params.endpoint_id) };
@@ -80,10 +74,9 @@ export const endpointRoutes =
       const headers = input.headers ?? {};
       validateHeaders(headers);
       const application = await requireApp(db, request.actor, request.params.app_id);
-      // The DNS lookup before the transaction (see assertDestination).
-      await assertDestination(core, input.url);
+      const checkedUrl = await checkNewUrl(core, null, input.url);
       return answerOnce(core, request, reply, async (tx) => {
-        const endpoint = await createEndpoint(core, tx, request.actor, application, input, input.url);
+        const endpoint = await createEndpoint(core, tx, request.actor, application, input, checkedUrl);
         if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
         return { status: 201, body: presentEndpoint(endpoint) };
       }).catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
@@ -103,7 +96,7 @@ export const endpointRoutes =
       if (!current) {
         if (!input.uid)
           assertPathIdentifier('endpoint_id', request.params.endpoint_id, 'uid for a new endpoint');
-        await assertDestination(core, input.url);
+        const checkedUrl = await checkNewUrl(core, null, input.url);
         const created = await db
           .transaction((tx) =>
             createEndpoint(
@@ -112,13 +105,13 @@ export const endpointRoutes =
               request.actor,
               application,
               { ...input, uid: input.uid ?? request.params.endpoint_id },
-              input.url,
+              checkedUrl,
             ),
           )
           .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
         return reply.status(201).send(presentEndpoint(created));
       }
-      const checkedUrl = await checkedChange(current, keepHeraldOwn(current, input).url);
+      const checkedUrl = await checkNewUrl(core, current, keepHeraldOwn(current, input).url);
       const updated = await db
         .transaction((tx) =>
           replaceEndpoint(
@@ -142,7 +135,7 @@ export const endpointRoutes =
           ? { ...parsed, throttleRate: parsed.rateLimit }
           : parsed;
       const { endpoint } = await load(request.actor, request.params);
-      const checkedUrl = await checkedChange(endpoint, patchToUpdate(endpoint, patch).url);
+      const checkedUrl = await checkNewUrl(core, endpoint, patchToUpdate(endpoint, patch).url);
       const updated = await db
         .transaction((tx) =>
           replaceEndpoint(
