@@ -332,7 +332,19 @@ describe('a retry that waits deferred, end to end', () => {
       );
       return rowCount === 1;
     });
-    await waitFor('the retry to succeed', () => receiver.requests.length === 2, 15_000);
+    // Recorded, not only received: the receiver has the request before the outcome is written.
+    await waitFor(
+      'the retry to succeed',
+      async () => {
+        const { rowCount } = await t.database.db.query(
+          `select 1 from delivery where endpoint_id = $1 and state = 'succeeded'`,
+          [endpoint],
+        );
+        return rowCount === 1;
+      },
+      15_000,
+    );
+    assert.equal(receiver.requests.length, 2);
     // The retry is scheduled from the failure's response (its start plus its duration), its wait
     // spread by ±20 % (src/herald.ts).
     const { rows } = await t.database.db.query<{ outcome: string; started_at: Date; duration_ms: number }>(
