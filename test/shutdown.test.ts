@@ -5,11 +5,13 @@ import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -46,12 +48,12 @@ test('an idle worker exits at once on SIGTERM, not at its next lease-recovery ti
   assert.ok(tookMs < 2500, `the worker took ${tookMs} ms to stop`);
 });
 
-/** A receiver that answers each request 1.5 s after it arrives, and counts them. */
-async function startSlowReceiver() {
+/** A receiver that answers each request `delayMs` after it arrives, and counts them. */
+async function startSlowReceiver(delayMs = 1500) {
   let arrived = 0;
   const server = http.createServer((_request, response) => {
     arrived++;
-    setTimeout(() => response.writeHead(204).end(), 1500);
+    setTimeout(() => response.writeHead(204).end(), delayMs);
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   return {
@@ -168,4 +170,39 @@ test('a stopping worker sends nothing more: requests still waiting for their ori
     await slow.close();
   }
   assert.equal(slow.arrived, 1, 'no request left after the stop began');
+});
+
+test('the grace counts from the stop: a maintenance pass still running spends it instead of extending it', async () => {
+  // A request out for 20 s, and the worker's maintenance pass held behind a lock when the stop
+  // begins; the lock goes 1.5 s later, when the 1.5 s grace is over. A grace that began only
+  // once maintenance had ended would keep the stop going until 3 s.
+  const slow = await startSlowReceiver(20_000);
+  const s = await startTestHerald('shutdown_grace', {
+    worker: false,
+    env: { HERALD_LEASE_SECONDS: '30', HERALD_ATTEMPT_TIMEOUT_MS: '25000' },
+  });
+  const locker = new pg.Client({ connectionString: s.database.url });
+  await locker.connect();
+  try {
+    const app = await createApp(s, 'grace');
+    await createEndpoint(s, app, { url: `${slow.origin}/held` });
+    await publishVia(s, app, { eventType: 'e', payload: {} });
+    const worker = await s.herald.startWorker();
+    await waitFor('the request to arrive', () => slow.arrived === 1);
+    await locker.query('begin');
+    await locker.query('lock table delivery_deferred in access exclusive mode');
+    await waitForLockWaiter(s.database.db, 'herald_tend_deferred');
+
+    const began = Date.now();
+    const stopped = worker.stop(1500);
+    await sleep(1500);
+    await locker.query('rollback');
+    await stopped;
+    const tookMs = Date.now() - began;
+    assert.ok(tookMs < 2500, `the stop took ${tookMs} ms with a grace of 1500`);
+  } finally {
+    await locker.end();
+    await slow.close();
+    await s.close();
+  }
 });

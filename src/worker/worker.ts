@@ -580,6 +580,9 @@ export function createWorker(options: WorkerOptions): Worker {
       maintenanceLoop = maintenance();
     },
     async stop(graceMs = 10_000) {
+      // The grace counts from the stop: a claim or a maintenance pass (a long retention delete)
+      // still running spends it, rather than extending the stop by its own length.
+      const grace = new Promise<'timeout'>((resolve) => setTimeout(resolve, graceMs, 'timeout').unref());
       running = false;
       // Requests still waiting for their origin are not sent now: their leases go back unsent,
       // budget kept, instead of going out one by one while the process is being stopped.
@@ -591,7 +594,6 @@ export function createWorker(options: WorkerOptions): Worker {
       await unlisten?.();
       // Attempts that an outcome write claimed just before the stop are under way too.
       await Promise.all(dispatching);
-      const grace = new Promise<'timeout'>((resolve) => setTimeout(resolve, graceMs, 'timeout').unref());
       if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
         log.warn({ inFlight }, 'stopping with attempts in flight; their leases will be recovered');
       }
