@@ -22,7 +22,7 @@ import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { createFinalizer } from '../src/worker/finalizer.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { attemptResult } from './support/outcomes.ts';
+import { attemptResult, noWaits } from './support/outcomes.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
@@ -117,7 +117,7 @@ test('lease recovery under competition takes only expired leases, each once', as
 
   const recoverers = claimers.slice(0, 3).map(async (db) => {
     while (!done) {
-      const recovered = await recoverExpiredLeases(db, 8);
+      const recovered = await recoverExpiredLeases(db, noWaits(8));
       const now = Date.now();
       for (const r of recovered) {
         recoveredTokens.push(r.leaseToken);
@@ -206,7 +206,7 @@ test('an expired lease on an endpoint without an idempotency contract is parked,
   const [claim] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 0.05, afterEndpoint: '' });
   assert.ok(claim);
   await waitFor('the lease to expire and be recovered', async () =>
-    (await recoverExpiredLeases(database.db, 8)).some((r) => r.deliveryId === claim.deliveryId),
+    (await recoverExpiredLeases(database.db, noWaits(8))).some((r) => r.deliveryId === claim.deliveryId),
   );
   const delivery = await database.db.query<{ state: string; next_attempt_at: Date | null }>(
     'select state, next_attempt_at from delivery where id = $1',
@@ -244,7 +244,7 @@ test('a lease given back unsent leaves no attempt and an untouched budget; a rec
   const [again] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 0.05, afterEndpoint: '' });
   assert.ok(again);
   await waitFor('recovery', async () =>
-    (await recoverExpiredLeases(database.db, 8)).some((r) => r.leaseToken === again.leaseToken),
+    (await recoverExpiredLeases(database.db, noWaits(8))).some((r) => r.leaseToken === again.leaseToken),
   );
   assert.equal(await releaseUnsent(database.db, again), false);
   const unknown = await database.db.query<{ outcome: string }>(
@@ -346,7 +346,7 @@ test("a stale lease's result and its delivery's live one, handed over together: 
   const [stale] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 0.05, afterEndpoint: '' });
   assert.ok(stale);
   await waitFor('recovery', async () =>
-    (await recoverExpiredLeases(database.db, 8)).some((r) => r.leaseToken === stale.leaseToken),
+    (await recoverExpiredLeases(database.db, noWaits(8))).some((r) => r.leaseToken === stale.leaseToken),
   );
   await database.db.query('update delivery_due set next_attempt_at = now() where delivery_id = $1', [
     stale.deliveryId,

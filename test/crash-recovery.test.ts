@@ -11,6 +11,7 @@ import { recoverExpiredLeases } from '../src/db/deliveries.ts';
 import { createHerald, type Herald } from '../src/herald.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
+import { noWaits } from './support/outcomes.ts';
 import { freePort, killAll, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { addEndpoint, seedApp } from './support/seed.ts';
@@ -193,7 +194,7 @@ test('a worker frozen past its leases leaves what recovery took: not given back,
       },
       15_000,
     );
-    const recovered = await recoverExpiredLeases(database.db, 10);
+    const recovered = await recoverExpiredLeases(database.db, noWaits(10));
     assert.equal(recovered.length, 3);
     worker.proc.signal('SIGCONT');
 

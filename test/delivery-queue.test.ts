@@ -22,7 +22,7 @@ import { deleteEndpoint } from '../src/db/endpoints.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { pruneFinishedHistory } from '../src/db/retention.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
-import { attemptResult } from './support/outcomes.ts';
+import { attemptResult, noWaits } from './support/outcomes.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
@@ -105,7 +105,7 @@ test('every writer keeps the queue tables equal to the deliveries’ states', as
     leased: expiring.length,
     failed: 1,
   });
-  const recovered = await recoverExpiredLeases(db, 5);
+  const recovered = await recoverExpiredLeases(db, noWaits(5));
   assert.equal(recovered.length, expiring.length);
   await assertFollows(app.id, 'recovery', { due: 10, leased: 0, failed: 1 });
 
@@ -268,7 +268,7 @@ test('lease recovery takes back only leases whose delivery says they expired, wh
     `update delivery_lease set lease_expires_at = now() - interval '1 minute' where delivery_id = $1`,
     [live.deliveryId],
   );
-  assert.deepEqual(await recoverExpiredLeases(db, 5), [], 'a live lease is never recovered');
+  assert.deepEqual(await recoverExpiredLeases(db, noWaits(5)), [], 'a live lease is never recovered');
   const state = await db.query<{ state: string }>('select state from delivery where id = $1', [
     live.deliveryId,
   ]);
@@ -291,12 +291,12 @@ test('lease recovery takes at most its batch, the longest expired first, the res
       `${3 - i} minutes`,
     ]);
   }
-  const first = await recoverExpiredLeases(db, 5, 2);
+  const first = await recoverExpiredLeases(db, noWaits(5), 2);
   assert.deepEqual(
     first.map((r) => r.deliveryId),
     claimed.slice(0, 2).map((c) => c.deliveryId),
   );
-  const second = await recoverExpiredLeases(db, 5, 2);
+  const second = await recoverExpiredLeases(db, noWaits(5), 2);
   assert.deepEqual(
     second.map((r) => r.deliveryId),
     [claimed[2]!.deliveryId],

@@ -11,6 +11,7 @@ import { DOCTOR_CHECKS } from '../src/ops/doctor.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
+import { noWaits } from './support/outcomes.ts';
 import { killAll, runHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -296,7 +297,7 @@ test('an expired lease nobody recovered, then its parked unknown outcome left un
   await assertFails('leases_expired', delivery);
 
   // Repair: lease recovery runs. The attempt becomes unknown and, for this endpoint, is parked.
-  assert.equal((await recoverExpiredLeases(t.database.db, 8)).length, 1);
+  assert.equal((await recoverExpiredLeases(t.database.db, noWaits(8))).length, 1);
   const parked = await sql(`select 1 from delivery where id = $1 and state = 'failed'`, [delivery]);
   assert.equal(parked.rowCount, 1);
   // Freshly parked: within the review window.

@@ -19,6 +19,7 @@ import {
 import { findEndpoint, updateEndpoint } from '../src/db/endpoints.ts';
 import type { Db } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { noWaits } from './support/outcomes.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 
@@ -450,7 +451,7 @@ const expire = (pick: number): Command => ({
     await r.db.query(`update delivery set lease_expires_at = now() - interval '1 second' where id = $1`, [
       d.id,
     ]);
-    const recovered = await recoverExpiredLeases(r.db, MAX_ATTEMPTS);
+    const recovered = await recoverExpiredLeases(r.db, noWaits(MAX_ATTEMPTS));
     assert.deepEqual(recovered, [{ deliveryId: d.id, endpointId: d.endpointId, leaseToken: d.leaseToken }]);
     const attempt = m.attempts.get(d.leaseToken!)!;
     attempt.outcome = 'unknown';

@@ -2,6 +2,7 @@
 // claim, outcome recording and lease recovery) and the manual ones: resend and recover.
 
 import type { DeliveryState } from '../domain/message-status.ts';
+import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Queryable } from './port.ts';
 
@@ -266,15 +267,20 @@ export interface RecoveredLease {
   leaseToken: string;
 }
 
+/**
+ * Ends leases past their expiry (their worker died or lost the database): each attempt becomes
+ * `unknown` and its delivery waits the schedule's next step (migration 0031), or fails once the
+ * cycle's budget is spent or its endpoint is not idempotent.
+ */
 export async function recoverExpiredLeases(
   db: Queryable,
-  maxAttempts: number,
+  policy: RetryPolicy,
   batch = 500,
 ): Promise<RecoveredLease[]> {
   const result = await db.query<RecoveredLease>(
     `select delivery_id as "deliveryId", endpoint_id as "endpointId", lease_token as "leaseToken"
-       from herald_recover_expired_leases($1, $2)`,
-    [maxAttempts, batch],
+       from herald_recover_expired_leases($1::float8[], $2, $3)`,
+    [policy.schedule, policy.jitter, batch],
   );
   return result.rows;
 }

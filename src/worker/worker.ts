@@ -23,7 +23,7 @@ import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { DUE_DEAD_ROWS_TO_VACUUM, vacuumDueDeliveries } from '../db/queue-vacuum.ts';
 import { retentionPass } from '../db/retention.ts';
-import { attemptsPerCycle, type RetryPolicy } from '../domain/retry-policy.ts';
+import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
@@ -107,7 +107,6 @@ export function createWorker(options: WorkerOptions): Worker {
       },
     },
   });
-  const maxAttempts = attemptsPerCycle(options.policy);
   const minClaim = Math.max(1, Math.floor(options.concurrency / 4));
   // Expired leases are looked for a few times per lease, so a dead worker's deliveries come back
   // soon after their lease ends, without a query per claim round.
@@ -399,11 +398,11 @@ export function createWorker(options: WorkerOptions): Worker {
     const { afterRecover } = options;
     const recovered = afterRecover
       ? await db.transaction(async (tx) => {
-          const rows = await recoverExpiredLeases(tx, maxAttempts);
+          const rows = await recoverExpiredLeases(tx, options.policy);
           await afterRecover(tx, rows);
           return rows;
         })
-      : await recoverExpiredLeases(db, maxAttempts);
+      : await recoverExpiredLeases(db, options.policy);
     if (recovered.length > 0) {
       metrics?.leasesRecovered(recovered.length);
       log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');

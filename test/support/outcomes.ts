@@ -2,6 +2,13 @@
 // worker: a 204 for a success, a 500 for a failure (retried at `retryAt`, or final when null).
 
 import type { AttemptResult, ClaimedDelivery } from '../../src/db/deliveries.ts';
+import type { RetryPolicy } from '../../src/domain/retry-policy.ts';
+
+/** A cycle of `attempts` attempts with no wait between them: what lease recovery retries at once. */
+export const noWaits = (attempts: number): RetryPolicy => ({
+  schedule: Array<number>(attempts - 1).fill(0),
+  jitter: 0,
+});
 
 export const attemptResult = (
   claim: Pick<ClaimedDelivery, 'deliveryId' | 'leaseToken'>,
