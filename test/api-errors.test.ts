@@ -579,8 +579,15 @@ describe('malformed requests', () => {
     );
   });
 
-  test('an empty JSON body → 400', async () => {
-    assertError(await rejected(() => send('POST', '/api/v1/app', '')), 400, 'bad_request');
+  test('an empty body sent as JSON is no body: 422 naming it where one is needed, fine where none is', async () => {
+    assertNames(await rejected(() => send('POST', '/api/v1/app', '')), ['body']);
+    // Blank is not empty: that is malformed JSON.
+    assertError(await rejected(() => send('POST', '/api/v1/app', ' ')), 400, 'bad_request');
+    // Some clients send the header on every request, a DELETE's too.
+    const created = await send('POST', '/api/v1/event-type', { name: 'empty.body', description: 'x' });
+    assert.equal(created.status, 201, created.text);
+    const deleted = await send('DELETE', '/api/v1/event-type/empty.body', '');
+    assert.equal(deleted.status, 204, deleted.text);
   });
 
   test('a body with __proto__ is refused', async () => {

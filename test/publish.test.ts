@@ -3,8 +3,9 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
+import { Webhook } from 'svix';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
-import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -253,6 +254,35 @@ describe('the publish response', () => {
     const bareRead = await t.call('GET', `/api/v1/app/${app}/msg/${bare.body.id}?with_content=false`);
     assert.deepEqual(bare.body, bareRead.body);
     assert.deepEqual(bare.body.payload, {});
+  });
+
+  test('numbers reach the receiver, signed, as the publisher wrote them: 64-bit ids, exponents, trailing zeros', async () => {
+    const app = await createApp(t, 'exact-numbers');
+    const endpoint = await createEndpoint(t, app, { url: `${receiver.url}/exact` });
+    const { key } = (await t.call('GET', `/api/v1/app/${app}/endpoint/${endpoint}/secret`)).body;
+    // What a double would give back: 9007199254740992, 1.5, null, 0, 12345678901234567000.
+    const payload =
+      '{"id":9007199254740993,"amount":1.50,"huge":1e400,"zero":-0,"list":[12345678901234567890,0.1,"1e5"]}';
+    const published = await fetch(`${t.url}/api/v1/app/${app}/msg`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+      body: `{"eventType": "exact.numbers", "payload": ${payload}}`,
+    });
+    const answer = await published.text();
+    assert.equal(published.status, 202, answer);
+    assert.ok(answer.includes(`"payload":${payload}`), answer);
+    const id = JSON.parse(answer).id as string;
+    const read = await fetch(`${t.url}/api/v1/app/${app}/msg/${id}`, {
+      headers: { authorization: `Bearer ${ADMIN_KEY}` },
+    });
+    assert.ok((await read.text()).includes(`"payload":${payload}`));
+
+    const request = await waitFor('the delivery', () => receiver.requests.find((r) => r.path === '/exact'));
+    assert.equal(request.body, payload);
+    // Signed over those bytes.
+    assert.doesNotThrow(() =>
+      new Webhook(key).verify(request.body, request.headers as Record<string, string>),
+    );
   });
 
   test('the library returns the payload it stored', async () => {

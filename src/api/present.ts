@@ -9,6 +9,7 @@ import type { EventTypeRow } from '../db/event-types.ts';
 import type { MessageRow } from '../db/messages.ts';
 import type { Page } from '../db/pagination.ts';
 import { attemptStatus, deliveryStatus } from '../domain/message-status.ts';
+import { parseKeepingNumbers } from './json-body.ts';
 
 export const presentPage = <T, O>(page: Page<T>, present: (row: T) => O) => ({
   ...page,
@@ -53,7 +54,8 @@ export const presentEndpoint = (e: EndpointRow) => ({
 });
 
 /** An expunged or expired payload reads as `{"expired": true}`, as in Svix. */
-const payloadOf = (payload: string | null) => (payload === null ? { expired: true } : JSON.parse(payload));
+const payloadOf = (payload: string | null) =>
+  payload === null ? { expired: true } : parseKeepingNumbers(payload);
 
 export const presentMessage = (m: MessageRow, withContent = true) => ({
   id: m.id,

@@ -14,6 +14,7 @@ import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { assertReach, assertScope, createAuthenticator, requiredScope } from './auth.ts';
 import { createAuthFailureLimiter } from './auth-failures.ts';
+import { useApiJsonParser } from './json-body.ts';
 import { openApiRoutes } from './openapi/routes.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
@@ -69,7 +70,6 @@ function toHeraldError(error: FastifyError | Error): HeraldError {
     case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
       return new HeraldError('unsupported_media_type', 'expected content-type application/json');
     case 'FST_ERR_CTP_INVALID_JSON_BODY':
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
       return new HeraldError('bad_request', 'the request body is not valid JSON');
   }
   if ((error as FastifyError).statusCode === 400) return new HeraldError('bad_request', error.message);
@@ -131,6 +131,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   app.decorateRequest('actor', null as unknown as Actor);
   // The API speaks JSON only: anything else is 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
+  useApiJsonParser(app);
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const herald = toHeraldError(error);
