@@ -688,6 +688,45 @@ describe("an endpoint's messages and attempts, filtered", () => {
     const refused = await t.call('GET', `/api/v1/app/${app}${attempts}?status_code_class=250`);
     assert.equal(refused.status, 422);
     assert.match(JSON.stringify(refused.body), /status_code_class.*one of 0, 100, 200, 300, 400, 500/);
+
+    // A list of event types as PHP and Rails clients spell it, brackets encoded or not.
+    assert.deepEqual(await ids(`${messages}?event_types%5B%5D=invoice.sent`), [sent['middle']]);
+    assert.deepEqual(await ids(`${messages}?event_types[0]=invoice.sent&event_types[1]=invoice.paid`), [
+      sent['recent'],
+      sent['middle'],
+      sent['old'],
+    ]);
+    assert.deepEqual(await ids(`${attempts}?event_types[]=invoice.paid&event_types=invoice.sent`), [
+      sent['recent'],
+      sent['middle'],
+      sent['old'],
+    ]);
+
+    // An attempt's content is its response body, left out with with_content=false.
+    await t.database.db.query(`update attempt set response_body = 'refused' where message_id = $1`, [
+      sent['old'],
+    ]);
+    const withBody = await t.call('GET', `/api/v1/app/${app}${attempts}?status_code_class=500`);
+    assert.equal(withBody.body.data[0].response, 'refused');
+    const without = await t.call(
+      'GET',
+      `/api/v1/app/${app}${attempts}?status_code_class=500&with_content=false`,
+    );
+    assert.equal(without.body.data[0].response, '');
+    const byMessage = await t.call('GET', `/api/v1/app/${app}/attempt/msg/${sent['old']}?with_content=false`);
+    assert.equal(byMessage.body.data[0].response, '');
+
+    // A message still waiting for its first attempt (the endpoint is disabled) is the endpoint's
+    // too, with its tags.
+    const waiting = await publishVia(t, app, { eventType: 'invoice.paid', payload: {}, tags: ['late'] });
+    const page = await t.call('GET', `/api/v1/app/${app}${messages}?status=1`);
+    assert.deepEqual(
+      page.body.data.map((m: { id: string; tags: string[] | null }) => [m.id, m.tags]),
+      [
+        [waiting, ['late']],
+        [sent['recent'], null],
+      ],
+    );
   });
 });
 

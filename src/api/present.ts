@@ -78,12 +78,13 @@ export function presentMessageJson(m: MessageRow, withContent = true): string {
   return JSON.stringify(presentMessage(m, false)).replace('"payload":{}', () => `"payload":${m.payload}`);
 }
 
-export const presentAttempt = (a: AttemptRow) => ({
+/** `withContent: false` leaves out the attempt's content: the response body it recorded. */
+export const presentAttempt = (a: AttemptRow, withContent = true) => ({
   id: a.id,
   msgId: a.messageId,
   endpointId: a.endpointId,
   url: a.url,
-  response: a.responseBody ?? '',
+  response: withContent ? (a.responseBody ?? '') : '',
   responseStatusCode: a.statusCode ?? 0,
   responseDurationMs: a.durationMs ?? 0,
   ...attemptStatus(a.outcome),
@@ -108,6 +109,7 @@ export const presentAttemptedMessage = (m: AttemptedMessageRow, withContent = tr
   eventId: m.eventId,
   payload: withContent ? payloadOf(m.payload) : {},
   channels: m.channels,
+  tags: m.tags,
   timestamp: m.createdAt,
   ...deliveryStatus(m.state),
   nextAttempt: m.nextAttemptAt,

@@ -43,6 +43,22 @@ export const StatsQuery = z.object({ since: date.nullish(), until: date.nullish(
 
 export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTypes: string[] | null };
 
+/** `event_types[]=a` and `event_types[0]=a`, as PHP and Rails clients spell a list (Svix reads both). */
+const EVENT_TYPES_ITEM = /^event_types\[\d*\]$/;
+
+function withEventTypesFolded(query: unknown): unknown {
+  if (typeof query !== 'object' || query === null) return query;
+  const entries = Object.entries(query);
+  if (!entries.some(([key]) => EVENT_TYPES_ITEM.test(key))) return query;
+  const folded: unknown[] = [];
+  const rest: Record<string, unknown> = {};
+  for (const [key, value] of entries) {
+    if (key === 'event_types' || EVENT_TYPES_ITEM.test(key)) folded.push(value);
+    else rest[key] = value;
+  }
+  return { ...rest, event_types: folded.flat() };
+}
+
 /**
  * The list's query. As in Svix, `before` and `after` are ignored once an iterator is passed, and
  * `after` alone starts the walk at its moment towards newer items (as a prevIterator walks): the
@@ -51,7 +67,7 @@ export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTy
  * which Svix refuses, is a window walked from `before`.)
  */
 export function parseListQuery(query: unknown, naturalOrder: 'ascending' | 'descending'): ListQuery {
-  const q = parseOrThrow(ListQuery, query, 'query');
+  const q = parseOrThrow(ListQuery, withEventTypesFolded(query), 'query');
   const eventTypes = q.event_types === undefined ? null : [q.event_types].flat().flatMap((t) => t.split(','));
   const order = q.order ?? naturalOrder;
   const iterator = q.iterator ?? null;

@@ -135,6 +135,7 @@ export interface AttemptedMessageRow {
   eventId: string | null;
   payload: string | null;
   channels: string[] | null;
+  tags: string[] | null;
   createdAt: Date;
   state: DeliveryState;
   nextAttemptAt: Date | null;
@@ -164,9 +165,9 @@ export async function listAttemptedMessages(
   const q = pageQuery('d.message_id', page, 3);
   const result = await db.query<AttemptedMessageRow>(
     `select m.id as "messageId", m.event_type as "eventType", m.event_id as "eventId", m.payload, m.channels,
-            m.created_at as "createdAt", d.state, d.next_attempt_at as "nextAttemptAt"
+            m.tags, m.created_at as "createdAt", d.state, d.next_attempt_at as "nextAttemptAt"
        from delivery d join message m on m.id = d.message_id
-      where d.app_id = $1 and d.endpoint_id = $2 and d.attempts_total > 0 and ${q.condition}
+      where d.app_id = $1 and d.endpoint_id = $2 and ${q.condition}
         and ($4::text is null or d.state = $4)
         and ($5::text[] is null or m.event_type = any($5)) and ($6::text is null or $6 = any(m.channels))
         and ${createdBetween({ prefix: 'msg', idColumn: 'd.message_id', timeColumn: 'm.created_at', before: '$7', after: '$8' })}

@@ -496,7 +496,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Message Attempt',
     summary: 'List Attempted Messages',
     description:
-      'The messages the endpoint was sent, newest first, with the delivery’s current state; `status` filters by that state, the others by the message.',
+      'The messages routed to the endpoint, newest first — those still waiting for their first attempt too — with the delivery’s current state; `status` filters by that state, the others by the message.',
     query: page.extend({
       ...withContent.shape,
       ...range.shape,

@@ -87,7 +87,11 @@ export const MessageAttemptOut = z.object({
   msgId: z.string(),
   endpointId: z.string(),
   url: z.string(),
-  response: z.string().describe('The response body, truncated; empty when none was received'),
+  response: z
+    .string()
+    .describe(
+      'The response body, truncated; empty when none was received, or on a list with `with_content=false`',
+    ),
   responseStatusCode: z.number().int().describe('0 when no status was received'),
   responseDurationMs: z.number().int(),
   status: MessageStatus.describe('An attempt still running is 3 (sending); an `unknown` outcome is 2 (fail)'),
@@ -116,8 +120,9 @@ export const EndpointMessageOut = z.object({
   eventId: z.string().nullable(),
   payload: z.record(z.string(), z.unknown()),
   channels: strings.nullable(),
+  tags: strings.nullable(),
   timestamp,
-  status: MessageStatus,
+  status: MessageStatus.describe('Of its delivery to this endpoint, attempted or not yet'),
   statusText,
   nextAttempt: nullableTimestamp,
 });

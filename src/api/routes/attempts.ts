@@ -43,7 +43,7 @@ export const attemptRoutes =
         const endpoint = q.endpoint_id ? await requireEndpoint(db, application, q.endpoint_id) : null;
         return presentPage(
           await listAttemptsByMessage(db, application.id, message.id, q.page, filterOf(q, endpoint?.id)),
-          presentAttempt,
+          (a) => presentAttempt(a, q.with_content ?? true),
         );
       },
     );
@@ -56,7 +56,7 @@ export const attemptRoutes =
         const q = parseListQuery(request.query, 'descending');
         return presentPage(
           await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q)),
-          presentAttempt,
+          (a) => presentAttempt(a, q.with_content ?? true),
         );
       },
     );
