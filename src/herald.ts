@@ -26,7 +26,7 @@ import { type GroupedPublish, type Published, publish, publishGroup } from './en
 import { ConfigError, HeraldError } from './errors.ts';
 import { createMetrics } from './ops/metrics.ts';
 import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
-import { ensureOperatorWebhooks } from './ops/operator-app.ts';
+import { ensureOperatorWebhooks, findOperatorWebhooks } from './ops/operator-app.ts';
 import { MessageIn } from './schemas/svix.ts';
 import { parseOrThrow } from './schemas/validate.ts';
 import { createAddressPolicy } from './sender/destination.ts';
@@ -237,6 +237,8 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         leaseSeconds: config.leaseSeconds,
         attemptTimeoutMs: config.attemptTimeoutMs,
         disableAfterFailures: config.disableAfterFailures,
+        // As set up when this worker starts (by this process, or by another one's start-up).
+        operatorEndpointId: (await findOperatorWebhooks(core))?.endpointId ?? null,
         concurrency: config.workerConcurrency,
         pollIntervalMs: config.pollIntervalMs,
         historyRetentionDays: config.historyRetentionDays,

@@ -123,7 +123,7 @@ before(async () => {
     HERALD_RETRY_SCHEDULE: '0.05,0.05,0.05,0.05',
     HERALD_DISABLE_AFTER_FAILURES: '5',
   };
-  t = await startTestHerald('operational_webhooks', { env });
+  t = await startTestHerald('operational_webhooks', { env, worker: false });
   // The test harness opens herald without its set-up step; a real start-up (migrate, then ensure)
   // is what `herald serve`, `api` and `worker` do.
   const config = loadConfig(testEnv(t.database.url, env));
@@ -138,6 +138,8 @@ before(async () => {
   assert.equal(endpoints.rows.length, 1);
   assert.equal(endpoints.rows[0]!.url, env['HERALD_OPERATOR_WEBHOOK_URL']);
   operator = { appId: app.id, endpointId: endpoints.rows[0]!.id };
+  // Its worker starts after the set-up, as a worker process does.
+  await t.herald.startWorker();
   // A message of the operator's own, while its receiver refuses the first requests: four failures
   // and a success, which for any other endpoint would be `failing` and `recovered` events.
   operatorPing = await publishVia(t, OPERATOR_APP_UID, { eventType: 'ping', payload: { ping: true } });
@@ -446,5 +448,56 @@ describe('delivery events', () => {
     assert.deepEqual(await storedEvents({ appId: operator.appId }), []);
     assert.deepEqual(await storedEvents({ endpointId: operator.endpointId }), []);
     assert.deepEqual(await storedEvents({ msgId: operatorPing }), []);
+  });
+
+  test('the operator endpoint is never auto-disabled: it is the channel that would tell of it; one found disabled by herald is enabled at start-up', async () => {
+    const respond = operatorReceiver.respond;
+    operatorReceiver.respond = () => ({ status: 500 });
+    const failed = async () =>
+      (
+        await t.database.db.query<{ n: number }>(
+          `select count(*)::int as n from attempt where endpoint_id = $1 and outcome = 'failure'`,
+          [operator.endpointId],
+        )
+      ).rows[0]!.n;
+    const before = await failed();
+    try {
+      // Each endpoint created is an event for the operator: more failures in a row than
+      // HERALD_DISABLE_AFTER_FAILURES (5) allows any other endpoint.
+      const app = await createApp(t, 'quiet-operator');
+      for (let i = 0; i < 4; i++) await createEndpoint(t, app, { url: `${receiver.url}/quiet-${i}` });
+      await waitFor(
+        'eight more failures at the operator endpoint',
+        async () => (await failed()) >= before + 8,
+      );
+    } finally {
+      operatorReceiver.respond = respond;
+    }
+    const state = async () =>
+      (
+        await t.database.db.query<{ disabled: boolean; failures: number; reason: string | null }>(
+          `select disabled, consecutive_failures as failures, disabled_reason as reason from endpoint where id = $1`,
+          [operator.endpointId],
+        )
+      ).rows[0]!;
+    assert.deepEqual(await state(), { disabled: false, failures: 0, reason: null });
+
+    // Disabled by a herald of the version before: enabled again at start-up. Disabled by an
+    // operator: left as it is.
+    await t.database.db.query(
+      `update endpoint set disabled = true, disabled_reason = 'failures' where id = $1`,
+      [operator.endpointId],
+    );
+    await ensureOperatorWebhooks(t.herald.core);
+    assert.equal((await state()).disabled, false);
+    await t.database.db.query(
+      `update endpoint set disabled = true, disabled_reason = 'operator' where id = $1`,
+      [operator.endpointId],
+    );
+    await ensureOperatorWebhooks(t.herald.core);
+    assert.deepEqual(await state(), { disabled: true, failures: 0, reason: 'operator' });
+    await t.database.db.query(`update endpoint set disabled = false, disabled_reason = null where id = $1`, [
+      operator.endpointId,
+    ]);
   });
 });

@@ -28,6 +28,19 @@ export interface OperatorWebhooks {
   endpointId: string;
 }
 
+/**
+ * The operator app and its endpoint as they are, for a process that does not set them up; null
+ * when operational webhooks are not configured or not set up yet.
+ */
+export async function findOperatorWebhooks(core: Core): Promise<OperatorWebhooks | null> {
+  if (!core.config.operatorWebhookUrl) return null;
+  const app = await findApp(core.db, OPERATOR_APP_UID);
+  if (!app) return null;
+  const page = await listEndpoints(core.db, app.id, { limit: 1, iterator: null, order: 'ascending' });
+  const endpoint = page.data[0];
+  return endpoint ? { appId: app.id, endpointId: endpoint.id } : null;
+}
+
 /** Ensures the operator app and its endpoint; null when operational webhooks are not configured. */
 export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhooks | null> {
   const { operatorWebhookUrl: url, operatorWebhookSecret: secret } = core.config;
@@ -55,8 +68,18 @@ export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhoo
         const created = await createEndpoint(core, tx, HERALD_ACTOR, app, input);
         return { appId: app.id, endpointId: created.id };
       }
-      if (current.url !== url) {
-        await replaceEndpoint(core, tx, HERALD_ACTOR, current, (locked) => patchToUpdate(locked, { url }));
+      // Disabled by a worker (before workers exempted it, or for a 410): the channel that would
+      // have told of it is the one that went quiet. Enabled again; one an operator disabled stays.
+      const autoDisabled = current.disabled && current.disabledReason !== 'operator';
+      if (current.url !== url || autoDisabled) {
+        if (autoDisabled)
+          core.log.warn(
+            { endpointId: current.id, reason: current.disabledReason },
+            'the operational webhooks endpoint was disabled by herald; enabling it again',
+          );
+        await replaceEndpoint(core, tx, HERALD_ACTOR, current, (locked) =>
+          patchToUpdate(locked, { url, ...(autoDisabled ? { disabled: false } : {}) }),
+        );
       }
       if (secret && (await revealSecret(core, tx, current)) !== secret) {
         // The old secret keeps signing for the usual grace period, so a receiver can switch over.

@@ -12,6 +12,8 @@ import { signPayload } from '../signing/standard-webhooks.ts';
 export interface AttemptContext {
   sender: Sender;
   policy: RetryPolicy;
+  /** An endpoint whose failures never count towards auto-disable (WorkerOptions). */
+  operatorEndpointId?: string | null;
   /** The clock retries are scheduled and signatures timestamped by; the database's by default. */
   now?: () => Date;
   random?: () => number;
@@ -161,6 +163,6 @@ export async function runAttempt(
     nextAttemptAt: next,
     disableEndpoint: verdict.disableEndpoint,
     credentialsRejected: verdict.credentialsRejected,
-    endpointAtFault: true,
+    endpointAtFault: claim.endpointId !== ctx.operatorEndpointId,
   };
 }

@@ -52,6 +52,11 @@ export interface WorkerOptions {
   log: Logger;
   leaseSeconds: number;
   disableAfterFailures: number;
+  /**
+   * The operator's own endpoint (operational webhooks), never auto-disabled: it carries the news
+   * of every other endpoint's trouble, its own included, so its failures are retried, not counted.
+   */
+  operatorEndpointId?: string | null;
   concurrency: number;
   pollIntervalMs: number;
   metrics?: Metrics;
@@ -301,7 +306,7 @@ export function createWorker(options: WorkerOptions): Worker {
         return;
       }
       const result = await runAttempt(
-        { sender: options.sender, policy: options.policy },
+        { sender: options.sender, policy: options.policy, operatorEndpointId: options.operatorEndpointId },
         claim,
         keys,
         startBy,
