@@ -143,6 +143,12 @@ export interface AttemptResult {
    * (nothing to send: the payload expired; no readable signing secret).
    */
   endpointAtFault: boolean;
+  /**
+   * For a failure the endpoint is at fault for: how long its slot closes after the n-th failure
+   * in a row (steps[n - 1], from the second; migration 0032), and the receiver's Retry-After
+   * (seconds, bounded), which holds back the endpoint's every delivery. Absent: no pause.
+   */
+  endpointPause?: { steps: readonly number[]; retryAfterSeconds: number | null };
 }
 
 export interface RecordedOutcome {
@@ -224,6 +230,9 @@ function outcomeItems(results: readonly AttemptResult[]): string {
     disable_endpoint: r.disableEndpoint,
     credentials_rejected: r.credentialsRejected,
     endpoint_at_fault: r.endpointAtFault,
+    ...(r.endpointPause && r.outcome === 'failure'
+      ? { pause_steps: r.endpointPause.steps, retry_after: r.endpointPause.retryAfterSeconds }
+      : {}),
   }));
   return JSON.stringify(items);
 }

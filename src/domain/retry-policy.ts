@@ -29,9 +29,15 @@ export function nextAttemptAt(policy: RetryPolicy, input: RetryInput): Date | nu
   const nominal = policy.schedule[Math.max(0, input.attemptsInCycle - 1)] ?? 0;
   const random = Number.isFinite(input.random) ? input.random : 0.5;
   const jittered = nominal * (1 + policy.jitter * (2 * random - 1));
-  const longest = Math.max(0, ...policy.schedule);
-  // NaN (an unparseable value) asks for nothing; Infinity is clamped like any long wait.
-  const asked = Number.isNaN(input.retryAfterSeconds) ? 0 : (input.retryAfterSeconds ?? 0);
-  const delaySeconds = Math.max(jittered, Math.min(asked, longest));
+  const delaySeconds = Math.max(jittered, boundedRetryAfter(policy, input.retryAfterSeconds));
   return new Date(input.now.getTime() + Math.round(delaySeconds * 1000));
+}
+
+/**
+ * A receiver's Retry-After as herald honours it: never beyond the longest step of the schedule.
+ * NaN (an unparseable value) asks for nothing; Infinity is clamped like any long wait.
+ */
+export function boundedRetryAfter(policy: RetryPolicy, seconds: number | null | undefined): number {
+  const asked = seconds === null || seconds === undefined || Number.isNaN(seconds) ? 0 : seconds;
+  return Math.min(Math.max(0, asked), Math.max(0, ...policy.schedule));
 }

@@ -3,7 +3,7 @@
 
 import type { AttemptResult, ClaimedDelivery } from '../db/deliveries.ts';
 import { judgeAttempt } from '../domain/outcome-policy.ts';
-import { nextAttemptAt, type RetryPolicy } from '../domain/retry-policy.ts';
+import { boundedRetryAfter, nextAttemptAt, type RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import { failpoint } from '../ops/failpoints.ts';
 import type { Sender } from '../sender/send.ts';
@@ -164,5 +164,9 @@ export async function runAttempt(
     disableEndpoint: verdict.disableEndpoint,
     credentialsRejected: verdict.credentialsRejected,
     endpointAtFault: claim.endpointId !== ctx.operatorEndpointId,
+    endpointPause: {
+      steps: ctx.policy.schedule,
+      retryAfterSeconds: boundedRetryAfter(ctx.policy, sent.retryAfterSeconds),
+    },
   };
 }

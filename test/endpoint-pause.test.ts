@@ -1,0 +1,145 @@
+// A failing endpoint rests before its next request (migration 0032): from its second failure in a
+// row for the schedule's step, and for a Retry-After it sent, whatever delivery is due next — so
+// that a short outage of a receiver with a backlog does not spend five failures in a second and
+// disable it.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import {
+  type AttemptResult,
+  type ClaimedDelivery,
+  claimDeliveries,
+  recordOutcomes,
+} from '../src/db/deliveries.ts';
+import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald } from './support/herald.ts';
+import { attemptResult } from './support/outcomes.ts';
+import { startReceiver } from './support/receiver.ts';
+import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
+import { waitFor } from './support/wait.ts';
+
+const STEPS = [5, 300, 1800];
+
+describe('below the worker', () => {
+  let database: TestDatabase;
+  before(async () => {
+    database = await freshDatabase('endpoint_pause');
+  });
+  after(async () => {
+    await database.drop();
+  });
+
+  const failed = (claim: ClaimedDelivery, retryAfterSeconds: number | null = null): AttemptResult => ({
+    ...attemptResult(claim, 'failure', new Date(Date.now() + 3_600_000)),
+    endpointPause: { steps: STEPS, retryAfterSeconds },
+  });
+  const claimOne = async () =>
+    claimDeliveries(database.db, { batch: 10, leaseSeconds: 30, afterEndpoint: '' });
+  /** Seconds until the endpoint's slot opens again; null: open. */
+  const pausedFor = async (endpointId: string) =>
+    (
+      await database.db.query<{ s: number | null }>(
+        `select extract(epoch from next_start_at - now())::float8 as s from delivery_lease
+          where endpoint_id = $1 and next_start_at > now()`,
+        [endpointId],
+      )
+    ).rows[0]?.s ?? null;
+
+  test('one failure among successes: no pause; the second in a row: the first step; a success ends the run', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'steps');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/steps');
+    for (let i = 0; i < 4; i++) await seedMessage(db, app.id);
+
+    const [first] = await claimOne();
+    await recordOutcomes(db, [failed(first!)], 100);
+    assert.equal(await pausedFor(endpoint.id), null, 'one failure: the next delivery may go at once');
+    const [second] = await claimOne();
+    assert.ok(second, 'the next delivery is claimed at once');
+    await recordOutcomes(db, [failed(second)], 100);
+    const paused = await pausedFor(endpoint.id);
+    assert.ok(paused !== null && paused > 4 && paused <= 5, `two in a row: ${paused} s`);
+    assert.deepEqual(await claimOne(), [], 'due work waits while the endpoint rests');
+
+    // The rest is over (as if 5 s had passed): a success, and the count starts again.
+    await db.query('update delivery_lease set next_start_at = null where endpoint_id = $1', [endpoint.id]);
+    const [third] = await claimOne();
+    await recordOutcomes(db, [attemptResult(third!)], 100);
+    const [fourth] = await claimOne();
+    await recordOutcomes(db, [failed(fourth!)], 100);
+    assert.equal(await pausedFor(endpoint.id), null);
+  });
+
+  test("the third failure in a row rests for the second step; a Retry-After longer than the step is the endpoint's", async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'retry-after');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/retry-after');
+    for (let i = 0; i < 3; i++) await seedMessage(db, app.id);
+    await db.query('update endpoint set consecutive_failures = 2 where id = $1', [endpoint.id]);
+    const [first] = await claimOne();
+    await recordOutcomes(db, [failed(first!)], 100);
+    const third = await pausedFor(endpoint.id);
+    assert.ok(third !== null && third > 299 && third <= 300, `three in a row: ${third} s`);
+
+    await db.query('update delivery_lease set next_start_at = null where endpoint_id = $1', [endpoint.id]);
+    await db.query('update endpoint set consecutive_failures = 0 where id = $1', [endpoint.id]);
+    const [second] = await claimOne();
+    await recordOutcomes(db, [failed(second!, 60)], 100);
+    const asked = await pausedFor(endpoint.id);
+    assert.ok(asked !== null && asked > 59 && asked <= 60, `a first failure with Retry-After 60: ${asked} s`);
+    assert.deepEqual(await claimOne(), []);
+  });
+
+  test('a worker of the version before (no pause in its items) pauses nothing', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'older');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/older');
+    for (let i = 0; i < 3; i++) await seedMessage(db, app.id);
+    for (let i = 0; i < 3; i++) {
+      const [claim] = await claimOne();
+      assert.ok(claim, `delivery ${i + 1} is claimed at once`);
+      await recordOutcomes(db, [attemptResult(claim, 'failure', new Date(Date.now() + 3_600_000))], 100);
+    }
+    assert.equal(await pausedFor(endpoint.id), null);
+  });
+});
+
+test('a receiver with a backlog that fails for a moment (a deploy) is not disabled: its failures are spaced, then it recovers', async () => {
+  // Steps of 1, 2 and 4 s; five failures in a row disable. The receiver answers 503 for its first
+  // 1.5 s: without rests, the backlog's first five requests would fail within milliseconds.
+  const t = await startTestHerald('endpoint_pause', {
+    worker: false,
+    env: { HERALD_RETRY_SCHEDULE: '1,2,4,8', HERALD_DISABLE_AFTER_FAILURES: '5' },
+  });
+  let downUntil = 0;
+  const receiver = await startReceiver(() => (Date.now() < downUntil ? { status: 503 } : { status: 204 }));
+  try {
+    const app = await createApp(t, 'deploy');
+    const endpoint = await createEndpoint(t, app, { url: `${receiver.url}/deploy` });
+    for (let i = 0; i < 10; i++) await publishVia(t, app, { eventType: 'e', payload: { i } });
+    downUntil = Date.now() + 1500;
+    await t.herald.startWorker();
+    await waitFor(
+      'every delivery to succeed',
+      async () =>
+        (
+          await t.database.db.query<{ n: number }>(
+            `select count(*)::int as n from delivery where endpoint_id = $1 and state = 'succeeded'`,
+            [endpoint],
+          )
+        ).rows[0]!.n === 10,
+      20_000,
+    );
+    const { rows } = await t.database.db.query<{ disabled: boolean; failures: number }>(
+      'select disabled, consecutive_failures as failures from endpoint where id = $1',
+      [endpoint],
+    );
+    assert.deepEqual(rows[0], { disabled: false, failures: 0 });
+    const failures = receiver.requests.filter((r) => r.startedAt < downUntil).length;
+    assert.ok(failures >= 2 && failures < 5, `${failures} requests during the outage`);
+  } finally {
+    await t.close();
+    await receiver.close();
+  }
+});
