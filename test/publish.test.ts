@@ -415,6 +415,29 @@ describe('waking the workers', () => {
     }
   });
 
+  test('a worker stopped and started again is woken again', async () => {
+    const quiet = await startTestHerald('wake-restart', {
+      worker: false,
+      env: { HERALD_POLL_INTERVAL_MS: '60000' },
+    });
+    try {
+      const app = await createApp(quiet, 'wake-restart');
+      await createEndpoint(quiet, app, { url: `${receiver.url}/wake-restart` });
+      const worker = await quiet.herald.startWorker();
+      await worker.stop();
+      await worker.start();
+      // Its first claim round has found nothing: from here only a NOTIFY brings the delivery.
+      await publishVia(quiet, app, { eventType: 'e', payload: {} });
+      await waitFor(
+        'the publish to arrive',
+        () => receiver.requests.some((r) => r.path === '/wake-restart'),
+        5000,
+      );
+    } finally {
+      await quiet.close();
+    }
+  });
+
   test('wake: false keeps the NOTIFY out of the caller’s transaction; herald.wake() after COMMIT sends it', async () => {
     const quiet = await startTestHerald('wake-after', { env: { HERALD_POLL_INTERVAL_MS: '60000' } });
     const listener = new pg.Client({ connectionString: quiet.database.url });

@@ -596,6 +596,8 @@ export function createWorker(options: WorkerOptions): Worker {
       await loop;
       await maintenanceLoop;
       await unlisten?.();
+      // A worker started again listens again.
+      unlisten = null;
       // Attempts that an outcome write claimed just before the stop are under way too.
       await Promise.all(dispatching);
       if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
