@@ -192,4 +192,32 @@ describe('outcome policy', () => {
       params(3000),
     );
   });
+
+  test("an error of the sending host's own is not held against the endpoint; the receiver's are", () => {
+    const hostSide = [
+      'EAI_AGAIN',
+      'ENETUNREACH',
+      'ENETDOWN',
+      'EADDRNOTAVAIL',
+      'EMFILE',
+      'ENFILE',
+      'ENOBUFS',
+      'ENOMEM',
+    ];
+    const receivers = [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'ENOTFOUND',
+      'EHOSTUNREACH',
+      'CERT_HAS_EXPIRED',
+      'ETIMEDOUT',
+    ];
+    fc.assert(
+      fc.property(fc.constantFrom(...hostSide, ...receivers, null), contract, (errorCode, c) => {
+        const verdict = judgeAttempt({ outcome: 'failure', statusCode: null, errorCode }, c);
+        assert.equal(verdict.endpointAtFault, !hostSide.includes(errorCode ?? ''));
+      }),
+      params(500),
+    );
+  });
 });

@@ -163,7 +163,7 @@ export async function runAttempt(
     nextAttemptAt: next,
     disableEndpoint: verdict.disableEndpoint,
     credentialsRejected: verdict.credentialsRejected,
-    endpointAtFault: claim.endpointId !== ctx.operatorEndpointId,
+    endpointAtFault: verdict.endpointAtFault && claim.endpointId !== ctx.operatorEndpointId,
     endpointPause: {
       steps: ctx.policy.schedule,
       retryAfterSeconds: boundedRetryAfter(ctx.policy, sent.retryAfterSeconds),
