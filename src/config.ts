@@ -2,6 +2,7 @@
 // and a bad value stops herald with a message that names the variable and what it expects.
 
 import path from 'node:path';
+import ipaddr from 'ipaddr.js';
 import { ConfigError } from './errors.ts';
 import { isValidEndpointSecret } from './signing/standard-webhooks.ts';
 
@@ -71,7 +72,8 @@ const DEFAULT_RETRY_SCHEDULE = '5,300,1800,7200,18000,36000,36000';
 function integer(env: Env, name: string, fallback: number, min: number, max: number): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;
-  const value = Number(raw);
+  // Digits only: Number() would read a blank value as 0 (turning a limit off), and take 0x1f or 1e3.
+  const value = /^\s*\d+\s*$/.test(raw) ? Number(raw) : Number.NaN;
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new ConfigError(name, `an integer from ${min} to ${max}`, raw);
   }
@@ -100,7 +102,7 @@ function cidrList(env: Env, name: string): string[] {
     .map((s) => s.trim())
     .filter(Boolean);
   for (const item of items) {
-    if (!/^[0-9a-fA-F.:]+\/\d{1,3}$/.test(item)) {
+    if (!ipaddr.isValidCIDR(item)) {
       throw new ConfigError(name, 'a comma-separated list of CIDRs such as 127.0.0.0/8,::1/128', raw);
     }
   }

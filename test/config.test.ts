@@ -63,3 +63,34 @@ test('an extra CA file that cannot be read stops start-up naming the variable', 
     ),
   );
 });
+
+test('an integer setting takes digits only: a blank, hex or exponent value is refused, not read as 0 or 8080', () => {
+  for (const [name, raw] of [
+    ['HERALD_API_RATE_LIMIT', ' '],
+    ['PORT', '0x1f90'],
+    ['HERALD_SHUTDOWN_GRACE_MS', '1e3'],
+    ['HERALD_DISABLE_AFTER_FAILURES', '-1'],
+    ['HERALD_DISABLE_AFTER_FAILURES', '2.5'],
+  ] as const) {
+    assert.throws(
+      () => loadConfig({ ...base, [name]: raw }),
+      new RegExp(name),
+      `${name}=${JSON.stringify(raw)}`,
+    );
+  }
+  assert.equal(loadConfig({ ...base, HERALD_DISABLE_AFTER_FAILURES: ' 7 ' }).disableAfterFailures, 7);
+});
+
+test('a private-network CIDR that is no CIDR stops start-up naming the variable', () => {
+  for (const cidr of ['10.0.0.0/99', '300.0.0.0/8', 'fe80::/129']) {
+    assert.throws(
+      () => loadConfig({ ...base, HERALD_ALLOW_PRIVATE_NETWORKS: cidr }),
+      /HERALD_ALLOW_PRIVATE_NETWORKS/,
+      cidr,
+    );
+  }
+  assert.deepEqual(
+    loadConfig({ ...base, HERALD_ALLOW_PRIVATE_NETWORKS: '10.0.0.0/8, ::1/128' }).allowPrivateNetworks,
+    ['10.0.0.0/8', '::1/128'],
+  );
+});
