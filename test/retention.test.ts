@@ -244,3 +244,29 @@ test('history pruning keeps a message parked with an unknown outcome, and takes 
     ['parked message.created', 'parked message.resent', 'done message.resent'],
   );
 });
+
+test('retention runs at every maintenance pass even while lease recovery fails', async () => {
+  const s = await startTestHerald('retention_alone', { worker: false });
+  try {
+    const app = await createApp(s, 'alone');
+    await createEndpoint(s, app, { url: 'http://127.0.0.1:9/alone', disabled: true });
+    const msg = await publishVia(s, app, { eventType: 'e', payload: { a: 1 } });
+    await s.database.db.query(
+      `update message set payload_expires_at = now() - interval '1 minute' where id = $1`,
+      [msg],
+    );
+    // Lease recovery fails at every pass: its function is gone.
+    await s.database.db.query(
+      'alter function herald_recover_expired_leases(double precision[], double precision, int) rename to recovery_gone',
+    );
+    await s.herald.startWorker();
+    await waitFor(
+      'the expired payload to be removed',
+      async () =>
+        (await s.database.db.query('select 1 from message where id = $1 and payload is null', [msg]))
+          .rowCount === 1,
+    );
+  } finally {
+    await s.close();
+  }
+});

@@ -391,15 +391,37 @@ export function createWorker(options: WorkerOptions): Worker {
    * A LISTEN that failed, tending the deferred deliveries, lease recovery, the due table's vacuum
    * and payload retention, on a clock of their own: a wake-up's claim never waits behind them
    * (they ran at the head of a claim round once, which showed as the p99 of the
-   * publish-to-receiver latency).
+   * publish-to-receiver latency). Each step on its own, so that one failing (a lock timeout, a
+   * damaged row) does not keep the others from running at every pass — retention above all,
+   * which would otherwise stop for as long as lease recovery or the vacuum fails.
    */
   async function maintain(): Promise<void> {
     if (running) await listenForWakeUps();
-    // First, and on its own: deferred deliveries coming due must reach the claims whatever else
-    // fails below.
-    await tend().catch((error: Error) =>
-      log.error({ err: error.message }, 'tending the deferred deliveries failed'),
-    );
+    // First: deferred deliveries coming due must reach the claims whatever else fails below.
+    await step('tending the deferred deliveries', tend);
+    await step('lease recovery', recoverLeases);
+    await step('vacuuming the due deliveries', async () => {
+      const left = await vacuumDueDeliveries(db, dueDeadLeft + DUE_DEAD_ROWS_TO_VACUUM);
+      if (left !== null) {
+        dueDeadLeft = left;
+        log.debug({ deadLeft: left }, 'vacuumed the due deliveries');
+      }
+    });
+    if (retentionBehind || Date.now() - lastRetention >= RETENTION_EVERY_MS) {
+      lastRetention = Date.now();
+      await step('retention', retain);
+    }
+  }
+
+  async function step(name: string, run: () => Promise<void>): Promise<void> {
+    try {
+      await run();
+    } catch (error) {
+      log.error({ err: (error as Error).message }, `maintenance: ${name} failed`);
+    }
+  }
+
+  async function recoverLeases(): Promise<void> {
     const { afterRecover } = options;
     const recovered = afterRecover
       ? await db.transaction(async (tx) => {
@@ -412,25 +434,20 @@ export function createWorker(options: WorkerOptions): Worker {
       metrics?.leasesRecovered(recovered.length);
       log.warn({ count: recovered.length }, 'recovered expired leases; attempts marked unknown');
     }
-    const left = await vacuumDueDeliveries(db, dueDeadLeft + DUE_DEAD_ROWS_TO_VACUUM);
-    if (left !== null) {
-      dueDeadLeft = left;
-      log.debug({ deadLeft: left }, 'vacuumed the due deliveries');
-    }
-    if (retentionBehind || Date.now() - lastRetention >= RETENTION_EVERY_MS) {
-      lastRetention = Date.now();
-      const pass = await retentionPass(db, {
-        historyRetentionDays: options.historyRetentionDays,
-        budgetMs: RETENTION_BUDGET_MS,
-      });
-      retentionBehind = pass.behind;
-      if (pass.expired > 0) log.info({ count: pass.expired }, 'removed payloads past their retention period');
-      if (pass.pruned > 0)
-        log.info({ count: pass.pruned }, 'pruned finished messages past the history retention');
-      if (pass.behind) log.info('retention is behind; the next maintenance pass goes on');
-      const forgotten = await forgetOldAnswers(db);
-      if (forgotten > 0) log.info({ count: forgotten }, 'forgot the answers of old idempotency keys');
-    }
+  }
+
+  async function retain(): Promise<void> {
+    const pass = await retentionPass(db, {
+      historyRetentionDays: options.historyRetentionDays,
+      budgetMs: RETENTION_BUDGET_MS,
+    });
+    retentionBehind = pass.behind;
+    if (pass.expired > 0) log.info({ count: pass.expired }, 'removed payloads past their retention period');
+    if (pass.pruned > 0)
+      log.info({ count: pass.pruned }, 'pruned finished messages past the history retention');
+    if (pass.behind) log.info('retention is behind; the next maintenance pass goes on');
+    const forgotten = await forgetOldAnswers(db);
+    if (forgotten > 0) log.info({ count: forgotten }, 'forgot the answers of old idempotency keys');
   }
 
   /** Moves deferred deliveries coming due back into the claims' reach (migration 0030). */
@@ -450,14 +467,8 @@ export function createWorker(options: WorkerOptions): Worker {
 
   async function maintenance(): Promise<void> {
     while (running) {
-      try {
-        await maintain();
-      } catch (error) {
-        log.error(
-          { err: (error as Error).message },
-          'maintenance failed (lease recovery, vacuum or retention)',
-        );
-      }
+      // Each step catches and logs its own failure (step()).
+      await maintain();
       await sleep(recoverEveryMs, undefined, { signal: stopping.signal }).catch(() => {});
     }
   }
