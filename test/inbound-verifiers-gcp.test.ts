@@ -47,7 +47,7 @@ async function signingKey(kid: string): Promise<SigningKey> {
 }
 
 /** The JWKS server: serves whatever `state.jwks` holds and counts what it was asked. */
-const state = { jwks: { keys: [] as JWK[] }, hits: new Map<string, number>() };
+const state = { jwks: { keys: [] as JWK[] }, hits: new Map<string, number>(), certsDown: false };
 let server: https.Server;
 let port: number;
 let certPem: string;
@@ -85,7 +85,9 @@ before(async () => {
   server = https.createServer({ key: readFileSync(join(dir, 'key.pem')), cert: certPem }, (req, res) => {
     const path = req.url ?? '/';
     state.hits.set(path, (state.hits.get(path) ?? 0) + 1);
-    if (path === '/certs') {
+    if (path === '/certs' && state.certsDown) {
+      res.writeHead(503).end();
+    } else if (path === '/certs') {
       res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(state.jwks));
     } else if (path === '/broken') {
       res.writeHead(500).end('oops');
@@ -369,6 +371,30 @@ describe('gcp-pubsub', () => {
       assert.equal(hits('/certs'), before + 2);
     } finally {
       state.jwks = { keys: [keyA.jwk] };
+    }
+  });
+
+  test('a refetch that fails keeps the key set that verifies: forced by an unknown kid, or at the end of the hour', async () => {
+    const verifier = pubsubVerifier();
+    const before = hits('/certs');
+    assert.equal((await verifier.verify(push(`Bearer ${await token()}`), now)).ok, true);
+    state.certsDown = true;
+    try {
+      // A forged kid a minute later forces a refetch, which fails: keyA's tokens still verify.
+      const minuteLater = new Date(now.getTime() + 61_000);
+      const forged = await token({ key: keyB });
+      assertRejected(await verifier.verify(push(`Bearer ${forged}`), minuteLater), 401, 'bad_signature');
+      assert.equal(hits('/certs'), before + 2);
+      const genuine = await token({ issuedAt: nowSeconds + 61 });
+      assert.equal((await verifier.verify(push(`Bearer ${genuine}`), minuteLater)).ok, true);
+      // Past the hour, the refetch fails too: still the set before, and no fetch at every request.
+      const later = new Date(now.getTime() + 62 * 60 * 1000);
+      const laterToken = await token({ issuedAt: nowSeconds + 62 * 60 });
+      for (let i = 0; i < 3; i++)
+        assert.equal((await verifier.verify(push(`Bearer ${laterToken}`), later)).ok, true);
+      assert.equal(hits('/certs'), before + 3);
+    } finally {
+      state.certsDown = false;
     }
   });
 

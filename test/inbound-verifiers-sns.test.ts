@@ -343,6 +343,8 @@ describe('aws-sns', () => {
       'https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&Token=x',
       `${CERT_URL}?x=1`,
       'https://sns.us-east-1.amazonaws.com/SimpleNotificationService-../x.pem',
+      // A signing certificate, but of another region than the topic's.
+      'https://sns.eu-west-1.amazonaws.com/SimpleNotificationService-01d088a6f77103d0fe307c0069e40ed6.pem',
     ]) {
       const message = signed(notification({ SigningCertURL: certUrl }));
       assertRejected(await verifier.verify(post(message), now), 401, 'bad_signature');

@@ -141,6 +141,11 @@ export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchT
       if (!isSigningCertUrl(certUrl)) {
         return reject('bad_signature', 'SigningCertURL is not an SNS signing certificate (https, SNS host)');
       }
+      // SNS signs with a certificate of the topic's own region: one of another region is not
+      // fetched (nor can a forger make herald fetch, and cache, certificates of every region).
+      if (new URL(certUrl).hostname.split('.')[1] !== String(message['TopicArn']).split(':')[3]) {
+        return reject('bad_signature', "SigningCertURL is not in the topic's region");
+      }
 
       let certificate: X509Certificate;
       try {

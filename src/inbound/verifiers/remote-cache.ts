@@ -1,6 +1,9 @@
 // A small cache for things fetched over the network to verify requests (a JWKS, SNS signing
-// certificates). Concurrent misses share one fetch; failures are not cached, so the next request
-// tries again; entries expire after a TTL so rotated keys are picked up. Time comes from the
+// certificates). Concurrent misses share one fetch; entries expire after a TTL so rotated keys are
+// picked up. A fetch that fails is not remembered when there is nothing better, so the next request
+// tries again; when a value was fetched before, the cache keeps answering with it (stale-if-error)
+// and tries again only after the TTL or the refresh floor: a provider's brief outage, or a forged
+// request that forces a refresh, never throws away keys that still verify. Time comes from the
 // caller (the `now` a verifier is given), which keeps expiry testable without waiting.
 
 export interface RemoteCache<T> {
@@ -8,7 +11,8 @@ export interface RemoteCache<T> {
   /**
    * Fetch again unless the entry is younger than `minAgeMs`: e.g. when a token names a key id
    * the cached JWKS lacks. The floor stops forged key ids from turning into a fetch each.
-   * Resolves to the fresh value, or null when the entry was too young to refetch.
+   * Resolves to the fresh value (the one before it if the fetch failed), or null when the entry
+   * was too young to refetch.
    */
   refresh(key: string, now: Date, minAgeMs: number): Promise<T | null>;
 }
@@ -16,20 +20,23 @@ export interface RemoteCache<T> {
 export interface RemoteCacheOptions<T> {
   load: (key: string) => Promise<T>;
   ttlMs: number;
-  /** Oldest entries go first beyond this, so request-controlled keys cannot grow it without bound. */
+  /**
+   * The least recently used entries go first beyond this, so request-controlled keys cannot grow
+   * it without bound, and a key in use is not pushed out by keys used once.
+   */
   maxEntries: number;
 }
 
 interface Entry<T> {
   value: Promise<T>;
-  loadedAtMs: number;
+  fetchedAtMs: number;
 }
 
 export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCache<T> {
   const entries = new Map<string, Entry<T>>();
 
-  function load(key: string, nowMs: number): Promise<T> {
-    const entry: Entry<T> = { value: options.load(key), loadedAtMs: nowMs };
+  /** Puts `entry` last in the map's order: the most recently used. */
+  function touch(key: string, entry: Entry<T>): void {
     entries.delete(key);
     entries.set(key, entry);
     while (entries.size > options.maxEntries) {
@@ -37,10 +44,20 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
       if (oldest === undefined) break;
       entries.delete(oldest);
     }
-    entry.value.catch(() => {
-      // Only this attempt is forgotten; a newer one that replaced it stays.
-      if (entries.get(key) === entry) entries.delete(key);
-    });
+  }
+
+  function fetch(key: string, nowMs: number, before: Entry<T> | undefined): Promise<T> {
+    const fetched = options.load(key);
+    const entry: Entry<T> = {
+      value: before === undefined ? fetched : fetched.catch(() => before.value),
+      fetchedAtMs: nowMs,
+    };
+    touch(key, entry);
+    if (before === undefined)
+      fetched.catch(() => {
+        // Only this attempt is forgotten; a newer one that replaced it stays.
+        if (entries.get(key) === entry) entries.delete(key);
+      });
     return entry.value;
   }
 
@@ -48,14 +65,15 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
     get(key, now) {
       const entry = entries.get(key);
       const nowMs = now.getTime();
-      if (entry !== undefined && nowMs - entry.loadedAtMs < options.ttlMs) return entry.value;
-      return load(key, nowMs);
+      if (entry === undefined || nowMs - entry.fetchedAtMs >= options.ttlMs) return fetch(key, nowMs, entry);
+      touch(key, entry);
+      return entry.value;
     },
     async refresh(key, now, minAgeMs) {
       const entry = entries.get(key);
       const nowMs = now.getTime();
-      if (entry !== undefined && nowMs - entry.loadedAtMs < minAgeMs) return null;
-      return load(key, nowMs);
+      if (entry !== undefined && nowMs - entry.fetchedAtMs < minAgeMs) return null;
+      return fetch(key, nowMs, entry);
     },
   };
 }
