@@ -39,6 +39,8 @@ export interface HeraldConfig {
   dbPoolSize: number;
   /** Largest accepted request body, in bytes (413 above it). */
   maxBodyBytes: number;
+  /** Largest accepted inbound delivery through /ingest, in bytes: providers send larger ones. */
+  ingestMaxBodyBytes: number;
   /** Requests per second one API key may make (429 above it); 0: unlimited. */
   apiRateLimit: number;
   /**
@@ -217,6 +219,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
+    ingestMaxBodyBytes: integer(env, 'HERALD_INGEST_MAX_BODY_BYTES', 8 * 1024 * 1024, 1024, 64 * 1024 * 1024),
     apiRateLimit: integer(env, 'HERALD_API_RATE_LIMIT', 200, 0, 1_000_000),
     authFailureLimit: integer(env, 'HERALD_AUTH_FAILURE_LIMIT', 0, 0, 1_000_000),
     extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,

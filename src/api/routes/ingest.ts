@@ -3,12 +3,15 @@
 // buffering. 204 only after the intake claim, the message and the observation are committed; a
 // store failure is 503, so the sender delivers again later.
 
-import type { FastifyPluginAsync } from 'fastify';
+import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import type { Ingestor, IngestResult } from '../../inbound/ingest.ts';
 
 type Params = { source: string };
+
+/** The content type each request was sent with, before the plugin's hook replaced it. */
+const sentContentType = new WeakMap<FastifyRequest, string | undefined>();
 
 /** Source ids and uids: herald ids, or uids of letters, digits, '-', '_' and '.'. */
 const SOURCE_NAME = /^[A-Za-z0-9._-]{1,256}$/;
@@ -16,13 +19,20 @@ const SOURCE_NAME = /^[A-Za-z0-9._-]{1,256}$/;
 export const ingestRoutes =
   (core: Core, ingestor: Ingestor): FastifyPluginAsync =>
   async (app) => {
-    // Encapsulated: inside this plugin every content type arrives as the bytes that were sent.
+    // Encapsulated: inside this plugin every content type arrives as the bytes that were sent,
+    // a malformed one too (`json`, or none at all): the signature is over the body, and a
+    // sender's odd header must not turn a genuine delivery into a 415 it will not send again.
+    // The verifiers see the header as it was sent.
     app.removeAllContentTypeParsers();
     app.addContentTypeParser(
-      '*',
-      { parseAs: 'buffer', bodyLimit: core.config.maxBodyBytes },
+      'application/octet-stream',
+      { parseAs: 'buffer', bodyLimit: core.config.ingestMaxBodyBytes },
       (_request, body, done) => done(null, body),
     );
+    app.addHook('onRequest', async (request) => {
+      sentContentType.set(request, request.headers['content-type']);
+      request.headers['content-type'] = 'application/octet-stream';
+    });
 
     app.post<{ Params: Params }>('/ingest/:source', async (request, reply) => {
       // A name no source can have is simply unknown: never let it reach a query.
@@ -31,6 +41,7 @@ export const ingestRoutes =
       for (const [name, value] of Object.entries(request.headers)) {
         headers[name] = Array.isArray(value) ? value.join(', ') : value;
       }
+      headers['content-type'] = sentContentType.get(request);
       const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
       let result: IngestResult;
       try {
