@@ -157,6 +157,28 @@ after(async () => {
 describe('validation failures: 422 naming the field, nothing stored', () => {
   const cases: { name: string; method: string; path: string; body: unknown; loc: string[] }[] = [
     { name: 'app without name', method: 'POST', path: '/api/v1/app', body: {}, loc: ['body', 'name'] },
+    // Fields of the official SDKs that herald does not do: refused, not dropped.
+    {
+      name: 'a scheduled message (deliverAt)',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, deliverAt: '2030-01-01T00:00:00Z' },
+      loc: ['body', 'deliverAt'],
+    },
+    {
+      name: 'a retention in hours',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, payloadRetentionHours: 1 },
+      loc: ['body', 'payloadRetentionHours'],
+    },
+    {
+      name: 'a secret set by PATCH',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1',
+      body: { secret: `whsec_${'A'.repeat(32)}` },
+      loc: ['body', 'secret'],
+    },
     {
       name: 'app with empty name',
       method: 'POST',

@@ -19,6 +19,17 @@ const secret = () =>
     .string()
     .refine(isValidEndpointSecret, 'expected whsec_ followed by the base64 of 24 to 64 random bytes')
     .transform(withSecretPrefix);
+/**
+ * A field the official SDKs send that herald does not do: refused by name when given (null is
+ * absent), rather than dropped with the request taken as if it had been done.
+ */
+const notSupported = (why: string) =>
+  z
+    .unknown()
+    .refine((v) => v === undefined || v === null, why)
+    .optional()
+    .describe(`Not supported: ${why}`);
+
 const hasNul = (value: unknown): boolean =>
   typeof value === 'string'
     ? value.includes('\0')
@@ -103,6 +114,9 @@ export const EndpointPatch = z.object({
   idempotent: z.boolean().optional(),
   clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
   rateLimit: z.number().int().min(1).max(65535).nullish(),
+  secret: notSupported(
+    'a secret is changed by POST …/secret/rotate, which keeps the old one valid for a while',
+  ),
 });
 
 export const EndpointSecretRotateIn = z.object({
@@ -130,6 +144,8 @@ export const MessageIn = z.object({
   payloadRetentionPeriod: z.number().int().min(5).max(90).optional(),
   tags: z.array(ident(128)).max(5).nullish(),
   application: ApplicationIn.nullish(),
+  deliverAt: notSupported('herald does not schedule messages: publish when the message is due'),
+  payloadRetentionHours: notSupported('herald keeps payloads for whole days: use payloadRetentionPeriod'),
 });
 export type MessageIn = z.infer<typeof MessageIn>;
 

@@ -144,7 +144,7 @@ export const EndpointStats = z.object({
 
 export const RecoverOut = z.object({
   id: z.string(),
-  status: z.enum(['running']),
+  status: z.enum(['finished']).describe('Recovery is done when herald answers'),
   task: z.enum(['endpoint.recover']),
   updatedAt: timestamp,
   deliveries: z.number().int().describe('herald: deliveries given a new cycle (recovery is done on answer)'),

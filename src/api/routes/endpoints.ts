@@ -1,5 +1,6 @@
 // Endpoints: /api/v1/app/{app_id}/endpoint[/{endpoint_id}[/secret|/headers|/recover|/stats]].
 
+import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import { recoverFailedDeliveries } from '../../db/deliveries.ts';
 import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
@@ -244,12 +245,13 @@ export const endpointRoutes =
             until: input.until ?? null,
             deliveries: n,
           });
-          // Recovery is done by the time we answer; Svix's shape still calls it a background task.
+          // Recovery is done by the time we answer: Svix's background task, finished. Its id is
+          // this call's own (there is no task to look up later).
           return {
             status: 202,
             body: {
-              id: `qtask_${endpoint.id}`,
-              status: 'running',
+              id: `qtask_${randomUUID().replaceAll('-', '')}`,
+              status: 'finished',
               task: 'endpoint.recover',
               updatedAt: new Date(),
               deliveries: n,
