@@ -216,7 +216,7 @@ keys
   .description('re-encrypt stored secrets under HERALD_MASTER_KEY (old keys in HERALD_PREVIOUS_MASTER_KEYS)')
   .action(() =>
     withHerald(async (herald) => {
-      const report = await reencryptSecrets(herald.core.db, herald.core.box);
+      const report = await reencryptSecrets(herald.core.db, herald.core.box, CLI_ACTOR.id);
       for (const { table, examined, reencrypted, unreadable } of report.tables) {
         console.log(`${table}: examined ${examined} secrets, re-encrypted ${reencrypted}`);
         if (unreadable.length > 0) {

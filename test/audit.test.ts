@@ -146,7 +146,8 @@ test('endpoints: created, updated, disabled, enabled, secret rotated, headers up
   );
   const target = { targetType: 'endpoint', appId: app };
   const created = await entry(ep.id, 'endpoint.created', target);
-  assert.deepEqual(created.details, { url: `${receiver.url}/ok` });
+  // The origin only: a URL's path may be its credential.
+  assert.deepEqual(created.details, { url: `${new URL(receiver.url).origin}/…` });
   const headers = await entry(ep.id, 'endpoint.headers_updated', target);
   assert.deepEqual(headers.details, { headers: ['authorization', 'x-tenant'] });
 
@@ -154,6 +155,16 @@ test('endpoints: created, updated, disabled, enabled, secret rotated, headers up
   await ok('PATCH', path, { description: 'described' });
   const updated = await entry(ep.id, 'endpoint.updated', target);
   assert.deepEqual(updated.details, { changed: ['description'] });
+  await ok('PATCH', path, { idempotent: false, clientErrorPolicy: 'dead-letter', metadata: { team: 'a' } });
+  const contract = (await listAuditForTarget(t.database.db, ep.id)).filter(
+    (r) => r.action === 'endpoint.updated',
+  );
+  assert.deepEqual(contract.at(-1)?.details, { changed: ['metadata', 'idempotent', 'clientErrorPolicy'] });
+
+  // Reading a signing secret is on record.
+  await ok('GET', `${path}/secret`);
+  const revealed = await entry(ep.id, 'endpoint.secret_revealed', target);
+  assert.deepEqual(revealed.details, {});
 
   await ok('PATCH', path, { disabled: true });
   await entry(ep.id, 'endpoint.disabled', target);

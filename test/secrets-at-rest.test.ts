@@ -82,19 +82,39 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   const newKey = Buffer.alloc(32, 9);
   const oldKey = Buffer.from(MASTER_KEY, 'base64');
   const both = createSecretBox([newKey, oldKey]);
-  const report = await reencryptSecrets(t.database.db, both);
+  const report = await reencryptSecrets(t.database.db, both, 'cli');
   const byTable = Object.fromEntries(report.tables.map((r) => [r.table, r]));
   assert.ok(byTable['endpoint_secret']!.reencrypted >= 1);
   assert.equal(byTable['source_secret']!.reencrypted, 1, 'the source’s secret too');
   // The row the previous test tampered with, and the damaged one, are reported, not silently
   // skipped or fatal.
   assert.equal(byTable['endpoint_secret']!.unreadable.length, 2);
-  const again = await reencryptSecrets(t.database.db, both);
+  const again = await reencryptSecrets(t.database.db, both, 'cli');
   assert.deepEqual(
     again.tables.map((r) => r.reencrypted),
     [0, 0],
     'a second run finds nothing left',
   );
+  // Each run is on record, with what it did (counts, never secrets).
+  const runs = await t.database.db.query<{ actor: string; target: string; details: { tables: unknown[] } }>(
+    `select actor, target_id as target, details from audit_entry where action = 'keys.reencrypted' order by id`,
+  );
+  assert.deepEqual(
+    runs.rows.map((r) => [r.actor, r.target]),
+    [
+      ['cli', both.currentKeyId],
+      ['cli', both.currentKeyId],
+    ],
+  );
+  assert.deepEqual(runs.rows[1]!.details.tables, [
+    {
+      table: 'endpoint_secret',
+      examined: byTable['endpoint_secret']!.examined,
+      reencrypted: 0,
+      unreadable: 2,
+    },
+    { table: 'source_secret', examined: 1, reencrypted: 0, unreadable: 0 },
+  ]);
 
   // Under the new key alone, both open; under the old alone, neither.
   const onlyNew = createSecretBox([newKey]);

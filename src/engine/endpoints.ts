@@ -1,6 +1,7 @@
 // Endpoint administration: destination checks, sealed secrets, headers, and the audit trail.
 
 import type { z } from 'zod';
+import { urlOrigin } from '../config.ts';
 import type { AppRow } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import { currentSecret, insertCurrentSecret, rotateSecret } from '../db/endpoint-secrets.ts';
@@ -88,7 +89,8 @@ export async function createEndpoint(
   const endpoint = await insertEndpoint(tx, app.id, toFields(input));
   const secret = input.secret ?? generateEndpointSecret();
   await insertCurrentSecret(tx, app.id, endpoint.id, core.box.seal(secret, endpoint.id));
-  await audit(tx, actor, 'endpoint.created', endpoint, { url: endpoint.url });
+  // The origin only: a URL's path or query may be its credential (a chat webhook's is).
+  await audit(tx, actor, 'endpoint.created', endpoint, { url: urlOrigin(endpoint.url) });
   // In this transaction: the operator hears of the endpoint if and only if it was created.
   await emitEndpointEvent(core.config, tx, 'endpoint.created', endpoint);
   return endpoint;
@@ -166,6 +168,10 @@ function changes(before: EndpointRow, after: EndpointRow): Record<string, unknow
     'channels',
     'disabled',
     'throttleRate',
+    'metadata',
+    // What herald may do when an outcome is unknown, and with a refused request: worth a record.
+    'idempotent',
+    'clientErrorPolicy',
   ] as const;
   return { changed: fields.filter((f) => JSON.stringify(before[f]) !== JSON.stringify(after[f])) };
 }
@@ -180,6 +186,18 @@ export async function revealSecret(core: Core, db: Queryable, endpoint: Endpoint
   const sealed = await currentSecret(db, endpoint.id);
   if (!sealed) throw notFound('endpoint secret');
   return core.box.open(sealed, endpoint.id);
+}
+
+/** revealSecret for a caller of the API: who read a signing secret is on record. */
+export async function revealSecretTo(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  endpoint: EndpointRow,
+): Promise<string> {
+  const secret = await revealSecret(core, tx, endpoint);
+  await audit(tx, actor, 'endpoint.secret_revealed', endpoint, {});
+  return secret;
 }
 
 export async function rotateEndpointSecret(

@@ -5,6 +5,7 @@
 // the ciphertext that was read.
 
 import type { SecretBox } from '../crypto/secret-box.ts';
+import { recordAudit } from '../db/audit.ts';
 import type { Queryable } from '../db/port.ts';
 import { resealSecret, SEALED_TABLES, type SealedTable, sealedSecretsAfter } from '../db/sealed-secrets.ts';
 
@@ -19,7 +20,13 @@ export interface ReencryptReport {
   }[];
 }
 
-export async function reencryptSecrets(db: Queryable, box: SecretBox, batch = 500): Promise<ReencryptReport> {
+/** Re-encrypts, then records the run (by `actorId`) with what it did in the audit log. */
+export async function reencryptSecrets(
+  db: Queryable,
+  box: SecretBox,
+  actorId: string,
+  batch = 500,
+): Promise<ReencryptReport> {
   const report: ReencryptReport = { tables: [] };
   for (const sealedTable of SEALED_TABLES) {
     const counts = { table: sealedTable.table, examined: 0, reencrypted: 0, unreadable: [] as number[] };
@@ -45,5 +52,20 @@ export async function reencryptSecrets(db: Queryable, box: SecretBox, batch = 50
       after = rows.at(-1)!.id;
     }
   }
+  await recordAudit(db, {
+    actor: actorId,
+    action: 'keys.reencrypted',
+    appId: null,
+    targetType: 'master_key',
+    targetId: box.currentKeyId,
+    details: {
+      tables: report.tables.map(({ table, examined, reencrypted, unreadable }) => ({
+        table,
+        examined,
+        reencrypted,
+        unreadable: unreadable.length,
+      })),
+    },
+  });
   return report;
 }

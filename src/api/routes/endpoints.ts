@@ -15,7 +15,7 @@ import {
   replaceEndpoint,
   replaceHeaders,
   requireEndpoint,
-  revealSecret,
+  revealSecretTo,
   rotateEndpointSecret,
   validateHeaders,
 } from '../../engine/endpoints.ts';
@@ -168,7 +168,7 @@ export const endpointRoutes =
         throw new HeraldError('forbidden', "reading an endpoint secret needs the 'admin' scope");
       }
       const { endpoint } = await load(request.actor, request.params);
-      return { key: await revealSecret(core, db, endpoint) };
+      return { key: await db.transaction((tx) => revealSecretTo(core, tx, request.actor, endpoint)) };
     });
 
     app.post<{ Params: EpParams }>(
