@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
+import { messageIdsInWindow } from '../src/db/evidence.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { findMessage, listMessages, publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
@@ -421,6 +422,24 @@ test('a list of messages before a moment long past walks only the ids before it'
     );
   });
   assert.deepEqual(page.data, []);
+  assertNoScans(plans, /Seq Scan on message\b/g);
+  assertNoFilterBeyond(plans, 1);
+});
+
+test('reconcile from a moment walks only the ids since it', async () => {
+  // 20,000 messages published now; the window begins in a minute: empty, found at once.
+  await appWithHistory('reconciling');
+  const inAMinute = new Date(Date.now() + 60_000);
+  let ids: string[] = [];
+  const plans = await explained(async () => {
+    ids = await messageIdsInWindow(
+      asQueryable(client),
+      { since: inAMinute, until: null, appId: null, uncertainOnly: false },
+      '',
+      100,
+    );
+  });
+  assert.deepEqual(ids, []);
   assertNoScans(plans, /Seq Scan on message\b/g);
   assertNoFilterBeyond(plans, 1);
 });

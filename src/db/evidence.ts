@@ -2,6 +2,7 @@
 
 import { isoUtc } from './json-time.ts';
 import type { Queryable } from './port.ts';
+import { createdWithin } from './time-ids.ts';
 
 export interface MessageEvidence {
   id: string;
@@ -55,7 +56,7 @@ export async function messageIdsInWindow(
 ): Promise<string[]> {
   const result = await db.query<{ id: string }>(
     `select m.id from message m
-      where m.created_at >= $1 and ($2::timestamptz is null or m.created_at < $2)
+      where ${createdWithin({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', since: '$1', until: '$2' })}
         and ($3::text is null or m.app_id = $3)
         and (not $4 or exists (select 1 from attempt a
                                 where a.message_id = m.id

@@ -38,3 +38,23 @@ export function createdBetween(on: {
            or (${id} < ${firstIdAt(prefix, `${before} + interval '1 hour'`)} and ${time} < ${before}))
       and (${after}::timestamptz is null or (${id} >= ${firstIdAt(prefix, after)} and ${time} > ${after}))`;
 }
+
+/**
+ * SQL for a window [since, until) on rows whose ids carry their creation time (parameters; null:
+ * no bound), as the CLI's `--since` and `--until` take it: the id bounds the walk as in
+ * createdBetween — a millisecond of slack below `since` for rounding, the hour above `until` —
+ * and the time column decides.
+ */
+export function createdWithin(on: {
+  prefix: string;
+  idColumn: string;
+  timeColumn: string;
+  since: string;
+  until: string;
+}): string {
+  const { prefix, idColumn: id, timeColumn: time, since, until } = on;
+  return `(${since}::timestamptz is null
+           or (${id} >= ${firstIdAt(prefix, `${since} - interval '1 millisecond'`)} and ${time} >= ${since}))
+      and (${until}::timestamptz is null
+           or (${id} < ${firstIdAt(prefix, `${until} + interval '1 hour'`)} and ${time} < ${until}))`;
+}
