@@ -2,6 +2,7 @@
 // the embedded database, which one process owns at a time); `api` and `worker` run one role each
 // against a PostgreSQL server; `migrate` applies migrations; `keys` manages API keys.
 
+import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
 import { z } from 'zod';
 import { type HeraldConfig, loadConfig } from './config.ts';
@@ -254,7 +255,16 @@ sources
   .requiredOption('--app <app>', 'the app (id or uid) its messages go to')
   .requiredOption('--event-type <name>', 'the event type of its messages')
   .option('--uid <uid>', 'a readable identifier, used in /ingest/{uid}')
-  .option('--secret <secret>', 'the signing secret (repeatable)', (v: string, p: string[] = []) => [...p, v])
+  .option(
+    '--secret <secret>',
+    'the signing secret (repeatable; visible to other users in the process list: prefer --secret-file)',
+    (v: string, p: string[] = []) => [...p, v],
+  )
+  .option(
+    '--secret-file <path>',
+    'a file holding the signing secret (repeatable; a trailing newline is dropped)',
+    (v: string, p: string[] = []) => [...p, v],
+  )
   .option('--business-key <template>', 'e.g. {{body.order.id}}:{{body.type}} (default {{delivery_id}})')
   .option('--settings <json>', 'scheme settings as JSON, e.g. {"header":"x-signature",...}')
   .action(
@@ -264,16 +274,19 @@ sources
       eventType: string;
       uid?: string;
       secret?: string[];
+      secretFile?: string[];
       businessKey?: string;
       settings?: string;
     }) =>
       withHerald(async (herald) => {
+        const fromFiles = (options.secretFile ?? []).map(readSecretFile);
+        const secrets = [...(options.secret ?? []), ...fromFiles];
         const input = parseOrThrow(SourceIn, {
           uid: options.uid,
           scheme: options.scheme,
           app: options.app,
           eventType: options.eventType,
-          secret: options.secret,
+          secret: secrets.length > 0 ? secrets : undefined,
           businessKey: options.businessKey,
           settings: options.settings ? JSON.parse(options.settings) : undefined,
         });
@@ -283,6 +296,15 @@ sources
         console.log(`${created.id}\t/ingest/${created.uid ?? created.id}`);
       }),
   );
+
+/** A secret kept in a file (a mounted secret, say), not on the command line where `ps` shows it. */
+function readSecretFile(path: string): string {
+  try {
+    return fs.readFileSync(path, 'utf8').replace(/\r?\n$/, '');
+  } catch (error) {
+    throw new Error(`--secret-file ${path}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`);
+  }
+}
 
 program
   .command('reconcile')

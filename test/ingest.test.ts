@@ -3,11 +3,15 @@
 
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
-import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { runHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
@@ -696,5 +700,45 @@ describe("the relayed payload's retention", () => {
         c.uid,
       );
     }
+  });
+});
+
+describe('the command line', () => {
+  test('`herald sources create --secret-file` reads the secret from a file, which verifies; an unreadable file is named', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'herald-secret-'));
+    const file = join(dir, 'secret');
+    await writeFile(file, `${SOURCE_SECRET}\n`, { mode: 0o600 });
+    const run = await runHerald(
+      [
+        'sources',
+        'create',
+        '--scheme',
+        'standard-webhooks',
+        '--app',
+        'tickets',
+        '--event-type',
+        'ticket.changed',
+        '--uid',
+        'from-file',
+        '--secret-file',
+        file,
+      ],
+      testEnv(t.database.url),
+    );
+    assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
+    assert.match(run.stdout, /\/ingest\/from-file/);
+    const body = '{"ticket":"file","action":"opened"}';
+    assert.equal((await deliver(signed('evt_from_file', body), body, 'from-file')).status, 204);
+
+    const missing = await runHerald(
+      ['sources', 'create', '--scheme', 'standard-webhooks', '--app', 'tickets', '--event-type', 'e'].concat([
+        '--secret-file',
+        join(dir, 'nope'),
+      ]),
+      testEnv(t.database.url),
+    );
+    assert.notEqual(missing.code, 0);
+    assert.match(missing.stderr, /--secret-file .*nope: ENOENT/);
+    assert.doesNotMatch(run.stdout + run.stderr + missing.stderr, new RegExp(SOURCE_SECRET.slice(6, 20)));
   });
 });
