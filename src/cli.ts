@@ -15,7 +15,7 @@ import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './e
 import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald } from './herald.ts';
-import { formatFindings, runDoctor } from './ops/doctor.ts';
+import { DOCTOR_CHECKS, type DoctorCheck, formatFindings, runDoctor } from './ops/doctor.ts';
 import {
   acknowledgeUnknown,
   formatReconciliation,
@@ -381,19 +381,32 @@ program
   .command('doctor')
   .description('look for stuck or unreviewed states; exit 2 when any holds (for cron or a probe)')
   .option('--json', 'machine-readable output')
-  .action(async (options: { json?: boolean }) => {
+  .option(
+    '--skip <check>',
+    `a check not to run (repeatable): ${DOCTOR_CHECKS.filter((c) => c !== 'migrations_pending').join(', ')}`,
+    (check: string, previous: DoctorCheck[] = []) => {
+      if (!(DOCTOR_CHECKS as readonly string[]).includes(check) || check === 'migrations_pending')
+        throw new InvalidArgumentError(`not a check that can be skipped: ${check}`);
+      return [...previous, check as DoctorCheck];
+    },
+  )
+  .action(async (options: { json?: boolean; skip?: DoctorCheck[] }) => {
     // Read-only, unlike withHerald: a probe must never apply migrations (it reports them pending).
     const config = loadConfig();
     const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
     try {
-      const findings = await runDoctor(herald.core.db, {
-        settleSeconds: config.doctorSettleSeconds,
-        dueSeconds: config.doctorDueSeconds,
-        leaseGraceSeconds: config.doctorLeaseGraceSeconds,
-        unknownReviewSeconds: config.doctorUnknownReviewSeconds,
-        lookbackSeconds: config.doctorLookbackSeconds,
-      });
-      console.log(options.json ? JSON.stringify(findings, null, 2) : formatFindings(findings));
+      const findings = await runDoctor(
+        herald.core.db,
+        {
+          settleSeconds: config.doctorSettleSeconds,
+          dueSeconds: config.doctorDueSeconds,
+          leaseGraceSeconds: config.doctorLeaseGraceSeconds,
+          unknownReviewSeconds: config.doctorUnknownReviewSeconds,
+          lookbackSeconds: config.doctorLookbackSeconds,
+        },
+        options.skip ?? [],
+      );
+      console.log(options.json ? JSON.stringify(findings, null, 2) : formatFindings(findings, options.skip));
       // 2, not 1: a probe can tell "something is stuck" from "doctor could not run" (exit 1).
       if (findings.length > 0) process.exitCode = 2;
     } finally {

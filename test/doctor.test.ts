@@ -325,6 +325,13 @@ test('an endpoint disabled after failures; one an operator disabled with nothing
   // As the worker does after HERALD_DISABLE_AFTER_FAILURES known failures.
   await sql(`update endpoint set disabled = true, disabled_reason = 'failures' where id = $1`, [endpoint]);
   await assertFails('endpoints_disabled', endpoint);
+  // A probe that restarts processes skips what needs a person, not a restart.
+  const probe = await doctor('--skip', 'endpoints_disabled', '--skip', 'unknown_outcomes_unreviewed');
+  assert.equal(probe.code, 0, probe.stdout);
+  assert.match(probe.stdout, /^skip endpoints_disabled$/m);
+  const unknownCheck = await doctor('--skip', 'endpoint_disabled');
+  assert.equal(unknownCheck.code, 1);
+  assert.match(unknownCheck.stderr, /not a check that can be skipped: endpoint_disabled/);
 
   // Repair: the receiver is fixed and the endpoint re-enabled.
   const enabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled: false });
