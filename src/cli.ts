@@ -55,19 +55,23 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
     const file = await ensureLocalAdminKey(herald.core.db, config.dataDir);
     if (file) log.info({ file }, 'created an admin API key for this embedded database; it is in this file');
   }
-  // A worker on its own has no API; HERALD_METRICS_PORT gives it a /metrics to scrape. The HTTP
-  // stack (fastify, every route and schema) is loaded only by a process that serves: a worker
-  // without it (and without PGlite's code, see openDb) starts ~9 MiB smaller.
+  // HERALD_METRICS_PORT gives /metrics (and the health check) a port of its own: a worker on its
+  // own has no API, and an API's port may be public. Without it, the API serves /metrics. The
+  // HTTP stack (fastify, every route and schema) is loaded only by a process that serves: a
+  // worker without it (and without PGlite's code, see openDb) starts ~9 MiB smaller.
   const server = role.api || config.metricsPort !== undefined ? await import('./api/server.ts') : null;
-  const api =
-    server && (role.api ? await server.buildApi(herald.core) : await server.buildMetricsServer(herald.core));
-  if (api) await api.listen({ port: role.api ? config.port : config.metricsPort!, host: config.host });
+  const api = server && role.api ? await server.buildApi(herald.core) : null;
+  const metrics =
+    server && config.metricsPort !== undefined ? await server.buildMetricsServer(herald.core) : null;
+  if (api) await api.listen({ port: config.port, host: config.host });
+  if (metrics) await metrics.listen({ port: config.metricsPort!, host: config.host });
   if (role.worker) await herald.startWorker();
-  const listening = api ? `http://${config.host}:${(api.server.address() as { port: number }).port}` : null;
+  const address = (s: typeof api) =>
+    s && `http://${config.host}:${(s.server.address() as { port: number }).port}`;
   log.info(
     {
-      api: role.api ? listening : null,
-      metrics: listening && `${listening}/metrics`,
+      api: address(api),
+      metrics: (address(metrics) ?? address(api))?.concat('/metrics') ?? null,
       worker: role.worker,
       database: config.databaseUrl ? 'postgres' : `embedded (${config.dataDir})`,
     },
@@ -85,6 +89,7 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
     log.info({ signal }, 'stopping: no new work; finishing attempts in flight');
     try {
       await api?.close();
+      await metrics?.close();
       await herald.close();
       process.exit(0);
     } catch (error) {

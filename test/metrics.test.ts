@@ -349,6 +349,27 @@ test('a worker-only process serves /metrics on HERALD_METRICS_PORT', async () =>
   }
 });
 
+test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on its public port', async () => {
+  const [apiPort, metricsPort] = [await freePort(), await freePort()];
+  const api = await startHerald(
+    'api',
+    testEnv(t.database.url, {
+      PORT: String(apiPort),
+      HERALD_METRICS_PORT: String(metricsPort),
+      LOG_LEVEL: 'info',
+    }),
+  );
+  try {
+    const scraped = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
+    assert.equal(scraped.status, 200);
+    assert.match(await scraped.text(), /herald_metrics_database_up 1/);
+    assert.equal((await fetch(`${api.apiUrl}/metrics`)).status, 404);
+    assert.equal((await fetch(`${api.apiUrl}/api/v1/health`)).status, 204, 'the API is there');
+  } finally {
+    await api.proc.kill('SIGTERM');
+  }
+});
+
 test('a throttled endpoint’s oldest due delivery waits from when its slot last opened: a draining backlog is not late', async () => {
   const database = await freshDatabase('metrics_throttled');
   try {

@@ -203,7 +203,9 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   await app.register(sourceRoutes(core));
   await app.register(replayRoutes(core));
   // Outside /api/v1, so the authentication hook above leaves it alone (see routes/metrics.ts).
-  await app.register(metricsRoutes(core));
+  // With HERALD_METRICS_PORT, /metrics is served there only: the API's port is public wherever
+  // it takes inbound deliveries, and a scrape runs queries.
+  if (core.config.metricsPort === undefined) await app.register(metricsRoutes(core));
 
   // Inbound: JWKS and SNS certificates are fetched under the same SSRF rules as deliveries.
   const fetcher = createSafeFetchText({

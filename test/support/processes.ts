@@ -163,7 +163,13 @@ export async function startHerald(
   options: { name?: string; timeoutMs?: number } = {},
 ): Promise<StartedHerald> {
   const proc = spawnHerald([role], { LOG_LEVEL: 'info', ...env }, options.name ?? role);
-  const started = await proc.waitForLog('herald started', options.timeoutMs ?? 30_000);
+  // A process that never said it started is killed, not left running past its test.
+  const started = await proc
+    .waitForLog('herald started', options.timeoutMs ?? 30_000)
+    .catch(async (error) => {
+      await proc.kill('SIGKILL', 5000).catch(() => {});
+      throw error;
+    });
   return { proc, apiUrl: typeof started['api'] === 'string' ? started['api'] : null };
 }
 
