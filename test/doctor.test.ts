@@ -250,6 +250,20 @@ test('a delivery due for longer than HERALD_DOCTOR_DUE_SECONDS', async () => {
   await assertFails('deliveries_overdue', delivery);
   await sql(`update endpoint set throttle_rate = null where id = ${endpoint}`, [delivery]);
 
+  // A backlog draining one request at a time to a slow receiver: its endpoint has had an attempt
+  // start within the window, so it is being served — at the receiver's pace, no worker's fault.
+  const served = await sql<{ id: string }>(
+    `insert into attempt (id, app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                          started_at, finished_at, outcome, status_code)
+     select $2, d.app_id, d.id, d.message_id, d.endpoint_id, 1, gen_random_uuid(), 'scheduled',
+            'http://127.0.0.1:9/slow', now() - interval '1 minute', now(), 'success', 204
+       from delivery d where d.id = $1 returning id`,
+    [delivery, idMintedAt('atmpt', Date.now() - 60_000)],
+  );
+  await assertHealthy();
+  await sql('delete from attempt where id = $1', [served.rows[0]!.id]);
+  await assertFails('deliveries_overdue', delivery);
+
   // A backlog a disabled endpoint held waited on purpose: just enabled, it is not overdue.
   await sql(`update endpoint set disabled = true, disabled_reason = 'operator' where id = ${endpoint}`, [
     delivery,
