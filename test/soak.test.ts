@@ -230,7 +230,7 @@ describe('soak', () => {
     if (passed) fs.rmSync(outDir, { recursive: true, force: true });
   });
 
-  test(`a ${SECONDS} s soak with seed ${SEED} holds every check`, { timeout: 420_000 }, async () => {
+  test(`a ${SECONDS} s soak with seed ${SEED} holds every check`, { timeout: 540_000 }, async () => {
     const proc = spawn(
       process.execPath,
       [
@@ -242,7 +242,7 @@ describe('soak', () => {
         '--rate',
         '3',
         '--drain-seconds',
-        '90',
+        '180',
         '--out',
         outDir,
       ],

@@ -36,7 +36,7 @@ const { values: args } = parseArgs({
     seed: { type: 'string' },
     rate: { type: 'string', default: '4' },
     'ingest-rate': { type: 'string', default: '1' },
-    'drain-seconds': { type: 'string', default: '90' },
+    'drain-seconds': { type: 'string', default: '180' },
     out: { type: 'string' },
     'keep-db': { type: 'boolean', default: false },
     'no-faults': { type: 'boolean', default: false },
@@ -52,7 +52,7 @@ if (args.help) {
   --seed S            seeds every choice; printed, and random when not given
   --rate R            publishes per second (default 4)
   --ingest-rate R     new inbound business events per second (default 1)
-  --drain-seconds N   longest wait for the backlog after the faults stop (default 90)
+  --drain-seconds N   longest wait for the backlog after the faults stop (default 180)
   --faults LIST       only these fault kinds (${FAULT_KINDS.join(',')})
   --no-faults         load only: a baseline
   --out DIR           where the logs, the database snapshot and summary.json go
@@ -86,7 +86,7 @@ const command =
   `npm run soak -- --seconds ${seconds} --seed ${seed}` +
   (args.rate !== '4' ? ` --rate ${publishRate}` : '') +
   (args['ingest-rate'] !== '1' ? ` --ingest-rate ${ingestRate}` : '') +
-  (args['drain-seconds'] !== '90' ? ` --drain-seconds ${drainSeconds}` : '') +
+  (args['drain-seconds'] !== '180' ? ` --drain-seconds ${drainSeconds}` : '') +
   (args.faults ? ` --faults ${faultKinds.join(',')}` : '') +
   (faultsOn ? '' : ' --no-faults');
 
