@@ -817,8 +817,14 @@ describe('resending a delivery in flight', () => {
       await waitFor('the request to hang at the receiver', () => hanging === 1);
       const refused = await t.call('POST', `/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`);
       assert.equal(refused.status, 409, JSON.stringify(refused.body));
-      assert.equal(refused.body.code, 'conflict');
+      assert.equal(refused.body.code, 'attempt_in_flight');
       assert.match(refused.body.detail, /in flight/);
+      const again = await fetch(`${t.url}/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_KEY}` },
+      });
+      // When to ask again: the attempt out ends by its deadline (HERALD_ATTEMPT_TIMEOUT_MS, 3 s here).
+      assert.equal(again.headers.get('retry-after'), '3');
       const audited = await t.database.db.query(
         `select 1 from audit_entry where action = 'message.resent' and target_id = $1`,
         [id],

@@ -138,9 +138,12 @@ export const messageRoutes =
           const resend = await resendDelivery(tx, application.id, message.id, endpoint.id);
           if (resend === 'payload_gone') throw payloadExpired();
           if (resend === 'in_flight') {
+            // The attempt out ends by its deadline: that is when to ask again.
             throw new HeraldError(
-              'conflict',
+              'attempt_in_flight',
               'a request of this message to this endpoint is in flight; resend it once that attempt has ended',
+              undefined,
+              { retryAfterSeconds: Math.ceil(core.config.attemptTimeoutMs / 1000) },
             );
           }
           await recordAudit(tx, {
