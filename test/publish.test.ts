@@ -262,7 +262,7 @@ describe('the publish response', () => {
     const { key } = (await t.call('GET', `/api/v1/app/${app}/endpoint/${endpoint}/secret`)).body;
     // What a double would give back: 9007199254740992, 1.5, null, 0, 12345678901234567000.
     const payload =
-      '{"id":9007199254740993,"amount":1.50,"huge":1e400,"zero":-0,"list":[12345678901234567890,0.1,"1e5"]}';
+      '{"id":9007199254740993,"amount":1.50,"huge":1e400,"zero":-0,"tiny":0.0000001,"list":[12345678901234567890,0.1,"1e5"]}';
     const published = await fetch(`${t.url}/api/v1/app/${app}/msg`, {
       method: 'POST',
       headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
@@ -283,6 +283,16 @@ describe('the publish response', () => {
     assert.doesNotThrow(() =>
       new Webhook(key).verify(request.body, request.headers as Record<string, string>),
     );
+
+    // A body that begins with a byte-order mark (as some clients write UTF-8) is taken the same way.
+    const marked = await fetch(`${t.url}/api/v1/app/${app}/msg`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+      body: `\uFEFF{"eventType": "exact.numbers", "payload": ${payload}}`,
+    });
+    const markedAnswer = await marked.text();
+    assert.equal(marked.status, 202, markedAnswer);
+    assert.ok(markedAnswer.includes(`"payload":${payload}`), markedAnswer);
   });
 
   test('the library returns the payload it stored', async () => {
@@ -300,6 +310,41 @@ describe('the publish response', () => {
 });
 
 describe('idempotent publish', () => {
+  test('a retry that writes a number otherwise (10.50 for 10.5) is the same publish, as it was before numbers were kept as written', async () => {
+    const app = await createApp(t, 'idem-numbers');
+    const first = await t.call(
+      'POST',
+      `/api/v1/app/${app}/msg`,
+      { eventType: 'e', payload: { amount: 10.5 } },
+      {
+        'idempotency-key': 'amount-1',
+      },
+    );
+    assert.equal(first.status, 202, JSON.stringify(first.body));
+    const retried = await fetch(`${t.url}/api/v1/app/${app}/msg`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${ADMIN_KEY}`,
+        'content-type': 'application/json',
+        'idempotency-key': 'amount-1',
+      },
+      body: '{"eventType":"e","payload":{"amount":10.50}}',
+    });
+    const answer = (await retried.json()) as { id: string };
+    assert.equal(retried.status, 202, JSON.stringify(answer));
+    assert.equal(answer.id, first.body.id);
+    // Other content under the key is still a conflict.
+    const other = await t.call(
+      'POST',
+      `/api/v1/app/${app}/msg`,
+      { eventType: 'e', payload: { amount: 10.51 } },
+      {
+        'idempotency-key': 'amount-1',
+      },
+    );
+    assert.equal(other.status, 409);
+  });
+
   test('same key and content → the same message; different content → 409', async () => {
     const app = await createApp(t, 'idem');
     await createEndpoint(t, app, { url: `${receiver.url}/idem` });

@@ -15,10 +15,12 @@ import type { FastifyInstance } from 'fastify';
 
 /**
  * A number in value position (after `:`, `,` or `[`) that may not survive a double: 16 or more
- * digits, an exponent, a trailing zero after the point, or -0. It may also match inside a string;
+ * digits, an exponent, a trailing zero after the point, -0, or six zeros after the point (a
+ * double below 1e-6 prints as 1e-7). It may also match inside a string;
  * that costs a second parse, never a changed value.
  */
-const MAY_LOSE_A_NUMBER = /[:,[]\s*(?:-?\d[\d.]{15}|-?\d+(?:\.\d+)?[eE]|-?\d+\.\d*0(?!\d)|-0(?![\d.eE]))/;
+const MAY_LOSE_A_NUMBER =
+  /[:,[]\s*(?:-?\d[\d.]{15}|-?\d+(?:\.\d+)?[eE]|-?\d+\.\d*0(?!\d)|-0(?![\d.eE])|-?0\.0{6})/;
 
 // Node 24 has it; the type library herald compiles against does not yet.
 const rawJSON = (JSON as unknown as { rawJSON(text: string): object }).rawJSON;
@@ -54,7 +56,11 @@ export function useApiJsonParser(app: FastifyInstance): void {
         !MAY_LOSE_A_NUMBER.test(body as string)
       )
         return done(error, value);
-      const exact = JSON.parse(body as string, keepNumberText) as Record<string, unknown>;
+      // fastify's parser drops a leading byte-order mark; JSON.parse does not.
+      const exact = JSON.parse((body as string).replace(/^\uFEFF/, ''), keepNumberText) as Record<
+        string,
+        unknown
+      >;
       done(null, { ...value, payload: exact['payload'] });
     });
   });

@@ -59,7 +59,7 @@ export async function publish(
       `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`,
     );
   // Once per publish: a group commit that writes its items alone after a failure asks again.
-  const hash = key === null ? null : requestHash(input);
+  const hashes = key === null ? null : requestHashes(input);
   const messageFor = (app: AppRow): NewMessage => ({
     appId: app.id,
     eventType: input.eventType,
@@ -68,7 +68,8 @@ export async function publish(
     channels: input.channels ?? null,
     tags: input.tags ?? null,
     idempotencyKey: key,
-    requestHash: hash,
+    requestHash: hashes?.exact ?? null,
+    requestHashAsDoubles: hashes?.asDoubles ?? null,
     retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
   });
   // On herald's own pool the publish joins a group commit, which also looks its app up together
@@ -151,10 +152,18 @@ function rethrowAppGone(error: unknown): never {
   throw error;
 }
 
-/** What makes two publishes "the same": everything the caller sent, in the order it sent it. */
-function requestHash(input: MessageIn): Buffer {
+/**
+ * What makes two publishes "the same": everything the caller sent, in the order it sent it, its
+ * numbers as written (api/json-body.ts). `asDoubles`: the same with every number as a double, as
+ * herald hashed publishes before it kept numbers as written — so that a retry of a publish made
+ * before an upgrade still finds it the same (null when there is no difference).
+ */
+function requestHashes(input: MessageIn): { exact: Buffer; asDoubles: Buffer | null } {
   const { application: _ignored, ...content } = input;
-  return crypto.createHash('sha256').update(JSON.stringify(content)).digest();
+  const text = JSON.stringify(content);
+  const doubles = JSON.stringify(JSON.parse(text));
+  const sha256 = (t: string) => crypto.createHash('sha256').update(t).digest();
+  return { exact: sha256(text), asDoubles: doubles === text ? null : sha256(doubles) };
 }
 
 /** Svix: `application` in the body creates the app when the path's id or uid does not exist. */
