@@ -9,7 +9,10 @@ import {
   type AttemptResult,
   type ClaimedDelivery,
   claimDeliveries,
+  liftEndpointPause,
   recordOutcomes,
+  recoverFailedDeliveries,
+  resendDelivery,
 } from '../src/db/deliveries.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
@@ -91,6 +94,33 @@ describe('below the worker', () => {
     assert.deepEqual(await claimOne(), []);
   });
 
+  test('a resend or a recovery is a send now: it lifts the rest, and keeps a throttle spacing', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'lifted');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/lifted');
+    const message = await seedMessage(db, app.id);
+    const [claim] = await claimOne();
+    // A final failure, with a Retry-After of an hour: failed, and the endpoint rests.
+    await recordOutcomes(db, [{ ...failed(claim!, 3600), nextAttemptAt: null }], 100);
+    assert.ok(((await pausedFor(endpoint.id)) ?? 0) > 3500);
+    assert.equal(await resendDelivery(db, app.id, message, endpoint.id), 'resent');
+    assert.equal(await pausedFor(endpoint.id), null, 'resent: no rest');
+
+    const [again] = await claimOne();
+    await recordOutcomes(db, [{ ...failed(again!, 3600), nextAttemptAt: null }], 100);
+    assert.ok(((await pausedFor(endpoint.id)) ?? 0) > 3500);
+    assert.equal(await recoverFailedDeliveries(db, endpoint.id, new Date(0), null), 1);
+    assert.equal(await pausedFor(endpoint.id), null, 'recovered: no rest');
+
+    // A throttle's spacing (at most a second) is not a rest.
+    await db.query(
+      `update delivery_lease set next_start_at = now() + interval '0.5 seconds' where endpoint_id = $1`,
+      [endpoint.id],
+    );
+    await liftEndpointPause(db, endpoint.id);
+    assert.ok((await pausedFor(endpoint.id)) !== null);
+  });
+
   test('a worker of the version before (no pause in its items) pauses nothing', async () => {
     const { db } = database;
     const app = await seedApp(db, 'older');
@@ -138,6 +168,21 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
     assert.deepEqual(rows[0], { disabled: false, failures: 0 });
     const failures = receiver.requests.filter((r) => r.startedAt < downUntil).length;
     assert.ok(failures >= 2 && failures < 5, `${failures} requests during the outage`);
+
+    // An operator who enables an endpoint asks for sends now: the rest is lifted with its failures.
+    await t.database.db.query(
+      `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
+      [endpoint],
+    );
+    for (const disabled of [true, false]) {
+      const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled });
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    }
+    const slot = await t.database.db.query(
+      'select 1 from delivery_lease where endpoint_id = $1 and next_start_at > now()',
+      [endpoint],
+    );
+    assert.equal(slot.rowCount, 0);
   } finally {
     await t.close();
     await receiver.close();

@@ -353,8 +353,22 @@ export async function resendDelivery(
   const row = result.rows[0];
   if (!row?.sendable) return 'payload_gone';
   if (!row.started) return 'in_flight';
+  await liftEndpointPause(db, endpointId);
   await db.query(`select pg_notify('herald_work', $1)`, [appId]);
   return 'resent';
+}
+
+/**
+ * Opens an endpoint's slot that failures or a Retry-After closed (migration 0032), for an
+ * operator who asks for a send now: a resend, a recovery, an enable. A throttle's spacing, at
+ * most a second, stays.
+ */
+export async function liftEndpointPause(db: Queryable, endpointId: string): Promise<void> {
+  await db.query(
+    `update delivery_lease set next_start_at = null
+      where endpoint_id = $1 and next_start_at > now() + interval '1 second'`,
+    [endpointId],
+  );
 }
 
 /** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */
@@ -371,7 +385,10 @@ export async function recoverFailedDeliveries(
         and ${MESSAGE_HELD}`,
     [endpointId, since, until],
   );
-  if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
+  if (result.rowCount > 0) {
+    await liftEndpointPause(db, endpointId);
+    await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
+  }
   return result.rowCount;
 }
 

@@ -4,6 +4,7 @@ import type { z } from 'zod';
 import { urlOrigin } from '../config.ts';
 import type { AppRow } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
+import { liftEndpointPause } from '../db/deliveries.ts';
 import { currentSecret, insertCurrentSecret, rotateSecret } from '../db/endpoint-secrets.ts';
 import {
   type EndpointFields,
@@ -119,6 +120,8 @@ export async function replaceEndpoint(
   await audit(tx, actor, 'endpoint.updated', updated, changes(current, updated));
   if (current.disabled !== updated.disabled) {
     await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
+    // Enabled again: its failures are forgiven (updateEndpoint), and so is the rest they imposed.
+    if (!updated.disabled) await liftEndpointPause(tx, updated.id);
   }
   // Svix's endpoint.disabled means "disabled automatically"; an operator's change is an update.
   await emitEndpointEvent(core.config, tx, 'endpoint.updated', updated);
