@@ -380,10 +380,15 @@ describe('gcp-pubsub', () => {
     assert.equal((await verifier.verify(push(`Bearer ${await token()}`), now)).ok, true);
     state.certsDown = true;
     try {
-      // A forged kid a minute later forces a refetch, which fails: keyA's tokens still verify.
+      // An unknown kid a minute later forces a refetch, which fails: that token cannot be judged
+      // (503, the sender tries again), while keyA's tokens still verify.
       const minuteLater = new Date(now.getTime() + 61_000);
-      const forged = await token({ key: keyB });
-      assertRejected(await verifier.verify(push(`Bearer ${forged}`), minuteLater), 401, 'bad_signature');
+      const unknownKid = await token({ key: keyB });
+      assertRejected(
+        await verifier.verify(push(`Bearer ${unknownKid}`), minuteLater),
+        503,
+        'verification_unavailable',
+      );
       assert.equal(hits('/certs'), before + 2);
       const genuine = await token({ issuedAt: nowSeconds + 61 });
       assert.equal((await verifier.verify(push(`Bearer ${genuine}`), minuteLater)).ok, true);

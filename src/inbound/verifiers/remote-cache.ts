@@ -11,8 +11,8 @@ export interface RemoteCache<T> {
   /**
    * Fetch again unless the entry is younger than `minAgeMs`: e.g. when a token names a key id
    * the cached JWKS lacks. The floor stops forged key ids from turning into a fetch each.
-   * Resolves to the fresh value (the one before it if the fetch failed), or null when the entry
-   * was too young to refetch.
+   * Resolves to the fresh value, or null when the entry was too young to refetch; rejects when
+   * the fetch fails (the cache keeps the value before it for get()).
    */
   refresh(key: string, now: Date, minAgeMs: number): Promise<T | null>;
 }
@@ -46,7 +46,12 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
     }
   }
 
-  function fetch(key: string, nowMs: number, before: Entry<T> | undefined): Promise<T> {
+  /** Fetches `key` again; the entry answers with the value before it should the fetch fail. */
+  function fetch(
+    key: string,
+    nowMs: number,
+    before: Entry<T> | undefined,
+  ): { entry: Entry<T>; fetched: Promise<T> } {
     const fetched = options.load(key);
     const entry: Entry<T> = {
       value: before === undefined ? fetched : fetched.catch(() => before.value),
@@ -58,14 +63,15 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
         // Only this attempt is forgotten; a newer one that replaced it stays.
         if (entries.get(key) === entry) entries.delete(key);
       });
-    return entry.value;
+    return { entry, fetched };
   }
 
   return {
     get(key, now) {
       const entry = entries.get(key);
       const nowMs = now.getTime();
-      if (entry === undefined || nowMs - entry.fetchedAtMs >= options.ttlMs) return fetch(key, nowMs, entry);
+      if (entry === undefined || nowMs - entry.fetchedAtMs >= options.ttlMs)
+        return fetch(key, nowMs, entry).entry.value;
       touch(key, entry);
       return entry.value;
     },
@@ -73,7 +79,8 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
       const entry = entries.get(key);
       const nowMs = now.getTime();
       if (entry !== undefined && nowMs - entry.fetchedAtMs < minAgeMs) return null;
-      return fetch(key, nowMs, entry);
+      // The fetch's own outcome: a caller that needed what is new must not take the old for it.
+      return fetch(key, nowMs, entry).fetched;
     },
   };
 }
