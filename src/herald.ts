@@ -237,8 +237,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         leaseSeconds: config.leaseSeconds,
         attemptTimeoutMs: config.attemptTimeoutMs,
         disableAfterFailures: config.disableAfterFailures,
-        // As set up when this worker starts (by this process, or by another one's start-up).
-        operatorEndpointId: (await findOperatorWebhooks(core))?.endpointId ?? null,
+        findOperatorEndpoint: async () => (await findOperatorWebhooks(core))?.endpointId ?? null,
         concurrency: config.workerConcurrency,
         pollIntervalMs: config.pollIntervalMs,
         historyRetentionDays: config.historyRetentionDays,

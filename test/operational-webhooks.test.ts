@@ -123,7 +123,9 @@ before(async () => {
     HERALD_RETRY_SCHEDULE: '0.05,0.05,0.05,0.05',
     HERALD_DISABLE_AFTER_FAILURES: '5',
   };
-  t = await startTestHerald('operational_webhooks', { env, worker: false });
+  // Its worker starts before the set-up below: it finds the operator endpoint on its maintenance
+  // clock, as a worker that another process's start-up set the endpoint up for.
+  t = await startTestHerald('operational_webhooks', { env });
   // The test harness opens herald without its set-up step; a real start-up (migrate, then ensure)
   // is what `herald serve`, `api` and `worker` do.
   const config = loadConfig(testEnv(t.database.url, env));
@@ -138,8 +140,6 @@ before(async () => {
   assert.equal(endpoints.rows.length, 1);
   assert.equal(endpoints.rows[0]!.url, env['HERALD_OPERATOR_WEBHOOK_URL']);
   operator = { appId: app.id, endpointId: endpoints.rows[0]!.id };
-  // Its worker starts after the set-up, as a worker process does.
-  await t.herald.startWorker();
   // A message of the operator's own, while its receiver refuses the first requests: four failures
   // and a success, which for any other endpoint would be `failing` and `recovered` events.
   operatorPing = await publishVia(t, OPERATOR_APP_UID, { eventType: 'ping', payload: { ping: true } });

@@ -29,11 +29,10 @@ export interface OperatorWebhooks {
 }
 
 /**
- * The operator app and its endpoint as they are, for a process that does not set them up; null
- * when operational webhooks are not configured or not set up yet.
+ * The operator app and its endpoint as they are, whatever this process's configuration says (a
+ * worker's may lack the URL that an API's start-up set up); null when there is none.
  */
 export async function findOperatorWebhooks(core: Core): Promise<OperatorWebhooks | null> {
-  if (!core.config.operatorWebhookUrl) return null;
   const app = await findApp(core.db, OPERATOR_APP_UID);
   if (!app) return null;
   const page = await listEndpoints(core.db, app.id, { limit: 1, iterator: null, order: 'ascending' });

@@ -53,10 +53,12 @@ export interface WorkerOptions {
   leaseSeconds: number;
   disableAfterFailures: number;
   /**
-   * The operator's own endpoint (operational webhooks), never auto-disabled: it carries the news
-   * of every other endpoint's trouble, its own included, so its failures are retried, not counted.
+   * Finds the operator's own endpoint (operational webhooks), never auto-disabled: it carries the
+   * news of every other endpoint's trouble, its own included, so its failures are retried, not
+   * counted. Asked at the start and on the maintenance clock: another process's start-up may
+   * create it, or create it anew.
    */
-  operatorEndpointId?: string | null;
+  findOperatorEndpoint?: () => Promise<string | null>;
   concurrency: number;
   pollIntervalMs: number;
   metrics?: Metrics;
@@ -126,6 +128,7 @@ export function createWorker(options: WorkerOptions): Worker {
   let maintenanceLoop: Promise<void> | null = null;
   let stopping = new AbortController();
   let unlisten: (() => Promise<void>) | null = null;
+  let operatorEndpointId: string | null = null;
   let listenFailed = false;
   let wake: (() => void) | null = null;
   /**
@@ -306,7 +309,7 @@ export function createWorker(options: WorkerOptions): Worker {
         return;
       }
       const result = await runAttempt(
-        { sender: options.sender, policy: options.policy, operatorEndpointId: options.operatorEndpointId },
+        { sender: options.sender, policy: options.policy, operatorEndpointId },
         claim,
         keys,
         startBy,
@@ -399,6 +402,7 @@ export function createWorker(options: WorkerOptions): Worker {
     if (running) await listenForWakeUps();
     // First: deferred deliveries coming due must reach the claims whatever else fails below.
     await step('tending the deferred deliveries', tend);
+    await step('finding the operator endpoint', findOperatorEndpoint);
     await step('lease recovery', recoverLeases);
     await step('vacuuming the due deliveries', async () => {
       const left = await vacuumDueDeliveries(db, dueDeadLeft + DUE_DEAD_ROWS_TO_VACUUM);
@@ -419,6 +423,10 @@ export function createWorker(options: WorkerOptions): Worker {
     } catch (error) {
       log.error({ err: (error as Error).message }, `maintenance: ${name} failed`);
     }
+  }
+
+  async function findOperatorEndpoint(): Promise<void> {
+    if (options.findOperatorEndpoint) operatorEndpointId = await options.findOperatorEndpoint();
   }
 
   async function recoverLeases(): Promise<void> {
@@ -587,6 +595,7 @@ export function createWorker(options: WorkerOptions): Worker {
   return {
     async start() {
       if (running) return;
+      await findOperatorEndpoint();
       running = true;
       options.sender.resumeStarting();
       await listenForWakeUps();
