@@ -11,8 +11,6 @@ import {
   claimDeliveries,
   liftEndpointPause,
   recordOutcomes,
-  recoverFailedDeliveries,
-  resendDelivery,
 } from '../src/db/deliveries.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
@@ -94,25 +92,16 @@ describe('below the worker', () => {
     assert.deepEqual(await claimOne(), []);
   });
 
-  test('a resend or a recovery is a send now: it lifts the rest, and keeps a throttle spacing', async () => {
+  test("lifting a rest keeps a throttle's spacing (at most a second)", async () => {
     const { db } = database;
     const app = await seedApp(db, 'lifted');
     const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/lifted');
-    const message = await seedMessage(db, app.id);
+    await seedMessage(db, app.id);
     const [claim] = await claimOne();
-    // A final failure, with a Retry-After of an hour: failed, and the endpoint rests.
-    await recordOutcomes(db, [{ ...failed(claim!, 3600), nextAttemptAt: null }], 100);
+    await recordOutcomes(db, [failed(claim!, 3600)], 100);
     assert.ok(((await pausedFor(endpoint.id)) ?? 0) > 3500);
-    assert.equal(await resendDelivery(db, app.id, message, endpoint.id), 'resent');
-    assert.equal(await pausedFor(endpoint.id), null, 'resent: no rest');
-
-    const [again] = await claimOne();
-    await recordOutcomes(db, [{ ...failed(again!, 3600), nextAttemptAt: null }], 100);
-    assert.ok(((await pausedFor(endpoint.id)) ?? 0) > 3500);
-    assert.equal(await recoverFailedDeliveries(db, endpoint.id, new Date(0), null), 1);
-    assert.equal(await pausedFor(endpoint.id), null, 'recovered: no rest');
-
-    // A throttle's spacing (at most a second) is not a rest.
+    await liftEndpointPause(db, endpoint.id);
+    assert.equal(await pausedFor(endpoint.id), null);
     await db.query(
       `update delivery_lease set next_start_at = now() + interval '0.5 seconds' where endpoint_id = $1`,
       [endpoint.id],
@@ -169,20 +158,45 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
     const failures = receiver.requests.filter((r) => r.startedAt < downUntil).length;
     assert.ok(failures >= 2 && failures < 5, `${failures} requests during the outage`);
 
-    // An operator who enables an endpoint asks for sends now: the rest is lifted with its failures.
-    await t.database.db.query(
-      `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
+    // An operator who resends, recovers or enables asks for a send now: the rest is lifted.
+    const rest = () =>
+      t.database.db.query(
+        `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
+        [endpoint],
+      );
+    const resting = async () =>
+      (
+        await t.database.db.query(
+          'select 1 from delivery_lease where endpoint_id = $1 and next_start_at > now()',
+          [endpoint],
+        )
+      ).rowCount === 1;
+    const { rows: sent } = await t.database.db.query<{ id: string; message: string }>(
+      'select id, message_id as message from delivery where endpoint_id = $1 order by id limit 2',
       [endpoint],
     );
+    await rest();
+    const resent = await t.call(
+      'POST',
+      `/api/v1/app/${app}/msg/${sent[0]!.message}/endpoint/${endpoint}/resend`,
+    );
+    assert.equal(resent.status, 202, JSON.stringify(resent.body));
+    assert.equal(await resting(), false, 'resent');
+    await rest();
+    await t.database.db.query(`update delivery set state = 'failed', next_attempt_at = null where id = $1`, [
+      sent[1]!.id,
+    ]);
+    const recovered = await t.call('POST', `/api/v1/app/${app}/endpoint/${endpoint}/recover`, {
+      since: new Date(Date.now() - 3_600_000).toISOString(),
+    });
+    assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
+    assert.equal(await resting(), false, 'recovered');
+    await rest();
     for (const disabled of [true, false]) {
       const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled });
       assert.equal(patched.status, 200, JSON.stringify(patched.body));
     }
-    const slot = await t.database.db.query(
-      'select 1 from delivery_lease where endpoint_id = $1 and next_start_at > now()',
-      [endpoint],
-    );
-    assert.equal(slot.rowCount, 0);
+    assert.equal(await resting(), false, 'enabled');
   } finally {
     await t.close();
     await receiver.close();

@@ -191,7 +191,8 @@ test('the grace counts from the stop: a maintenance pass still running spends it
     await waitFor('the request to arrive', () => slow.arrived === 1);
     await locker.query('begin');
     await locker.query('lock table delivery_deferred in access exclusive mode');
-    await waitForLockWaiter(s.database.db, 'herald_tend_deferred');
+    // Its next maintenance pass (every 5 s here) waits behind the lock.
+    await waitForLockWaiter(s.database.db, 'herald_tend_deferred', 30_000);
 
     const began = Date.now();
     const stopped = worker.stop(1500);

@@ -353,7 +353,6 @@ export async function resendDelivery(
   const row = result.rows[0];
   if (!row?.sendable) return 'payload_gone';
   if (!row.started) return 'in_flight';
-  await liftEndpointPause(db, endpointId);
   await db.query(`select pg_notify('herald_work', $1)`, [appId]);
   return 'resent';
 }
@@ -385,10 +384,7 @@ export async function recoverFailedDeliveries(
         and ${MESSAGE_HELD}`,
     [endpointId, since, until],
   );
-  if (result.rowCount > 0) {
-    await liftEndpointPause(db, endpointId);
-    await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
-  }
+  if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
   return result.rowCount;
 }
 

@@ -595,7 +595,8 @@ export function createWorker(options: WorkerOptions): Worker {
   return {
     async start() {
       if (running) return;
-      await findOperatorEndpoint();
+      // A database away at the start must not stop it: the maintenance clock asks again.
+      await step('finding the operator endpoint', findOperatorEndpoint);
       running = true;
       options.sender.resumeStarting();
       await listenForWakeUps();

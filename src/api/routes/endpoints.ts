@@ -2,7 +2,7 @@
 
 import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
-import { recoverFailedDeliveries } from '../../db/deliveries.ts';
+import { liftEndpointPause, recoverFailedDeliveries } from '../../db/deliveries.ts';
 import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
@@ -240,6 +240,7 @@ export const endpointRoutes =
             new Date(input.since),
             input.until ? new Date(input.until) : null,
           );
+          if (n > 0) await liftEndpointPause(tx, endpoint.id);
           await audit(tx, request.actor, 'endpoint.recovered', endpoint, {
             since: input.since,
             until: input.until ?? null,

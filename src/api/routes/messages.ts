@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { expungeAttemptResponse } from '../../db/attempts.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { listDestinations, resendDelivery } from '../../db/deliveries.ts';
+import { liftEndpointPause, listDestinations, resendDelivery } from '../../db/deliveries.ts';
 import { listEndpoints } from '../../db/endpoints.ts';
 import { expungeMessagePayload, findMessage, listMessages } from '../../db/messages.ts';
 import { requireApp } from '../../engine/apps.ts';
@@ -146,6 +146,8 @@ export const messageRoutes =
               { retryAfterSeconds: Math.ceil(core.config.attemptTimeoutMs / 1000) },
             );
           }
+          // A send now, asked for: the endpoint's rest after failures does not hold it back.
+          await liftEndpointPause(tx, endpoint.id);
           await recordAudit(tx, {
             actor: request.actor.id,
             action: 'message.resent',
