@@ -191,8 +191,9 @@ test('the grace counts from the stop: a maintenance pass still running spends it
     await waitFor('the request to arrive', () => slow.arrived === 1);
     await locker.query('begin');
     await locker.query('lock table delivery_deferred in access exclusive mode');
-    // Its next maintenance pass (every 5 s here) waits behind the lock.
-    await waitForLockWaiter(s.database.db, 'herald_tend_deferred', 30_000);
+    // Its maintenance pass (every 5 s here) waits behind the lock: tending the deferred rows, or
+    // lease recovery, whose writes the queue trigger follows into that table.
+    await waitForLockWaiter(s.database.db, '', 30_000);
 
     const began = Date.now();
     const stopped = worker.stop(1500);
