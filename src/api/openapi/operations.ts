@@ -124,6 +124,7 @@ const page = ListQuery.pick({ limit: true, iterator: true, order: true });
 const withContent = ListQuery.pick({ with_content: true });
 const range = ListQuery.pick({ before: true, after: true });
 const attemptFilters = page.extend({
+  ...withContent.shape,
   ...range.shape,
   status: ListQuery.shape.status,
   status_code_class: ListQuery.shape.status_code_class,
