@@ -343,6 +343,26 @@ describe('idempotent publish', () => {
       },
     );
     assert.equal(other.status, 409);
+
+    // The other way round, and with an exponent: one value, one publish. Two numbers a double
+    // cannot tell apart are two contents.
+    const raw = (key: string, payload: string) =>
+      fetch(`${t.url}/api/v1/app/${app}/msg`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${ADMIN_KEY}`,
+          'content-type': 'application/json',
+          'idempotency-key': key,
+        },
+        body: `{"eventType":"e","payload":${payload}}`,
+      }).then(async (r) => ({ status: r.status, id: ((await r.json()) as { id?: string }).id }));
+    const written = await raw('amount-2', '{"amount":10.50,"big":1e3}');
+    assert.equal(written.status, 202);
+    assert.deepEqual(await raw('amount-2', '{"amount":10.5,"big":1000}'), written);
+    assert.deepEqual(await raw('amount-2', '{"amount":1.050e1,"big":1000.0}'), written);
+    assert.equal((await raw('id-1', '{"id":9007199254740992}')).status, 202);
+    assert.equal((await raw('id-1', '{"id":9007199254740993}')).status, 409);
+    assert.equal((await raw('id-1', '{"id":9007199254740992.0}')).status, 202);
   });
 
   test('same key and content → the same message; different content → 409', async () => {

@@ -30,8 +30,6 @@ export interface NewMessage {
   idempotencyKey: string | null;
   businessKey?: string | null;
   requestHash: Buffer | null;
-  /** The hash as a version before exact numbers made it, when it differs (see publish.ts). */
-  requestHashAsDoubles?: Buffer | null;
   retentionDays: number;
   /** Deliver to this endpoint only, whatever its filters (Svix's send-example). */
   onlyEndpointId?: string | null;
@@ -140,11 +138,8 @@ export async function publishMessages(
       }
       // The key was used before (or earlier in this batch): the same content is a replay; other
       // content, a conflict.
-      const { requestHash: sent, requestHashAsDoubles: sentAsDoubles } = messages[ord]!;
-      const stored = requestHash === null ? null : Buffer.from(requestHash);
-      const same =
-        stored !== null &&
-        ((sent !== null && stored.equals(sent)) || (sentAsDoubles != null && stored.equals(sentAsDoubles)));
+      const sent = messages[ord]!.requestHash;
+      const same = requestHash !== null && sent !== null && Buffer.from(requestHash).equals(sent);
       return { kind: same ? 'replayed' : 'conflict', message };
     },
   );

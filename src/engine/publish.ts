@@ -59,7 +59,7 @@ export async function publish(
       `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`,
     );
   // Once per publish: a group commit that writes its items alone after a failure asks again.
-  const hashes = key === null ? null : requestHashes(input);
+  const hash = key === null ? null : requestHash(input);
   const messageFor = (app: AppRow): NewMessage => ({
     appId: app.id,
     eventType: input.eventType,
@@ -68,8 +68,7 @@ export async function publish(
     channels: input.channels ?? null,
     tags: input.tags ?? null,
     idempotencyKey: key,
-    requestHash: hashes?.exact ?? null,
-    requestHashAsDoubles: hashes?.asDoubles ?? null,
+    requestHash: hash,
     retentionDays: input.payloadRetentionPeriod ?? app.retentionDays ?? DEFAULT_RETENTION_DAYS,
   });
   // On herald's own pool the publish joins a group commit, which also looks its app up together
@@ -153,17 +152,42 @@ function rethrowAppGone(error: unknown): never {
 }
 
 /**
- * What makes two publishes "the same": everything the caller sent, in the order it sent it, its
- * numbers as written (api/json-body.ts). `asDoubles`: the same with every number as a double, as
- * herald hashed publishes before it kept numbers as written — so that a retry of a publish made
- * before an upgrade still finds it the same (null when there is no difference).
+ * What makes two publishes "the same": everything the caller sent, in the order it sent it. A
+ * number kept as written (api/json-body.ts) counts by its value: `10.50` as `10.5`, written as
+ * a double prints it when the double is that value exactly — so that a payload hashes as it did
+ * before numbers were kept as written (a retry across the upgrade is the same publish) — and
+ * otherwise by its exact digits, so that 9007199254740993 is not taken for …992.
  */
-function requestHashes(input: MessageIn): { exact: Buffer; asDoubles: Buffer | null } {
+function requestHash(input: MessageIn): Buffer {
   const { application: _ignored, ...content } = input;
-  const text = JSON.stringify(content);
-  const doubles = JSON.stringify(JSON.parse(text));
-  const sha256 = (t: string) => crypto.createHash('sha256').update(t).digest();
-  return { exact: sha256(text), asDoubles: doubles === text ? null : sha256(doubles) };
+  return crypto.createHash('sha256').update(JSON.stringify(content, numberByValue)).digest();
+}
+
+const { isRawJSON, rawJSON } = JSON as unknown as {
+  isRawJSON(value: unknown): value is { rawJSON: string };
+  rawJSON(text: string): object;
+};
+
+function numberByValue(_key: string, value: unknown): unknown {
+  if (!isRawJSON(value)) return value;
+  const double = Number(value.rawJSON);
+  const exact = decimalValue(value.rawJSON);
+  return Number.isFinite(double) && decimalValue(String(double)) === exact ? double : rawJSON(exact);
+}
+
+/**
+ * A JSON number's exact value, one text per value: `-0.` followed by its significant digits and
+ * `e` the power of ten of the point (`10.50` and `1.05e1` are both `0.105e2`); zero is `0`.
+ */
+function decimalValue(text: string): string {
+  const [, sign, int, fraction = '', exponent = '0'] =
+    /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text) ?? [];
+  if (int === undefined) return text;
+  const all = int + fraction;
+  const significant = all.replace(/^0+/, '').replace(/0+$/, '');
+  if (significant === '') return '0';
+  const point = int.length - (all.length - all.replace(/^0+/, '').length) + Number(exponent);
+  return `${sign}0.${significant}e${point}`;
 }
 
 /** Svix: `application` in the body creates the app when the path's id or uid does not exist. */

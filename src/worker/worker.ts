@@ -595,10 +595,10 @@ export function createWorker(options: WorkerOptions): Worker {
   return {
     async start() {
       if (running) return;
-      // A database away at the start must not stop it: the maintenance clock asks again.
-      await step('finding the operator endpoint', findOperatorEndpoint);
       running = true;
       options.sender.resumeStarting();
+      // A database away at the start must not stop it: the maintenance clock asks again.
+      await step('finding the operator endpoint', findOperatorEndpoint);
       await listenForWakeUps();
       stopping = new AbortController();
       loop = run();
