@@ -358,6 +358,23 @@ export async function resendDelivery(
 }
 
 /**
+ * Seconds until the lease of a delivery in flight runs out (at least 1): by then its attempt has
+ * ended, or, if its worker died, lease recovery may take it. null: not in flight.
+ */
+export async function leaseSecondsLeft(
+  db: Queryable,
+  messageId: string,
+  endpointId: string,
+): Promise<number | null> {
+  const { rows } = await db.query<{ left: number }>(
+    `select greatest(1, ceil(extract(epoch from lease_expires_at - now())))::int as left
+       from delivery where message_id = $1 and endpoint_id = $2 and state = 'sending'`,
+    [messageId, endpointId],
+  );
+  return rows[0]?.left ?? null;
+}
+
+/**
  * Opens an endpoint's slot that failures or a Retry-After closed (migration 0032), for an
  * operator who asks for a send now: a resend, a recovery, an enable. A throttle's spacing, at
  * most a second, stays.

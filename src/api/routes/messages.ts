@@ -3,7 +3,12 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { expungeAttemptResponse } from '../../db/attempts.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { liftEndpointPause, listDestinations, resendDelivery } from '../../db/deliveries.ts';
+import {
+  leaseSecondsLeft,
+  liftEndpointPause,
+  listDestinations,
+  resendDelivery,
+} from '../../db/deliveries.ts';
 import { listEndpoints } from '../../db/endpoints.ts';
 import { expungeMessagePayload, findMessage, listMessages } from '../../db/messages.ts';
 import { requireApp } from '../../engine/apps.ts';
@@ -138,12 +143,14 @@ export const messageRoutes =
           const resend = await resendDelivery(tx, application.id, message.id, endpoint.id);
           if (resend === 'payload_gone') throw payloadExpired();
           if (resend === 'in_flight') {
-            // The attempt out ends by its deadline: that is when to ask again.
+            // When to ask again: once its lease has run out, the attempt has ended (or, its worker
+            // dead, lease recovery is about to end it).
+            const left = await leaseSecondsLeft(tx, message.id, endpoint.id);
             throw new HeraldError(
               'attempt_in_flight',
               'a request of this message to this endpoint is in flight; resend it once that attempt has ended',
               undefined,
-              { retryAfterSeconds: Math.ceil(core.config.attemptTimeoutMs / 1000) },
+              { retryAfterSeconds: left ?? 1 },
             );
           }
           // A send now, asked for: the endpoint's rest after failures does not hold it back.
