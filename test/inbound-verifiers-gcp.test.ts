@@ -390,6 +390,13 @@ describe('gcp-pubsub', () => {
         'verification_unavailable',
       );
       assert.equal(hits('/certs'), before + 2);
+      // Its retry within the minute fetches nothing, and still cannot be judged.
+      assertRejected(
+        await verifier.verify(push(`Bearer ${unknownKid}`), minuteLater),
+        503,
+        'verification_unavailable',
+      );
+      assert.equal(hits('/certs'), before + 2);
       const genuine = await token({ issuedAt: nowSeconds + 61 });
       assert.equal((await verifier.verify(push(`Bearer ${genuine}`), minuteLater)).ok, true);
       // Past the hour, the refetch fails too: still the set before, and no fetch at every request.

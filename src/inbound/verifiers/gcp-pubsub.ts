@@ -113,7 +113,7 @@ export function createGcpPubSubVerifier(settings: GcpPubSubSettings, fetchText: 
         if ('error' in result && result.error instanceof errors.JWKSNoMatchingKey) {
           // Google may have started signing with a key published after our last fetch.
           const fresh = await keySets.refresh(settings.jwksUrl, now, JWKS_REFRESH_FLOOR_MS);
-          if (fresh !== null) result = await verifyToken(token, fresh, now);
+          result = await verifyToken(token, fresh, now);
         }
       } catch {
         return reject('verification_unavailable', 'the JWKS could not be fetched');

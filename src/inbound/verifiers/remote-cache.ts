@@ -11,10 +11,10 @@ export interface RemoteCache<T> {
   /**
    * Fetch again unless the entry is younger than `minAgeMs`: e.g. when a token names a key id
    * the cached JWKS lacks. The floor stops forged key ids from turning into a fetch each.
-   * Resolves to the fresh value, or null when the entry was too young to refetch; rejects when
-   * the fetch fails (the cache keeps the value before it for get()).
+   * Resolves to what that fetch brought (within the floor, what the last one brought); rejects
+   * when it failed — the cache keeps the value before it for get().
    */
-  refresh(key: string, now: Date, minAgeMs: number): Promise<T | null>;
+  refresh(key: string, now: Date, minAgeMs: number): Promise<T>;
 }
 
 export interface RemoteCacheOptions<T> {
@@ -30,6 +30,8 @@ export interface RemoteCacheOptions<T> {
 interface Entry<T> {
   value: Promise<T>;
   fetchedAtMs: number;
+  /** The fetch itself: what a refresh within the floor answers (its failure included). */
+  fetched: Promise<T>;
 }
 
 export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCache<T> {
@@ -56,6 +58,7 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
     const entry: Entry<T> = {
       value: before === undefined ? fetched : fetched.catch(() => before.value),
       fetchedAtMs: nowMs,
+      fetched,
     };
     touch(key, entry);
     if (before === undefined)
@@ -78,8 +81,10 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
     async refresh(key, now, minAgeMs) {
       const entry = entries.get(key);
       const nowMs = now.getTime();
-      if (entry !== undefined && nowMs - entry.fetchedAtMs < minAgeMs) return null;
-      // The fetch's own outcome: a caller that needed what is new must not take the old for it.
+      // The fetch's own outcome, not the cached value: a caller that needed what is new must not
+      // take the old for it. Within the floor, the last fetch's (one still under way is shared; a
+      // failed one still fails).
+      if (entry !== undefined && nowMs - entry.fetchedAtMs < minAgeMs) return entry.fetched;
       return fetch(key, nowMs, entry).fetched;
     },
   };
