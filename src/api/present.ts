@@ -8,8 +8,8 @@ import type { EndpointRow } from '../db/endpoints.ts';
 import type { EventTypeRow } from '../db/event-types.ts';
 import type { MessageRow } from '../db/messages.ts';
 import type { Page } from '../db/pagination.ts';
+import { parseKeepingNumbers } from '../domain/json-numbers.ts';
 import { attemptStatus, deliveryStatus } from '../domain/message-status.ts';
-import { parseKeepingNumbers } from './json-body.ts';
 
 export const presentPage = <T, O>(page: Page<T>, present: (row: T) => O) => ({
   ...page,

@@ -2,7 +2,7 @@
 
 import { isoUtc } from './json-time.ts';
 import type { Queryable } from './port.ts';
-import { createdWithin } from './time-ids.ts';
+import { createdBetween } from './time-ids.ts';
 
 export interface MessageEvidence {
   id: string;
@@ -56,7 +56,7 @@ export async function messageIdsInWindow(
 ): Promise<string[]> {
   const result = await db.query<{ id: string }>(
     `select m.id from message m
-      where ${createdWithin({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', since: '$1', until: '$2' })}
+      where ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$1', before: '$2', includeAfter: true })}
         and ($3::text is null or m.app_id = $3)
         and (not $4 or exists (select 1 from attempt a
                                 where a.message_id = m.id

@@ -2,7 +2,7 @@
 // through this one WHERE clause, so what a dry run lists is what the real run restarts.
 
 import type { Queryable } from './port.ts';
-import { createdWithin } from './time-ids.ts';
+import { createdBetween } from './time-ids.ts';
 
 export type FinishedState = 'failed' | 'succeeded';
 
@@ -31,7 +31,7 @@ const MATCHED = `from delivery d join message m on m.id = d.message_id
     and ($2::text[] is null or d.app_id = any($2))
     and ($3::text is null or d.endpoint_id = $3)
     and ($4::text[] is null or d.message_id = any($4))
-    and ${createdWithin({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', since: '$5', until: '$6' })}`;
+    and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$5', before: '$6', includeAfter: true })}`;
 
 // What a replay selects: a delivery whose message's payload has passed its retention (or was
 // expunged) has nothing left to send — restarted, it would fail at once — so it is left as it is.

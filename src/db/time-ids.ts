@@ -24,7 +24,9 @@ export function firstIdAt(prefix: string, momentSql: string): string {
  * their creation time: the id bounds the walk of the index, the time column decides. An id is
  * minted after its transaction's now(), which the time column holds: an hour of slack on `before`
  * keeps a row whose transaction began before it and minted its id after (a library publish inside
- * a caller's long transaction), and costs at most an hour of rows to walk past.
+ * a caller's long transaction), and costs at most an hour of rows to walk past; `after` needs none
+ * (an id minted at or after a moment compares at or above its first id). `includeAfter`: the
+ * window [after, before), as the CLI's `--since` and `--until` take it.
  */
 export function createdBetween(on: {
   prefix: string;
@@ -32,29 +34,12 @@ export function createdBetween(on: {
   timeColumn: string;
   before: string;
   after: string;
+  includeAfter?: boolean;
 }): string {
   const { prefix, idColumn: id, timeColumn: time, before, after } = on;
+  const fromAfter = on.includeAfter ? '>=' : '>';
   return `(${before}::timestamptz is null
            or (${id} < ${firstIdAt(prefix, `${before} + interval '1 hour'`)} and ${time} < ${before}))
-      and (${after}::timestamptz is null or (${id} >= ${firstIdAt(prefix, after)} and ${time} > ${after}))`;
-}
-
-/**
- * SQL for a window [since, until) on rows whose ids carry their creation time (parameters; null:
- * no bound), as the CLI's `--since` and `--until` take it: the id bounds the walk as in
- * createdBetween — a millisecond of slack below `since` for rounding, the hour above `until` —
- * and the time column decides.
- */
-export function createdWithin(on: {
-  prefix: string;
-  idColumn: string;
-  timeColumn: string;
-  since: string;
-  until: string;
-}): string {
-  const { prefix, idColumn: id, timeColumn: time, since, until } = on;
-  return `(${since}::timestamptz is null
-           or (${id} >= ${firstIdAt(prefix, `${since} - interval '1 millisecond'`)} and ${time} >= ${since}))
-      and (${until}::timestamptz is null
-           or (${id} < ${firstIdAt(prefix, `${until} + interval '1 hour'`)} and ${time} < ${until}))`;
+      and (${after}::timestamptz is null
+           or (${id} >= ${firstIdAt(prefix, after)} and ${time} ${fromAfter} ${after}))`;
 }

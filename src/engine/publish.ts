@@ -14,6 +14,7 @@ import {
   publishMessages,
 } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
+import { numberByValue } from '../domain/json-numbers.ts';
 import {
   assertIdempotencyKeyLength,
   HeraldError,
@@ -152,42 +153,13 @@ function rethrowAppGone(error: unknown): never {
 }
 
 /**
- * What makes two publishes "the same": everything the caller sent, in the order it sent it. A
- * number kept as written (api/json-body.ts) counts by its value: `10.50` as `10.5`, written as
- * a double prints it when the double is that value exactly — so that a payload hashes as it did
- * before numbers were kept as written (a retry across the upgrade is the same publish) — and
- * otherwise by its exact digits, so that 9007199254740993 is not taken for …992.
+ * What makes two publishes "the same": everything the caller sent, in the order it sent it, a
+ * number kept as written counted by its value (numberByValue): a payload hashes as it did before
+ * numbers were kept, so a retry across the upgrade is the same publish.
  */
 function requestHash(input: MessageIn): Buffer {
   const { application: _ignored, ...content } = input;
   return crypto.createHash('sha256').update(JSON.stringify(content, numberByValue)).digest();
-}
-
-const { isRawJSON, rawJSON } = JSON as unknown as {
-  isRawJSON(value: unknown): value is { rawJSON: string };
-  rawJSON(text: string): object;
-};
-
-function numberByValue(_key: string, value: unknown): unknown {
-  if (!isRawJSON(value)) return value;
-  const double = Number(value.rawJSON);
-  const exact = decimalValue(value.rawJSON);
-  return Number.isFinite(double) && decimalValue(String(double)) === exact ? double : rawJSON(exact);
-}
-
-/**
- * A JSON number's exact value, one text per value: `-0.` followed by its significant digits and
- * `e` the power of ten of the point (`10.50` and `1.05e1` are both `0.105e2`); zero is `0`.
- */
-function decimalValue(text: string): string {
-  const [, sign, int, fraction = '', exponent = '0'] =
-    /^(-?)(\d+)(?:\.(\d+))?(?:[eE]([+-]?\d+))?$/.exec(text) ?? [];
-  if (int === undefined) return text;
-  const all = int + fraction;
-  const significant = all.replace(/^0+/, '').replace(/0+$/, '');
-  if (significant === '') return '0';
-  const point = int.length - (all.length - all.replace(/^0+/, '').length) + Number(exponent);
-  return `${sign}0.${significant}e${point}`;
 }
 
 /** Svix: `application` in the body creates the app when the path's id or uid does not exist. */

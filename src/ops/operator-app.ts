@@ -5,7 +5,8 @@
 
 import { urlOrigin } from '../config.ts';
 import { findApp } from '../db/apps.ts';
-import { listEndpoints } from '../db/endpoints.ts';
+import { type EndpointRow, listEndpoints } from '../db/endpoints.ts';
+import type { Queryable } from '../db/port.ts';
 import { createApp, HERALD_ACTOR_ID, OPERATOR_APP_UID } from '../engine/apps.ts';
 import type { Actor, Core } from '../engine/core.ts';
 import {
@@ -34,10 +35,14 @@ export interface OperatorWebhooks {
  */
 export async function findOperatorWebhooks(core: Core): Promise<OperatorWebhooks | null> {
   const app = await findApp(core.db, OPERATOR_APP_UID);
-  if (!app) return null;
-  const page = await listEndpoints(core.db, app.id, { limit: 1, iterator: null, order: 'ascending' });
-  const endpoint = page.data[0];
-  return endpoint ? { appId: app.id, endpointId: endpoint.id } : null;
+  const endpoint = app && (await operatorEndpoint(core.db, app.id));
+  return app && endpoint ? { appId: app.id, endpointId: endpoint.id } : null;
+}
+
+/** The operator app's one endpoint (the first, should an operator have added others). */
+async function operatorEndpoint(db: Queryable, appId: string): Promise<EndpointRow | undefined> {
+  const page = await listEndpoints(db, appId, { limit: 1, iterator: null, order: 'ascending' });
+  return page.data[0];
 }
 
 /** Ensures the operator app and its endpoint; null when operational webhooks are not configured. */
@@ -56,8 +61,7 @@ export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhoo
           metadata: {},
           retentionDays: null,
         }));
-      const page = await listEndpoints(tx, app.id, { limit: 1, iterator: null, order: 'ascending' });
-      const current = page.data[0];
+      const current = await operatorEndpoint(tx, app.id);
       if (!current) {
         const input = parseOrThrow(EndpointIn, {
           url,

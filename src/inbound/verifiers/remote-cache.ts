@@ -49,11 +49,7 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
   }
 
   /** Fetches `key` again; the entry answers with the value before it should the fetch fail. */
-  function fetch(
-    key: string,
-    nowMs: number,
-    before: Entry<T> | undefined,
-  ): { entry: Entry<T>; fetched: Promise<T> } {
+  function fetch(key: string, nowMs: number, before: Entry<T> | undefined): Entry<T> {
     const fetched = options.load(key);
     const entry: Entry<T> = {
       value: before === undefined ? fetched : fetched.catch(() => before.value),
@@ -66,7 +62,7 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
         // Only this attempt is forgotten; a newer one that replaced it stays.
         if (entries.get(key) === entry) entries.delete(key);
       });
-    return { entry, fetched };
+    return entry;
   }
 
   return {
@@ -74,7 +70,7 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
       const entry = entries.get(key);
       const nowMs = now.getTime();
       if (entry === undefined || nowMs - entry.fetchedAtMs >= options.ttlMs)
-        return fetch(key, nowMs, entry).entry.value;
+        return fetch(key, nowMs, entry).value;
       touch(key, entry);
       return entry.value;
     },
