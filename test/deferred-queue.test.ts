@@ -230,7 +230,7 @@ describe('the deferred queue rows', () => {
     await assertQueuedOnce(app.id);
   });
 
-  test('concurrent writers, disables, enables and tending leave every pending delivery queued once', async () => {
+  test('concurrent writers, disables, enables, rests, lifts and tending leave every pending delivery queued once', async () => {
     const db = database.db;
     const app = await seedApp(db, 'churn');
     const endpoints: string[] = [];
@@ -267,17 +267,41 @@ describe('the deferred queue rows', () => {
           );
         }
       });
+    // Rests of an hour start as the outcome write starts one (under the endpoint's row lock, its due
+    // rows held) and are lifted as a resend lifts one.
+    await db.query(
+      'insert into delivery_lease (endpoint_id) select unnest($1::text[]) on conflict do nothing',
+      [endpoints],
+    );
+    const rester = () =>
+      withHorizon('20 s', async (client) => {
+        for (let round = 0; round < ROUNDS; round++) {
+          const endpoint = endpoints[(round * 3) % endpoints.length]!;
+          if (round % 2 === 1) {
+            await client.query('select herald_lift_endpoint_pause($1)', [endpoint]);
+            continue;
+          }
+          await client.query('begin');
+          await client.query('select 1 from endpoint where id = $1 for no key update', [endpoint]);
+          await client.query(
+            `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
+            [endpoint],
+          );
+          await client.query('select herald_hold_endpoint($1, 10000)', [endpoint]);
+          await client.query('commit');
+        }
+      });
     const tender = () =>
       withHorizon('10 min', async (client) => {
         for (let round = 0; round < ROUNDS; round++) {
           await client.query('select * from herald_tend_deferred(7, $1)', [round % 3 === 0]);
         }
       });
-    await Promise.all([writer(), writer(), toggler(), tender(), tender()]);
+    await Promise.all([writer(), writer(), toggler(), rester(), tender(), tender()]);
     await assertQueuedOnce(app.id);
 
-    // Settled: tending (with the walk over held rows) leaves no held row of an enabled endpoint
-    // and no due row of a disabled one.
+    // Settled: tending (with the walk over held rows) leaves no held row of an open endpoint and no
+    // due row of a closed one (disabled, or resting for the hour).
     await withHorizon('10 min', async (client) => {
       for (let i = 0; i < 20; i++) {
         const { rows: tended } = await client.query<{ requeued: number; held: number; released: number }>(
@@ -288,9 +312,9 @@ describe('the deferred queue rows', () => {
     });
     const stray = await db.query<{ n: number }>(
       `select (select count(*) from delivery_deferred q join endpoint e on e.id = q.endpoint_id
-                where q.held and not e.disabled)
+                where q.held and not e.disabled and not herald_endpoint_resting(e.id))
             + (select count(*) from delivery_due q join endpoint e on e.id = q.endpoint_id
-                where e.disabled and e.app_id = $1) as n`,
+                where (e.disabled or herald_endpoint_resting(e.id)) and e.app_id = $1) as n`,
       [app.id],
     );
     assert.equal(Number(stray.rows[0]!.n), 0);

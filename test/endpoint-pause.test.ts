@@ -5,6 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import { tendDeferred } from '../src/db/deferred-queue.ts';
 import {
   type AttemptResult,
   type ClaimedDelivery,
@@ -16,6 +17,7 @@ import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald } from './support/herald.ts';
 import { attemptResult } from './support/outcomes.ts';
+import { MISQUEUED_SQL } from './support/queue.ts';
 import { startReceiver } from './support/receiver.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
@@ -46,6 +48,26 @@ describe('below the worker', () => {
         [endpointId],
       )
     ).rows[0]?.s ?? null;
+
+  /** As if the rest were over: the slot opens now, and tending brings back what the rest held. */
+  const restEnds = async (endpointId: string) => {
+    await database.db.query('update delivery_lease set next_start_at = now() where endpoint_id = $1', [
+      endpointId,
+    ]);
+    await tendDeferred(database.db, false);
+  };
+  /** How many of the endpoint's pending deliveries wait where: due, deferred or held. */
+  const placesOf = async (endpointId: string) =>
+    Object.fromEntries(
+      (
+        await database.db.query<{ place: string; n: number }>(
+          `select case when not q.held and exists (select 1 from delivery_due d where d.delivery_id = q.delivery_id)
+                       then 'due' when q.held then 'held' else 'deferred' end as place, count(*)::int as n
+             from delivery_queued q where q.endpoint_id = $1 group by 1`,
+          [endpointId],
+        )
+      ).rows.map((r) => [r.place, r.n]),
+    );
 
   test('one failure among successes: no pause; the second in a row: the first step; a success ends the run', async () => {
     const { db } = database;
@@ -83,13 +105,54 @@ describe('below the worker', () => {
     const third = await pausedFor(endpoint.id);
     assert.ok(third !== null && third > 299 && third <= 300, `three in a row: ${third} s`);
 
-    await db.query('update delivery_lease set next_start_at = null where endpoint_id = $1', [endpoint.id]);
+    await restEnds(endpoint.id);
     await db.query('update endpoint set consecutive_failures = 0 where id = $1', [endpoint.id]);
     const [second] = await claimOne();
     await recordOutcomes(db, [failed(second!, 60)], 100);
     const asked = await pausedFor(endpoint.id);
     assert.ok(asked !== null && asked > 59 && asked <= 60, `a first failure with Retry-After 60: ${asked} s`);
     assert.deepEqual(await claimOne(), []);
+  });
+
+  test("a rest beyond the horizon holds the endpoint's backlog out of the claims' walk until it ends or is lifted", async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'held');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/held');
+    for (let i = 0; i < 4; i++) await seedMessage(db, app.id);
+    await db.query('update endpoint set consecutive_failures = 2 where id = $1', [endpoint.id]);
+    const [first] = await claimOne();
+    // The third failure in a row rests for 300 s, past the 60 s horizon: the outcome write holds
+    // the three due deliveries; the failed one's retry, an hour ahead, waits deferred.
+    await recordOutcomes(db, [failed(first!)], 100);
+    assert.deepEqual(await placesOf(endpoint.id), { held: 3, deferred: 1 });
+
+    // A publish meanwhile queues its delivery due; tending holds it.
+    await seedMessage(db, app.id);
+    assert.deepEqual(await placesOf(endpoint.id), { held: 3, deferred: 1, due: 1 });
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 1, released: 0, tended: true });
+    assert.deepEqual(await placesOf(endpoint.id), { held: 4, deferred: 1 });
+
+    // The rest ends within the horizon: tending brings the backlog back before the slot opens.
+    await db.query(
+      `update delivery_lease set next_start_at = now() + interval '30 seconds' where endpoint_id = $1`,
+      [endpoint.id],
+    );
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 4, tended: true });
+    assert.deepEqual(await placesOf(endpoint.id), { due: 4, deferred: 1 });
+    assert.deepEqual(await claimOne(), [], 'the slot is still closed for its last 30 s');
+
+    // A longer rest set since (a Retry-After of an hour): tending holds the backlog again, and an
+    // operator's resend, recovery or enable lifts the rest and brings it back at once.
+    await db.query(
+      `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
+      [endpoint.id],
+    );
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 4, released: 0, tended: true });
+    await liftEndpointPause(db, endpoint.id);
+    assert.deepEqual(await placesOf(endpoint.id), { due: 4, deferred: 1 });
+    assert.equal((await claimOne()).length, 1);
+    const misqueued = await db.query<{ n: number }>(`select ${MISQUEUED_SQL} as n`, [app.id]);
+    assert.equal(misqueued.rows[0]!.n, 0, 'every pending delivery has one queue row');
   });
 
   test("lifting a rest keeps a throttle's spacing (at most a second)", async () => {

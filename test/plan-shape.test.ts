@@ -498,8 +498,8 @@ test('no function whose plan is pinned, nor lease recovery, is compiled by JIT a
   const pinned = await client.query(`select 1 from pg_proc where 'jit=off' = any(proconfig)`);
   assert.equal(
     pinned.rowCount,
-    12,
-    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery (0016’s for older workers, 0031’s), the unknown attempts counted, and tending the deferred rows (hold, release, tend)',
+    13,
+    'claim, outcomes, publish, receipts, give-back, the follow trigger, recovery (0016’s for older workers, 0031’s), the unknown attempts counted, tending the deferred rows (hold, release, tend) and lifting a rest',
   );
 });
 

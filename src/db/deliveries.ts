@@ -376,15 +376,12 @@ export async function leaseSecondsLeft(
 
 /**
  * Opens an endpoint's slot that failures or a Retry-After closed (migration 0032), for an
- * operator who asks for a send now: a resend, a recovery, an enable. A throttle's spacing, at
- * most a second, stays.
+ * operator who asks for a send now: a resend, a recovery, an enable; and brings back the backlog
+ * that a long rest held out of the claims' walk (0033). A throttle's spacing, at most a second,
+ * stays.
  */
 export async function liftEndpointPause(db: Queryable, endpointId: string): Promise<void> {
-  await db.query(
-    `update delivery_lease set next_start_at = null
-      where endpoint_id = $1 and next_start_at > now() + interval '1 second'`,
-    [endpointId],
-  );
+  await db.query('select herald_lift_endpoint_pause($1)', [endpointId]);
 }
 
 /** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */
