@@ -7,28 +7,29 @@
 -- the half hour before they are disabled; docs/performance.md, "What a claim walks").
 --
 -- Now an endpoint whose rest ends later than the horizon (herald_defer_horizon(), 60 s) is closed as
--- a disabled one is: its rows wait in delivery_deferred, held, and come back when it opens again.
+-- a disabled one is, and tending moves its rows out of the walk:
 --
---   * the outcome write that starts such a rest holds the endpoint's due rows (up to 10,000, as an
---     auto-disable does), and tending holds what a publish or a retry queued for it since;
---   * tending releases a resting endpoint's held rows once its rest ends within the horizon (a
---     step at every tending, over the slots whose rest ends within it or ended a minute ago at
---     most; the walk over every endpoint with held rows, every 30 s, catches any other);
+--   * the outcome write that starts such a rest marks the slot (delivery_lease.rests_until), and
+--     tending holds the endpoint's due rows in delivery_deferred — only the outcome write's mark, no
+--     rows moved on that hot path;
+--   * only an endpoint with at most 1,000 due rows is held: moving a backlog out and back costs
+--     ~25 µs a row each way, against ~4.3 µs a claim for stepping over it, so a large backlog is
+--     cheaper left in the walk (one step), and an outage of many endpoints, each with a few, is
+--     what the walk suffers from;
+--   * tending releases the held rows once the rest ends within the horizon (a step at every
+--     tending, over the marked slots), before the slot opens;
 --   * lifting a rest (a resend, a recovery, an enable: herald_lift_endpoint_pause) releases them at
---     once, and leaves the slot open from now, where tending's step finds it should the release
---     meet a writer of the endpoint.
+--     once. The lift waits for an outcome write of the endpoint under way (it locks the slot, which
+--     that write holds), so it lifts a rest that write starts. A hold under way beside it (tending
+--     never waits) may leave rows held: the lift marks the slot as ended now, and the next tending
+--     releases them.
 --
--- Whatever holds or releases an endpoint's rows first takes a share lock on the endpoint (SKIP
--- LOCKED), and the outcome write starts a rest under the endpoint's row lock: a hold and a rest's
--- start never interleave. A lift from a resend or a recovery does not lock the endpoint; its
--- release, should it meet an outcome write under way, releases nothing, and tending's step
--- releases the rows a moment later (the lifted slot's next start is now).
---
--- Tending finds the slots by their next start: a partial index on the rows that have one (throttled
--- endpoints and resting ones). Unthrottled endpoints keep next_start_at null, so their slots' updates
--- by the claims and outcome writes stay HOT.
+-- The mark has an index of its own, on the marked slots only: claims and outcome writes never
+-- change it, so their updates of a slot stay HOT (next_start_at, which a throttled endpoint's
+-- claims set at every lease, is not indexed). Tending clears marks a minute after they end.
 
-create index delivery_lease_next_start on delivery_lease (next_start_at) where next_start_at is not null;
+alter table delivery_lease add column rests_until timestamptz;
+create index delivery_lease_resting on delivery_lease (rests_until) where rests_until is not null;
 
 -- An endpoint rests beyond the horizon: its slot opens later than herald_defer_horizon() from now.
 create function herald_endpoint_resting(endpoint text)
@@ -49,8 +50,9 @@ as $$
 declare
   moved int;
 begin
-  -- Still closed, and held so until this transaction ends: an enable or a lift waits for it (and
-  -- then releases what this moved), or holds the endpoint already (then nothing is held here).
+  -- Still closed. Disabled, it stays so until this transaction ends: an enable waits for it (and
+  -- then releases what this moved), or holds the endpoint already (then nothing is held here). A
+  -- lift does not wait: see herald_lift_endpoint_pause.
   perform 1 from endpoint x
    where x.id = endpoint and (x.disabled or herald_endpoint_resting(x.id))
      for share skip locked;
@@ -125,8 +127,13 @@ language plpgsql volatile
 set jit = off
 as $$
 begin
-  update delivery_lease s set next_start_at = now()
-   where s.endpoint_id = endpoint and s.next_start_at > now() + interval '1 second';
+  -- Every time, not only when this snapshot sees a rest: the slot's row lock makes this wait for an
+  -- outcome write of the endpoint under way, and the update then reads the slot that write left.
+  -- A marked rest is marked as ended now, for tending to release what a hold beside this one held.
+  update delivery_lease s
+     set next_start_at = case when s.next_start_at > now() + interval '1 second' then now() else s.next_start_at end,
+         rests_until = case when s.rests_until is not null then now() end
+   where s.endpoint_id = endpoint;
   return herald_release_endpoint(endpoint, 10000);
 end
 $$;
@@ -185,26 +192,29 @@ begin
     select x.id from endpoint x
      where x.disabled and exists (select 1 from delivery_due q where q.endpoint_id = x.id)
     union
+    -- Resting beyond the horizon, with a backlog small enough to be worth moving (at the head).
     select s.endpoint_id from delivery_lease s
-     where s.next_start_at > now() + herald_defer_horizon()
+     where s.rests_until > now() + herald_defer_horizon() and s.next_start_at > now() + herald_defer_horizon()
        and exists (select 1 from delivery_due q where q.endpoint_id = s.endpoint_id)
+       and not exists (select 1 from delivery_due q where q.endpoint_id = s.endpoint_id offset 1000)
     order by 1
   loop
     exit when held >= batch;
     held := held + herald_hold_endpoint(e.id, batch - held);
   end loop;
 
-  -- Rests ending within the horizon (or that ended a minute ago at most: an older one is the walk's
-  -- below): their endpoints' rows come back before the slot opens.
+  -- Rests ending within the horizon, or lifted: their endpoints' rows come back before the slot
+  -- opens. A mark a minute past is cleared; the walk over held rows below releases what one left.
   for e in
     select s.endpoint_id as id from delivery_lease s
-     where s.next_start_at > now() - interval '1 minute' and s.next_start_at <= now() + herald_defer_horizon()
+     where s.rests_until > now() - interval '1 minute' and s.rests_until <= now() + herald_defer_horizon()
        and exists (select 1 from delivery_deferred q where q.endpoint_id = s.endpoint_id and q.held)
      order by s.endpoint_id
   loop
     exit when released >= batch;
     released := released + herald_release_endpoint(e.id, batch - released);
   end loop;
+  update delivery_lease s set rests_until = null where s.rests_until < now() - interval '1 minute';
 
   if release_held then
     for e in
@@ -228,7 +238,7 @@ begin
 end
 $$;
 
--- As in 0032, with the backlog of an endpoint resting beyond the horizon held.
+-- As in 0032, with a rest beyond the horizon marked on the slot.
 create or replace function herald_record_outcomes(items jsonb, disable_after int)
 returns table (delivery_id text, recorded boolean, endpoint_disabled boolean)
 language plpgsql volatile
@@ -248,7 +258,7 @@ declare
   disabled_now boolean;
   failures int;
   pause double precision;
-  rests_until timestamptz;
+  rest_end timestamptz;
 begin
   -- End every lease still held, and finish its attempt, in one statement.
   with x as (
@@ -358,15 +368,13 @@ begin
         case when failures >= 2
              then coalesce(f.pause_steps[least(failures - 1, cardinality(f.pause_steps))], 0) else 0 end);
       if pause > 0 then
+        -- Resting beyond the horizon: marked, for tending to move its due rows out of the walk.
+        rest_end := now() + make_interval(secs => pause);
         update delivery_lease s
-           set next_start_at = greatest(s.next_start_at, now() + make_interval(secs => pause))
-         where s.endpoint_id = f.endpoint_id
-        returning s.next_start_at into rests_until;
-        -- Resting beyond the horizon: its due rows wait out of the claims' walk, as a disabled
-        -- endpoint's do (this transaction holds the endpoint's row, as a disable's would).
-        if rests_until > now() + herald_defer_horizon() then
-          perform herald_hold_endpoint(f.endpoint_id, 10000);
-        end if;
+           set next_start_at = greatest(s.next_start_at, rest_end),
+               rests_until = case when greatest(s.next_start_at, rest_end) > now() + herald_defer_horizon()
+                                  then greatest(s.next_start_at, rest_end) else s.rests_until end
+         where s.endpoint_id = f.endpoint_id;
       end if;
     end if;
   end loop;

@@ -5,6 +5,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { tendDeferred } from '../src/db/deferred-queue.ts';
 import {
   type AttemptResult,
@@ -13,6 +14,7 @@ import {
   liftEndpointPause,
   recordOutcomes,
 } from '../src/db/deliveries.ts';
+import { asQueryable } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald } from './support/herald.ts';
@@ -20,7 +22,7 @@ import { attemptResult } from './support/outcomes.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
 import { startReceiver } from './support/receiver.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 const STEPS = [5, 300, 1800];
 
@@ -51,9 +53,11 @@ describe('below the worker', () => {
 
   /** As if the rest were over: the slot opens now, and tending brings back what the rest held. */
   const restEnds = async (endpointId: string) => {
-    await database.db.query('update delivery_lease set next_start_at = now() where endpoint_id = $1', [
-      endpointId,
-    ]);
+    await database.db.query(
+      `update delivery_lease set next_start_at = now(), rests_until = case when rests_until is not null then now() end
+        where endpoint_id = $1`,
+      [endpointId],
+    );
     await tendDeferred(database.db, false);
   };
   /** How many of the endpoint's pending deliveries wait where: due, deferred or held. */
@@ -114,6 +118,14 @@ describe('below the worker', () => {
     assert.deepEqual(await claimOne(), []);
   });
 
+  /** Sets the endpoint's rest to end in `interval`, as an outcome write past the horizon marks it. */
+  const restFor = (endpointId: string, interval: string) =>
+    database.db.query(
+      `update delivery_lease set next_start_at = now() + $2::interval, rests_until = now() + $2::interval
+        where endpoint_id = $1`,
+      [endpointId, interval],
+    );
+
   test("a rest beyond the horizon holds the endpoint's backlog out of the claims' walk until it ends or is lifted", async () => {
     const { db } = database;
     const app = await seedApp(db, 'held');
@@ -121,9 +133,16 @@ describe('below the worker', () => {
     for (let i = 0; i < 4; i++) await seedMessage(db, app.id);
     await db.query('update endpoint set consecutive_failures = 2 where id = $1', [endpoint.id]);
     const [first] = await claimOne();
-    // The third failure in a row rests for 300 s, past the 60 s horizon: the outcome write holds
-    // the three due deliveries; the failed one's retry, an hour ahead, waits deferred.
+    // The third failure in a row rests for 300 s, past the 60 s horizon: the outcome write marks
+    // the slot, and tending holds the three due deliveries; the failed one's retry, an hour ahead,
+    // waits deferred.
     await recordOutcomes(db, [failed(first!)], 100);
+    assert.deepEqual(
+      await placesOf(endpoint.id),
+      { due: 3, deferred: 1 },
+      'nothing moved by the outcome write',
+    );
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 3, released: 0, tended: true });
     assert.deepEqual(await placesOf(endpoint.id), { held: 3, deferred: 1 });
 
     // A publish meanwhile queues its delivery due; tending holds it.
@@ -133,26 +152,70 @@ describe('below the worker', () => {
     assert.deepEqual(await placesOf(endpoint.id), { held: 4, deferred: 1 });
 
     // The rest ends within the horizon: tending brings the backlog back before the slot opens.
-    await db.query(
-      `update delivery_lease set next_start_at = now() + interval '30 seconds' where endpoint_id = $1`,
-      [endpoint.id],
-    );
+    await restFor(endpoint.id, '30 seconds');
     assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 4, tended: true });
     assert.deepEqual(await placesOf(endpoint.id), { due: 4, deferred: 1 });
     assert.deepEqual(await claimOne(), [], 'the slot is still closed for its last 30 s');
 
-    // A longer rest set since (a Retry-After of an hour): tending holds the backlog again, and an
+    // A longer rest since (a Retry-After of an hour): tending holds the backlog again, and an
     // operator's resend, recovery or enable lifts the rest and brings it back at once.
-    await db.query(
-      `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
-      [endpoint.id],
-    );
+    await restFor(endpoint.id, '1 hour');
     assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 4, released: 0, tended: true });
     await liftEndpointPause(db, endpoint.id);
     assert.deepEqual(await placesOf(endpoint.id), { due: 4, deferred: 1 });
     assert.equal((await claimOne()).length, 1);
     const misqueued = await db.query<{ n: number }>(`select ${MISQUEUED_SQL} as n`, [app.id]);
     assert.equal(misqueued.rows[0]!.n, 0, 'every pending delivery has one queue row');
+  });
+
+  test('a resting endpoint with a backlog of more than 1,000 stays in the walk: moving it would cost more', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'large');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/large');
+    const items = Array.from({ length: 1001 }, (_, ord) => ({
+      ord,
+      app_id: app.id,
+      event_type: 'e',
+      payload: '{}',
+      retention_days: 1,
+      actor: 'test',
+    }));
+    await db.query('select id from herald_publish_messages($1::jsonb, true)', [JSON.stringify(items)]);
+    await db.query('insert into delivery_lease (endpoint_id) values ($1) on conflict do nothing', [
+      endpoint.id,
+    ]);
+    await restFor(endpoint.id, '1 hour');
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 0, tended: true });
+    // One delivery fewer (sent, say): the rest is at most 1,000, and tending holds it.
+    await db.query(
+      'delete from delivery where id = (select id from delivery where endpoint_id = $1 order by id limit 1)',
+      [endpoint.id],
+    );
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 1000, released: 0, tended: true });
+  });
+
+  test('a lift waits for an outcome write under way that starts a rest, and lifts that rest', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'lift-race');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/lift-race');
+    for (let i = 0; i < 3; i++) await seedMessage(db, app.id);
+    await db.query('update endpoint set consecutive_failures = 2 where id = $1', [endpoint.id]);
+    const [claim] = await claimOne();
+    const writer = new pg.Client({ connectionString: database.url });
+    await writer.connect();
+    try {
+      await writer.query('begin');
+      // The third failure in a row: a rest of 300 s, not committed yet.
+      await recordOutcomes(asQueryable(writer), [failed(claim!)], 100);
+      const lifting = liftEndpointPause(db, endpoint.id);
+      await waitForLockWaiter(db, 'herald_lift_endpoint_pause');
+      await writer.query('commit');
+      await lifting;
+    } finally {
+      await writer.end();
+    }
+    assert.equal(await pausedFor(endpoint.id), null, 'the rest the outcome write started is lifted');
+    assert.equal((await claimOne()).length, 1);
   });
 
   test("lifting a rest keeps a throttle's spacing (at most a second)", async () => {
