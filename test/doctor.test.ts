@@ -103,7 +103,7 @@ test('an intake claim that never produced a message', async () => {
 let endpoint: string;
 let message: string;
 
-test('a claim whose message history retention deleted is not one that never produced it', async () => {
+test('history retention deletes a claim with its message, and its observations: nothing is left that looks like a claim that never produced one', async () => {
   const quiet = await createApp(t, 'archive');
   const source = await t.call('POST', '/api/v1/source', {
     uid: 'archive-feed',
@@ -121,14 +121,20 @@ test('a claim whose message history retention deleted is not one that never prod
       [source.body.id, quiet, message],
     )
   ).rows[0]!.id;
+  await sql(
+    `insert into intake_observation (intake_id, app_id, duplicate, body_sha256)
+     values ($1, $2, false, '\\x00'), ($1, $2, true, '\\x00')`,
+    [intake, quiet],
+  );
   // The app has no endpoint: its message is finished at once, and a pass with no retention
   // period left takes it (with any other finished message of the tests before).
   assert.ok((await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 0))) >= 1);
-  const row = await sql<{ message_id: string | null; pruned: boolean }>(
-    'select message_id, message_pruned_at is not null as pruned from intake where id = $1',
+  const left = await sql<{ claims: number; observations: number }>(
+    `select (select count(*) from intake where id = $1)::int as claims,
+            (select count(*) from intake_observation where intake_id = $1)::int as observations`,
     [intake],
   );
-  assert.deepEqual(row.rows[0], { message_id: null, pruned: true });
+  assert.deepEqual(left.rows[0], { claims: 0, observations: 0 });
   await assertHealthy();
 });
 

@@ -1,16 +1,20 @@
 // Retention: payloads go after their period (per message, else per source, else per app, else
-// 90 days); the message, its deliveries, attempts and intake records stay.
+// 90 days); the message, its deliveries, attempts and intake records stay, until the opt-in
+// history retention deletes finished messages whole.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { restartDeliveries } from '../src/db/deliveries.ts';
+import { migrate, readMigrations } from '../src/db/migrate.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { expireOldPayloads, pruneFinishedHistory, retentionPass } from '../src/db/retention.ts';
+import { freshDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
+import { seedApp, seedMessage, seedSource } from './support/seed.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
@@ -268,5 +272,40 @@ test('retention runs at every maintenance pass even while lease recovery fails',
     );
   } finally {
     await s.close();
+  }
+});
+
+test('the upgrade to 0034 deletes the claims that history retention had marked, and keeps the others', async () => {
+  const old = await freshDatabase('retention_intake_upgrade', { upTo: 33 });
+  try {
+    const app = await seedApp(old.db, 'intake-upgrade');
+    const source = await seedSource(old.db, app.id, 'intake-upgrade');
+    const kept = await seedMessage(old.db, app.id);
+    const claim = (deliveryId: string, messageId: string | null, pruned: boolean) =>
+      old.db.query(
+        `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, message_pruned_at)
+         values ($1, $2, $3, $3, '\\x00', $4, case when $5 then now() end)`,
+        [source.id, app.id, deliveryId, messageId, pruned],
+      );
+    await claim('evt_pruned', null, true);
+    await claim('evt_kept', kept, false);
+    await claim('evt_lost', null, false);
+    assert.deepEqual(
+      await migrate(
+        old.db,
+        readMigrations().filter((m) => m.version === 34),
+      ),
+      [34],
+    );
+    const { rows } = await old.db.query<{ delivery_id: string }>(
+      'select delivery_id from intake order by delivery_id',
+    );
+    assert.deepEqual(
+      rows.map((r) => r.delivery_id),
+      ['evt_kept', 'evt_lost'],
+      "a claim that never produced its message stays for the doctor's intake_without_message",
+    );
+  } finally {
+    await old.drop();
   }
 });

@@ -1,6 +1,7 @@
 // Retention: a message's payload is removed once its retention period has passed (Svix's
 // payloadRetentionPeriod). The message, its deliveries, attempts and intake records stay, with
-// ids, states, times and digests — the history outlives the content.
+// ids, states, times and digests — the history outlives the content — unless history retention
+// (opt-in) deletes finished messages whole, with their intake records.
 
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Db, Queryable } from './port.ts';
@@ -20,11 +21,12 @@ export const RETENTION_BATCH = 1000;
 
 /**
  * Deletes up to `batch` messages older than `days` whose deliveries are all finished (none parked
- * with an unknown outcome: KEPT), with their deliveries and attempts (foreign keys cascade; intake
- * records keep their claim, losing only the link, and are marked `message_pruned_at`, so that
- * nobody takes them for claims that never made their message) and the audit entry of their
- * creation (one per message; an operator's actions on a message stay in the audit log). Opt-in: by
- * default herald keeps the history, which is its audit trail.
+ * with an unknown outcome: KEPT), with their deliveries and attempts (foreign keys cascade), the
+ * inbound claims that relayed them with every receipt observed (so herald remembers a delivery id
+ * as long as the message it made: a redelivery after that is a new event, as a publish's
+ * idempotency key is forgotten with its message), and the audit entry of their creation (one per
+ * message; an operator's actions on a message stay in the audit log). Opt-in: by default herald
+ * keeps the history, which is its audit trail.
  *
  * Run it in a transaction (`db.transaction`): it locks the old messages, then deletes those still
  * finished as a statement that starts after the locks were taken sees them. A replay, resend or
@@ -57,7 +59,7 @@ export async function pruneFinishedHistory(
     [locked.rows.map((r) => r.id)],
   );
   const ids = finished.rows.map((r) => r.id);
-  await tx.query('update intake set message_pruned_at = now() where message_id = any($1)', [ids]);
+  await tx.query('delete from intake where message_id = any($1)', [ids]);
   await tx.query(
     `delete from audit_entry where target_id = any($1) and target_type = 'message' and action = 'message.created'`,
     [ids],

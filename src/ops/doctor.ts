@@ -59,14 +59,14 @@ const EXAMPLES = 5;
 
 const CHECKS: Check[] = [
   {
-    // Claim and message are committed in one transaction, so any such row is a defect (or a
-    // hand edit): the sender was acknowledged and nothing will be delivered. A message deleted by
-    // history retention, long after its delivery, leaves its claims marked instead.
+    // Claim and message are committed in one transaction, and history retention deletes them
+    // together, so any such row is a defect (or a hand edit): the sender was acknowledged and
+    // nothing will be delivered.
     name: 'intake_without_message',
     sql: (t) => ({
       text: `select i.id, i.claimed_at as t from intake i
               where i.id >= ${firstIdAt('in', 'now() - make_interval(secs => $2)')}
-                and i.message_id is null and i.message_pruned_at is null
+                and i.message_id is null
                 and i.claimed_at < now() - make_interval(secs => $1)`,
       params: [t.settleSeconds, t.lookbackSeconds],
     }),
