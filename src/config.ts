@@ -37,6 +37,18 @@ export interface HeraldConfig {
   connectionsPerOrigin: number;
   /** Connections this process keeps to a PostgreSQL server (server mode). */
   dbPoolSize: number;
+  /**
+   * Hot statements are named, so that PostgreSQL parses and plans each once per connection; false
+   * behind a pooler that cannot keep named statements across transactions (PgBouncer before 1.21
+   * in transaction mode).
+   */
+  dbPrepare: boolean;
+  /**
+   * The connection LISTEN uses (the workers' wake-ups, the caches' evictions), where DATABASE_URL's
+   * cannot hear NOTIFY: behind a transaction-mode pooler, PostgreSQL itself or a session-mode pool.
+   * Unset: DATABASE_URL.
+   */
+  listenDatabaseUrl: string | undefined;
   /** Largest accepted request body, in bytes (413 above it). */
   maxBodyBytes: number;
   /** Largest accepted inbound delivery through /ingest, in bytes: providers send larger ones. */
@@ -179,9 +191,13 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     throw new ConfigError('LOG_LEVEL', 'one of fatal, error, warn, info, debug, trace, silent', logLevel);
   }
   const masterKey = env['HERALD_MASTER_KEY'] || undefined;
-  const databaseUrl = env['DATABASE_URL'] || undefined;
-  if (databaseUrl && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    throw new ConfigError('DATABASE_URL', 'a postgres:// or postgresql:// connection string');
+  const databaseUrl = postgresUrl(env, 'DATABASE_URL');
+  const listenDatabaseUrl = postgresUrl(env, 'HERALD_LISTEN_DATABASE_URL');
+  if (listenDatabaseUrl && !databaseUrl) {
+    throw new ConfigError(
+      'HERALD_LISTEN_DATABASE_URL',
+      'set only with DATABASE_URL (the embedded database has no server)',
+    );
   }
   if (databaseUrl && !masterKey) {
     throw new ConfigError(
@@ -218,6 +234,8 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     shutdownGraceMs: integer(env, 'HERALD_SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
+    dbPrepare: flag(env, 'HERALD_DB_PREPARE', true),
+    listenDatabaseUrl,
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     ingestMaxBodyBytes: integer(env, 'HERALD_INGEST_MAX_BODY_BYTES', 8 * 1024 * 1024, 1024, 64 * 1024 * 1024),
     apiRateLimit: integer(env, 'HERALD_API_RATE_LIMIT', 200, 0, 1_000_000),
@@ -232,6 +250,24 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
     doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
     doctorLookbackSeconds: doctor.lookback,
   });
+}
+
+/** A connection string, or undefined when the variable is unset or empty. */
+function postgresUrl(env: Env, name: string): string | undefined {
+  const url = env[name] || undefined;
+  // Not echoed back: a connection string may carry a password.
+  if (url && !/^postgres(ql)?:\/\//.test(url)) {
+    throw new ConfigError(name, 'a postgres:// or postgresql:// connection string');
+  }
+  return url;
+}
+
+/** `true` or `false`; the default when unset or empty. */
+function flag(env: Env, name: string, fallback: boolean): boolean {
+  const value = env[name];
+  if (value === undefined || value === '') return fallback;
+  if (value !== 'true' && value !== 'false') throw new ConfigError(name, 'true or false', value);
+  return value === 'true';
 }
 
 /** A bearer token carries no whitespace: a key with some could never be presented. */

@@ -77,7 +77,7 @@ export interface Herald {
  */
 function callerQueryable(client: ForeignQueryable | undefined, prepare: boolean): Queryable | null {
   if (!prepare) return client ? asQueryable(client) : null;
-  if (client && isNodePostgresClient(client)) return preparingQueryable(client, 'herald:');
+  if (client && isNodePostgresClient(client)) return preparingQueryable(client, { prefix: 'herald:' });
   throw new HeraldError(
     'validation',
     'prepare: true needs db, a node-postgres client (pg Client or PoolClient)',
@@ -109,11 +109,22 @@ export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promi
   if (config.databaseUrl) {
     return createPgDb({
       connectionString: config.databaseUrl,
+      listenConnectionString: config.listenDatabaseUrl,
       max: config.dbPoolSize,
-      onListenState: (state, error) =>
-        state === 'lost'
-          ? log.warn({ err: error?.message }, 'LISTEN connection lost; polling until it is back')
-          : log.info('LISTEN connection restored'),
+      prepare: config.dbPrepare,
+      checkHearing: true,
+      onListenState: (state, error) => {
+        if (state === 'lost')
+          log.warn({ err: error?.message }, 'LISTEN connection lost; polling until it is back');
+        else if (state === 'restored') log.info('LISTEN connection restored');
+        else if (state === 'hearing') log.debug('LISTEN hears a NOTIFY sent through DATABASE_URL');
+        else
+          log.warn(
+            'LISTEN did not hear a NOTIFY sent through DATABASE_URL: wake-ups fall back to polling and ' +
+              'cached apps, sources and API keys to their 5 s age limit. Behind a transaction-mode ' +
+              'pooler, set HERALD_LISTEN_DATABASE_URL to PostgreSQL itself or to a session-mode pool',
+          );
+      },
     });
   }
   // Loaded only here: a process on PostgreSQL never needs the embedded database's code.

@@ -94,3 +94,27 @@ test('a private-network CIDR that is no CIDR stops start-up naming the variable'
     ['10.0.0.0/8', '::1/128'],
   );
 });
+
+test('the pooler settings: a flag is true or false; the LISTEN URL is a postgres URL, not echoed, and only beside DATABASE_URL', () => {
+  assert.equal(loadConfig(base).dbPrepare, true);
+  assert.equal(loadConfig({ ...base, HERALD_DB_PREPARE: 'false' }).dbPrepare, false);
+  assert.throws(
+    () => loadConfig({ ...base, HERALD_DB_PREPARE: 'no' }),
+    /HERALD_DB_PREPARE: expected true or false/,
+  );
+  const secret = 'mysql://user:s3cret@db/herald';
+  assert.throws(
+    () => loadConfig({ ...base, HERALD_LISTEN_DATABASE_URL: secret }),
+    (error: Error) => /HERALD_LISTEN_DATABASE_URL/.test(error.message) && !error.message.includes('s3cret'),
+  );
+  const { DATABASE_URL: _, ...embedded } = base;
+  assert.throws(
+    () => loadConfig({ ...embedded, HERALD_LISTEN_DATABASE_URL: 'postgres://postgres@127.0.0.1/test' }),
+    /HERALD_LISTEN_DATABASE_URL: expected set only with DATABASE_URL/,
+  );
+  assert.equal(
+    loadConfig({ ...base, HERALD_LISTEN_DATABASE_URL: 'postgres://postgres@127.0.0.1:5432/test' })
+      .listenDatabaseUrl,
+    'postgres://postgres@127.0.0.1:5432/test',
+  );
+});

@@ -8,7 +8,7 @@
 // a second write already on the wire, the server goes on to it as soon as the first has committed.
 
 import pg from 'pg';
-import { type Pipeline, preparingQueryable, type Queryable } from './port.ts';
+import { type Naming, type Pipeline, preparingQueryable, type Queryable } from './port.ts';
 
 /**
  * Connected on first use, and again after the connection broke. The statements on the wire when
@@ -16,7 +16,11 @@ import { type Pipeline, preparingQueryable, type Queryable } from './port.ts';
  * (a statement cut off by the client's query deadline breaks the connection too: those behind it
  * on the wire fail with it, and may have committed).
  */
-export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => void): Pipeline {
+export function createPgPipeline(
+  clientConfig: pg.ClientConfig,
+  options: { onClose?: () => void; naming?: Naming } = {},
+): Pipeline {
+  const { onClose, naming } = options;
   /** The connection in use, with the Queryable its statements go through (made once per connection). */
   interface Open {
     client: pg.Client;
@@ -45,7 +49,7 @@ export function createPgPipeline(clientConfig: pg.ClientConfig, onClose?: () => 
       await fresh.end().catch(() => {});
       throw error;
     }
-    open = { client: fresh, queryable: preparingQueryable(fresh) };
+    open = { client: fresh, queryable: preparingQueryable(fresh, naming) };
     return open;
   }
 

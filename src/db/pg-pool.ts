@@ -1,6 +1,8 @@
 // The server adapter: a pg Pool shared by every query, plus one dedicated connection for every
 // LISTEN channel (pg-listener.ts) and one for every pipeline (pg-pipeline.ts).
 
+import crypto from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { createPgListener } from './pg-listener.ts';
 import { createPgPipeline } from './pg-pipeline.ts';
@@ -9,10 +11,20 @@ import { preparingQueryable } from './port.ts';
 
 export interface PgDbOptions {
   connectionString: string;
+  /** Where LISTEN connects, when not `connectionString` (which a transaction pooler may serve). */
+  listenConnectionString?: string;
   max?: number;
   applicationName?: string;
-  /** Called when a LISTEN connection is lost and when it is back (so a waiter can catch up). */
-  onListenState?: (state: 'lost' | 'restored', error?: Error) => void;
+  /** false: no named statements (behind a pooler that cannot keep them). */
+  prepare?: boolean;
+  /**
+   * Called when the LISTEN connection is lost and when it is back (so a waiter can catch up); and,
+   * with `checkHearing`, with what the check found: `hearing`, or `deaf` when a NOTIFY sent through
+   * the pool did not arrive.
+   */
+  onListenState?: (state: 'lost' | 'restored' | 'hearing' | 'deaf', error?: Error) => void;
+  /** Each time the LISTEN connection is made, check that it hears a NOTIFY sent through the pool. */
+  checkHearing?: boolean;
 }
 
 // A server that stops answering without closing the connection must not hang herald forever:
@@ -20,6 +32,9 @@ export interface PgDbOptions {
 const CONNECT_TIMEOUT_MS = 5_000;
 const QUERY_TIMEOUT_MS = 60_000;
 const LISTEN_RETRY_MAX_MS = 5_000;
+/** How long a NOTIFY sent through the pool may take to reach the LISTEN connection. */
+const HEARING_TIMEOUT_MS = 3_000;
+const HEARING_CHANNEL = 'herald_listen_check';
 
 export function createPgDb(options: PgDbOptions): Db {
   const clientConfig = {
@@ -36,16 +51,50 @@ export function createPgDb(options: PgDbOptions): Db {
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
+  const naming = { prepare: options.prepare ?? true };
   const pipelines = new Set<Pipeline>();
   const listener = createPgListener({
-    clientConfig,
-    onState: options.onListenState,
+    clientConfig: {
+      ...clientConfig,
+      connectionString: options.listenConnectionString ?? options.connectionString,
+    },
+    onState: (state, error) => {
+      options.onListenState?.(state, error);
+      if (state === 'restored') checkHearing();
+    },
     retryMaxMs: LISTEN_RETRY_MAX_MS,
   });
+  let listening = false;
+
+  // Through a transaction-mode pooler, LISTEN is accepted and then hears nothing: its session is
+  // lent to other clients between statements. Nothing fails — wake-ups fall back to polling and
+  // cached rows to their age limit — so the listener is asked to hear a NOTIFY of the pool's.
+  function checkHearing(): void {
+    if (!options.checkHearing) return;
+    const token = crypto.randomUUID();
+    let hear = () => {};
+    const heard = new Promise<boolean>((resolve) => {
+      hear = () => resolve(true);
+    });
+    void (async () => {
+      const stop = await listener.listen(HEARING_CHANNEL, (payload) => {
+        if (payload === token) hear();
+      });
+      try {
+        await pool.query('select pg_notify($1, $2)', [HEARING_CHANNEL, token]);
+        const inTime = await Promise.race([heard, sleep(HEARING_TIMEOUT_MS, false, { ref: false })]);
+        options.onListenState?.(inTime ? 'hearing' : 'deaf');
+      } finally {
+        await stop();
+      }
+    })().catch(() => {
+      // The connection went away meanwhile: its return runs the check again.
+    });
+  }
 
   return {
     kind: 'pg',
-    query: preparingQueryable(pool).query,
+    query: preparingQueryable(pool, naming).query,
     async transaction<T>(fn: (tx: Transaction) => Promise<T>): Promise<T> {
       const client = await pool.connect();
       let broken: Error | undefined;
@@ -58,7 +107,7 @@ export function createPgDb(options: PgDbOptions): Db {
       client.on('error', onError);
       try {
         await client.query('begin');
-        const tx = preparingQueryable(client);
+        const tx = preparingQueryable(client, naming);
         const result = await fn({ query: tx.query, script: async (sql) => void (await client.query(sql)) });
         await client.query('commit');
         return result;
@@ -72,9 +121,16 @@ export function createPgDb(options: PgDbOptions): Db {
         client.release(isConnectionError(broken) ? broken : undefined);
       }
     },
-    listen: (channel, onNotify) => listener.listen(channel, onNotify),
+    async listen(channel, onNotify) {
+      const stop = await listener.listen(channel, onNotify);
+      if (!listening) {
+        listening = true;
+        checkHearing();
+      }
+      return stop;
+    },
     pipeline() {
-      const pipeline = createPgPipeline(clientConfig, () => pipelines.delete(pipeline));
+      const pipeline = createPgPipeline(clientConfig, { naming, onClose: () => pipelines.delete(pipeline) });
       pipelines.add(pipeline);
       return pipeline;
     },

@@ -91,14 +91,20 @@ interface NamingClient {
   }>;
 }
 
-/**
- * A pg Pool or client as the port, with named statements prepared once per connection. On a
- * connection herald does not own, `namePrefix` keeps its names apart from the owner's.
- */
-export function preparingQueryable(client: NamingClient, namePrefix = ''): Queryable {
+/** How a pg connection takes herald's named statements (see preparingQueryable). */
+export interface Naming {
+  /** On a connection herald does not own, keeps its names apart from the owner's. */
+  prefix?: string;
+  /** false: every statement unnamed (behind a pooler that cannot keep named ones). */
+  prepare?: boolean;
+}
+
+/** A pg Pool or client as the port, with named statements prepared once per connection. */
+export function preparingQueryable(client: NamingClient, naming: Naming = {}): Queryable {
+  const { prefix = '', prepare = true } = naming;
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
-      const name = prepareAs === undefined ? undefined : `${namePrefix}${prepareAs}`;
+      const name = prepareAs === undefined || !prepare ? undefined : `${prefix}${prepareAs}`;
       const result = await client.query({ text, values: params as unknown[] | undefined, name });
       return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
     },

@@ -46,10 +46,16 @@ export interface TestHerald {
 
 export async function startTestHerald(
   label: string,
-  options: { worker?: boolean; env?: Record<string, string>; settings?: Record<string, string> } = {},
+  options: {
+    worker?: boolean;
+    /** Variables over testEnv's; a function of the test database's URL when they name it. */
+    env?: Record<string, string> | ((databaseUrl: string) => Record<string, string>);
+    settings?: Record<string, string>;
+  } = {},
 ): Promise<TestHerald> {
   const database = await freshDatabase(label, { settings: options.settings });
-  const config = loadConfig(testEnv(database.url, options.env));
+  const env = typeof options.env === 'function' ? options.env(database.url) : options.env;
+  const config = loadConfig(testEnv(database.url, env));
   const herald = await createHerald({ config, logger: createLogger(config.logLevel), migrate: false });
   const api = await buildApi(herald.core);
   await api.listen({ port: 0, host: '127.0.0.1' });
