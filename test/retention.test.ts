@@ -1,20 +1,22 @@
 // Retention: payloads go after their period (per message, else per source, else per app, else
 // 90 days); the message, its deliveries, attempts and intake records stay, until the opt-in
-// history retention deletes finished messages whole.
+// history retention deletes finished messages whole, with their old claims.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { restartDeliveries } from '../src/db/deliveries.ts';
-import { migrate, readMigrations } from '../src/db/migrate.ts';
 import { asQueryable } from '../src/db/port.ts';
-import { expireOldPayloads, pruneFinishedHistory, retentionPass } from '../src/db/retention.ts';
-import { freshDatabase } from './support/database.ts';
+import {
+  expireOldPayloads,
+  pruneFinishedHistory,
+  pruneOldClaims,
+  retentionPass,
+} from '../src/db/retention.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { seedApp, seedMessage, seedSource } from './support/seed.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
@@ -197,13 +199,13 @@ test('a retention pass works off a backlog batch after batch, within its time; o
     budgetMs: 0,
     batch: 10,
   });
-  assert.deepEqual(outOfTime, { expired: 10, pruned: 0, behind: true });
+  assert.deepEqual(outOfTime, { expired: 10, pruned: 0, claims: 0, behind: true });
   const rest = await retentionPass(t.database.db, {
     historyRetentionDays: undefined,
     budgetMs: 60_000,
     batch: 10,
   });
-  assert.deepEqual(rest, { expired: 15, pruned: 0, behind: false });
+  assert.deepEqual(rest, { expired: 15, pruned: 0, claims: 0, behind: false });
   assert.equal((await expiredPayloads()).rows[0]!.n, 0);
 });
 
@@ -275,37 +277,67 @@ test('retention runs at every maintenance pass even while lease recovery fails',
   }
 });
 
-test('the upgrade to 0034 deletes the claims that history retention had marked, and keeps the others', async () => {
-  const old = await freshDatabase('retention_intake_upgrade', { upTo: 33 });
-  try {
-    const app = await seedApp(old.db, 'intake-upgrade');
-    const source = await seedSource(old.db, app.id, 'intake-upgrade');
-    const kept = await seedMessage(old.db, app.id);
-    const claim = (deliveryId: string, messageId: string | null, pruned: boolean) =>
-      old.db.query(
-        `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, message_pruned_at)
-         values ($1, $2, $3, $3, '\\x00', $4, case when $5 then now() end)`,
-        [source.id, app.id, deliveryId, messageId, pruned],
-      );
-    await claim('evt_pruned', null, true);
-    await claim('evt_kept', kept, false);
-    await claim('evt_lost', null, false);
-    assert.deepEqual(
-      await migrate(
-        old.db,
-        readMigrations().filter((m) => m.version === 34),
-      ),
-      [34],
+test("history pruning takes a message's old claims and their observations; a younger claim stays marked until it is old", async () => {
+  const appId = await createApp(t, 'prune-claims');
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'prune-claims',
+    scheme: 'standard-webhooks',
+    secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+    app: 'prune-claims',
+    eventType: 'e',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  const message = fortyDaysOld(7);
+  await t.database.db.query(
+    `insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+     values ($1, $2, 'e', '{}', now() + interval '1 day', now() - interval '40 days')`,
+    [message, appId],
+  );
+  // The claim that made it, 40 days ago; one that joined it by its business key an hour ago; and
+  // one that a version of herald before this one marked when it pruned another message long ago.
+  const fortyDays = Date.now() - 40 * 86_400_000;
+  const claim = async (
+    id: string,
+    deliveryId: string,
+    claimedAt: string,
+    messageId: string | null,
+    marked: boolean,
+  ) => {
+    await t.database.db.query(
+      `insert into intake (id, source_id, app_id, delivery_id, business_key, body_sha256, message_id, claimed_at,
+                           message_pruned_at)
+       values ($1, $2, $3, $4, $4, '\\x00', $5, $6::timestamptz, case when $7 then now() end)`,
+      [id, source.body.id, appId, deliveryId, messageId, claimedAt, marked],
     );
-    const { rows } = await old.db.query<{ delivery_id: string }>(
-      'select delivery_id from intake order by delivery_id',
+    await t.database.db.query(
+      `insert into intake_observation (intake_id, app_id, duplicate, body_sha256) values ($1, $2, false, '\\x00')`,
+      [id, appId],
     );
-    assert.deepEqual(
-      rows.map((r) => r.delivery_id),
-      ['evt_kept', 'evt_lost'],
-      "a claim that never produced its message stays for the doctor's intake_without_message",
-    );
-  } finally {
-    await old.drop();
-  }
+  };
+  const [first, joined, legacy] = [
+    idMintedAt('in', fortyDays, 1),
+    idMintedAt('in', Date.now() - 3_600_000, 2),
+    idMintedAt('in', fortyDays, 3),
+  ];
+  await claim(first, 'evt_first', new Date(fortyDays).toISOString(), message, false);
+  await claim(joined, 'evt_joined', new Date(Date.now() - 3_600_000).toISOString(), message, false);
+  await claim(legacy, 'evt_legacy', new Date(fortyDays).toISOString(), null, true);
+
+  assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
+  const left = async () =>
+    (
+      await t.database.db.query<{ id: string; message_id: string | null; marked: boolean; observed: number }>(
+        `select i.id, i.message_id, i.message_pruned_at is not null as marked,
+                (select count(*)::int from intake_observation o where o.intake_id = i.id) as observed
+           from intake i where i.id = any($1) order by i.id`,
+        [[first, joined, legacy]],
+      )
+    ).rows;
+  assert.deepEqual(await left(), [
+    { id: legacy, message_id: null, marked: true, observed: 1 },
+    { id: joined, message_id: null, marked: true, observed: 1 },
+  ]);
+  // The claims step takes the marked claims once old: the legacy one now, the joined one in 30 days.
+  assert.equal(await pruneOldClaims(t.database.db, 30), 1);
+  assert.deepEqual(await left(), [{ id: joined, message_id: null, marked: true, observed: 1 }]);
 });

@@ -1,7 +1,7 @@
 // Retention: a message's payload is removed once its retention period has passed (Svix's
 // payloadRetentionPeriod). The message, its deliveries, attempts and intake records stay, with
 // ids, states, times and digests — the history outlives the content — unless history retention
-// (opt-in) deletes finished messages whole, with their intake records.
+// (opt-in) deletes finished messages whole, with their old intake records.
 
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Db, Queryable } from './port.ts';
@@ -22,11 +22,13 @@ export const RETENTION_BATCH = 1000;
 /**
  * Deletes up to `batch` messages older than `days` whose deliveries are all finished (none parked
  * with an unknown outcome: KEPT), with their deliveries and attempts (foreign keys cascade), the
- * inbound claims that relayed them with every receipt observed (so herald remembers a delivery id
- * as long as the message it made: a redelivery after that is a new event, as a publish's
- * idempotency key is forgotten with its message), and the audit entry of their creation (one per
- * message; an operator's actions on a message stay in the audit log). Opt-in: by default herald
- * keeps the history, which is its audit trail.
+ * inbound claims older than `days` that relayed them, with every receipt observed (so herald
+ * remembers an inbound delivery id for `days`: one redelivered later is a new event, as a
+ * publish's idempotency key is forgotten with its message), and the audit entry of their creation
+ * (one per message; an operator's actions on a message stay in the audit log). A younger claim — a
+ * delivery id that joined the old message by its business key — stays, marked
+ * `message_pruned_at` so that nobody takes it for a claim that never made its message, until
+ * pruneOldClaims takes it. Opt-in: by default herald keeps the history, which is its audit trail.
  *
  * Run it in a transaction (`db.transaction`): it locks the old messages, then deletes those still
  * finished as a statement that starts after the locks were taken sees them. A replay, resend or
@@ -59,12 +61,35 @@ export async function pruneFinishedHistory(
     [locked.rows.map((r) => r.id)],
   );
   const ids = finished.rows.map((r) => r.id);
-  await tx.query('delete from intake where message_id = any($1)', [ids]);
+  await tx.query(
+    'delete from intake where message_id = any($1) and claimed_at < now() - make_interval(days => $2)',
+    [ids, days],
+  );
+  await tx.query('update intake set message_pruned_at = now() where message_id = any($1)', [ids]);
   await tx.query(
     `delete from audit_entry where target_id = any($1) and target_type = 'message' and action = 'message.created'`,
     [ids],
   );
   const result = await tx.query(`delete from message m where m.id = any($1) and not ${KEPT}`, [ids]);
+  return result.rowCount;
+}
+
+/**
+ * Deletes up to `batch` claims marked `message_pruned_at` (their message pruned while they were
+ * younger than `days`, or by a version of herald that kept every claim) once they are older than
+ * `days`, with their observations. The old claims are the first ids of the primary key
+ * (time-ids.ts); once retention keeps up, the only ones left there are these, and those of messages
+ * still kept.
+ */
+export async function pruneOldClaims(db: Queryable, days: number, batch = RETENTION_BATCH): Promise<number> {
+  const result = await db.query(
+    `delete from intake where id in (
+       select id from intake
+        where id < ${firstIdAt('in', 'now() - make_interval(days => $1)')}
+          and claimed_at < now() - make_interval(days => $1) and message_pruned_at is not null
+        order by id limit $2 for update skip locked)`,
+    [days, batch],
+  );
   return result.rowCount;
 }
 
@@ -85,6 +110,8 @@ export async function expireOldPayloads(db: Queryable, batch = RETENTION_BATCH):
 export interface RetentionPass {
   expired: number;
   pruned: number;
+  /** Claims of pruned messages deleted on their own (pruneOldClaims). */
+  claims: number;
   /** A batch came back full when the pass's time was up: more is due, the next pass goes on. */
   behind: boolean;
 }
@@ -112,9 +139,16 @@ export async function retentionPass(
   };
   const expired = await drain(() => expireOldPayloads(db, batch));
   const days = options.historyRetentionDays;
+  const none = { done: 0, behind: false };
   const pruned =
     days === undefined
-      ? { done: 0, behind: false }
+      ? none
       : await drain(() => db.transaction((tx) => pruneFinishedHistory(tx, days, batch)));
-  return { expired: expired.done, pruned: pruned.done, behind: expired.behind || pruned.behind };
+  const claims = days === undefined ? none : await drain(() => pruneOldClaims(db, days, batch));
+  return {
+    expired: expired.done,
+    pruned: pruned.done,
+    claims: claims.done,
+    behind: expired.behind || pruned.behind || claims.behind,
+  };
 }

@@ -61,12 +61,13 @@ const CHECKS: Check[] = [
   {
     // Claim and message are committed in one transaction, and history retention deletes them
     // together, so any such row is a defect (or a hand edit): the sender was acknowledged and
-    // nothing will be delivered.
+    // nothing will be delivered. A claim younger than the message history retention deleted stays,
+    // marked (retention.ts).
     name: 'intake_without_message',
     sql: (t) => ({
       text: `select i.id, i.claimed_at as t from intake i
               where i.id >= ${firstIdAt('in', 'now() - make_interval(secs => $2)')}
-                and i.message_id is null
+                and i.message_id is null and i.message_pruned_at is null
                 and i.claimed_at < now() - make_interval(secs => $1)`,
       params: [t.settleSeconds, t.lookbackSeconds],
     }),

@@ -453,6 +453,8 @@ export function createWorker(options: WorkerOptions): Worker {
     if (pass.expired > 0) log.info({ count: pass.expired }, 'removed payloads past their retention period');
     if (pass.pruned > 0)
       log.info({ count: pass.pruned }, 'pruned finished messages past the history retention');
+    if (pass.claims > 0)
+      log.info({ count: pass.claims }, 'pruned inbound claims of pruned messages past the history retention');
     if (pass.behind) log.info('retention is behind; the next maintenance pass goes on');
     const forgotten = await forgetOldAnswers(db);
     if (forgotten > 0) log.info({ count: forgotten }, 'forgot the answers of old idempotency keys');
