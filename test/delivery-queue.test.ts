@@ -19,7 +19,7 @@ import {
   restartDeliveries,
 } from '../src/db/deliveries.ts';
 import { deleteEndpoint } from '../src/db/endpoints.ts';
-import { asQueryable } from '../src/db/port.ts';
+import { asQueryable, type Db } from '../src/db/port.ts';
 import { pruneFinishedHistory } from '../src/db/retention.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { attemptResult, noWaits } from './support/outcomes.ts';
@@ -40,8 +40,8 @@ interface Counts {
   failed: number;
 }
 
-async function queue(appId: string): Promise<Counts> {
-  const result = await database.db.query<Counts>(
+async function queue(appId: string, db: Db): Promise<Counts> {
+  const result = await db.query<Counts>(
     `with mine as (select id from endpoint where app_id = $1)
      select ${MISQUEUED_SQL} as misqueued,
             (select count(*)::int from delivery_queued where endpoint_id in (table mine)) as due,
@@ -52,8 +52,13 @@ async function queue(appId: string): Promise<Counts> {
   return result.rows[0]!;
 }
 
-async function assertFollows(appId: string, step: string, expected: Omit<Counts, 'misqueued'>) {
-  const counts = await queue(appId);
+async function assertFollows(
+  appId: string,
+  step: string,
+  expected: Omit<Counts, 'misqueued'>,
+  db: Db = database.db,
+) {
+  const counts = await queue(appId, db);
   assert.deepEqual(counts, { misqueued: 0, ...expected }, `after ${step}`);
 }
 
@@ -310,4 +315,62 @@ test('lease recovery takes at most its batch, the longest expired first, the res
     ['unknown', 'unknown', 'unknown'],
   );
   await assertFollows(app.id, 'recovery in two passes', { due: 3, leased: 0, failed: 0 });
+});
+
+test('a resend queued behind an attempt in flight starts its cycle whatever ends the attempt, and the queue follows', async () => {
+  // A database of its own: the claims below must take this test's deliveries only.
+  const own = await freshDatabase('delivery_queue_resends');
+  after(() => own.drop());
+  const db = own.db;
+  const app = await seedApp(db, 'queued-resends');
+  for (let i = 0; i < 4; i++) await seedEndpoint(db, app.id, 'http://127.0.0.1:1/r');
+  await seedMessage(db, app.id);
+  const leased = await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' });
+  assert.equal(leased.length, 4);
+  for (const d of leased) assert.equal(await resendDelivery(db, app.id, d.messageId, d.endpointId), 'queued');
+  await assertFollows(app.id, 'resends queued', { due: 0, leased: 4, failed: 0 }, db);
+
+  // Ended by a success, by a final failure, by a lease given back unsent, by lease recovery.
+  const [succeeded, failed, givenBack, expired] = leased as [
+    (typeof leased)[0],
+    (typeof leased)[0],
+    (typeof leased)[0],
+    (typeof leased)[0],
+  ];
+  await recordOutcomes(
+    db,
+    [attemptResult(succeeded, 'success', null), attemptResult(failed, 'failure', null)],
+    100,
+  );
+  assert.equal(await releaseUnsent(db, givenBack), true);
+  await db.query(`update delivery set lease_expires_at = now() - interval '1 second' where id = $1`, [
+    expired.deliveryId,
+  ]);
+  await db.query(
+    `update delivery_lease set lease_expires_at = now() - interval '1 second' where delivery_id = $1`,
+    [expired.deliveryId],
+  );
+  assert.equal((await recoverExpiredLeases(db, noWaits(5))).length, 1);
+  await assertFollows(app.id, 'the attempts ended', { due: 4, leased: 0, failed: 0 }, db);
+
+  const { rows } = await db.query<{
+    id: string;
+    state: string;
+    cycle: number;
+    trigger: string;
+    marked: boolean;
+  }>(
+    `select id, state, cycle, trigger, resend_requested_at is not null as marked from delivery
+      where app_id = $1 order by id`,
+    [app.id],
+  );
+  for (const row of rows) {
+    assert.deepEqual(
+      { state: row.state, cycle: row.cycle, trigger: row.trigger, marked: row.marked },
+      { state: 'pending', cycle: 2, trigger: 'manual', marked: false },
+      row.id,
+    );
+  }
+  // Due now: the next claim takes all four again.
+  assert.equal((await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' })).length, 4);
 });

@@ -46,6 +46,8 @@ interface ModelDelivery {
   due: boolean;
   leaseToken: string | null;
   trigger: 'scheduled' | 'manual';
+  /** A resend asked for while in flight: a new cycle starts as the attempt ends. */
+  resendQueued: boolean;
 }
 
 interface ModelEndpoint {
@@ -148,6 +150,7 @@ async function setUp(db: Db, setup: Setup): Promise<Model> {
           due: true,
           leaseToken: null,
           trigger: 'scheduled',
+          resendQueued: false,
         },
       ]),
     ),
@@ -420,6 +423,7 @@ const finish = (pick: number, f: Finish): Command => ({
     d.due = next !== null && f.dueNow;
     d.leaseToken = null;
     d.trigger = 'scheduled';
+    startQueuedResend(d);
     let disabledNow = false;
     if (credentials) e.credentialsFlagged = true;
     if (f.outcome === 'success') {
@@ -443,6 +447,17 @@ const finish = (pick: number, f: Finish): Command => ({
   toString: () => `finish(${pick}, ${JSON.stringify(f)})`,
 });
 
+/** Whatever ended the attempt in flight, a resend queued behind it starts its new cycle now. */
+function startQueuedResend(d: ModelDelivery): void {
+  if (!d.resendQueued) return;
+  d.resendQueued = false;
+  d.state = 'pending';
+  d.cycle += 1;
+  d.attemptsInCycle = 0;
+  d.due = true;
+  d.trigger = 'manual';
+}
+
 const expire = (pick: number): Command => ({
   check: (m) => sending(m).length > 0,
   async run(m, r) {
@@ -462,6 +477,7 @@ const expire = (pick: number): Command => ({
     d.due = retry;
     d.leaseToken = null;
     d.trigger = 'scheduled';
+    startQueuedResend(d);
     await compare(m, r.db, this.toString());
   },
   toString: () => `expire(${pick})`,
@@ -506,8 +522,9 @@ const resend = (pick: number): Command => ({
     const existing = [...m.deliveries.values()].find(
       (d) => d.messageId === pair.messageId && d.endpointId === pair.endpointId,
     );
-    // In flight, nothing starts, and the caller is told so.
-    assert.equal(resent, existing?.state === 'sending' ? 'in_flight' : 'resent', this.toString());
+    // In flight, the new cycle is queued behind the attempt, and the caller is told so.
+    assert.equal(resent, existing?.state === 'sending' ? 'queued' : 'resent', this.toString());
+    if (existing?.state === 'sending') existing.resendQueued = true;
     if (existing === undefined) {
       // A message never routed to the endpoint gets its delivery now (an explicit request).
       const created = await r.db.query<{ id: string }>(
@@ -526,6 +543,7 @@ const resend = (pick: number): Command => ({
         due: true,
         leaseToken: null,
         trigger: 'manual',
+        resendQueued: false,
       });
     } else if (existing.state === 'pending') {
       // Already waiting: made due now, same cycle and budget.

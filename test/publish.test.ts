@@ -867,7 +867,7 @@ describe('a message whose payload is gone', () => {
 });
 
 describe('resending a delivery in flight', () => {
-  test('is a 409 that starts nothing and audits nothing; once the attempt ended, a resend starts a cycle', async () => {
+  test('is queued behind the attempt: that attempt ends as it will, then a new cycle starts at once', async () => {
     const app = await createApp(t, 'resend-in-flight');
     const ep = await createEndpoint(t, app, { url: `${receiver.url}/in-flight` });
     const answering = receiver.respond;
@@ -875,43 +875,43 @@ describe('resending a delivery in flight', () => {
     receiver.respond = (request, n) => {
       if (request.path !== '/in-flight') return answering(request, n);
       hanging++;
-      return 'hang';
+      // The first request hangs until its deadline (3 s here): an unknown outcome. The next is answered.
+      return hanging === 1 ? 'hang' : { status: 204 };
     };
     try {
       const id = await publishVia(t, app, { eventType: 'e', payload: {} });
-      await waitFor('the request to hang at the receiver', () => hanging === 1);
-      const refused = await t.call('POST', `/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`);
-      assert.equal(refused.status, 409, JSON.stringify(refused.body));
-      assert.equal(refused.body.code, 'attempt_in_flight');
-      assert.match(refused.body.detail, /in flight/);
-      const again = await fetch(`${t.url}/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${ADMIN_KEY}` },
-      });
-      // When to ask again: when its lease runs out (HERALD_LEASE_SECONDS, 10 s here), which its
-      // deadline (3 s) fits in, and by which a dead worker's lease is recovered.
-      const retryAfter = Number(again.headers.get('retry-after'));
-      assert.ok(retryAfter > 3 && retryAfter <= 10, `Retry-After ${retryAfter}`);
-      const audited = await t.database.db.query(
-        `select 1 from audit_entry where action = 'message.resent' and target_id = $1`,
-        [id],
-      );
-      assert.equal(audited.rowCount, 0);
-      // The hung attempt ends at its deadline (unknown); its retry is answered.
-      receiver.respond = answering;
-      await waitFor(
-        'the delivery to succeed',
-        async () => {
-          const { rows } = await t.database.db.query<{ state: string }>(
-            'select state from delivery where message_id = $1',
-            [id],
-          );
-          return rows[0]?.state === 'succeeded';
-        },
-        15_000,
-      );
+      await waitFor('the request to wait at the receiver', () => hanging === 1);
       const resent = await t.call('POST', `/api/v1/app/${app}/msg/${id}/endpoint/${ep}/resend`);
       assert.equal(resent.status, 202, JSON.stringify(resent.body));
+      const audited = await t.database.db.query<{ details: unknown }>(
+        `select details from audit_entry where action = 'message.resent' and target_id = $1`,
+        [id],
+      );
+      assert.deepEqual(
+        audited.rows.map((r) => r.details),
+        [{ endpointId: ep, queued: true }],
+      );
+      assert.equal(hanging, 1, 'still one request in flight to the endpoint');
+      await waitFor('the resend to succeed', async () => {
+        const { rows } = await t.database.db.query<{ state: string }>(
+          'select state from delivery where message_id = $1',
+          [id],
+        );
+        return rows[0]?.state === 'succeeded';
+      });
+      // The hung attempt's outcome was recorded (unknown, at its deadline), and the resend started
+      // a new cycle at once, its attempt a manual one.
+      const { rows } = await t.database.db.query<{ outcome: string; cycle: number; trigger: string }>(
+        `select a.outcome, a.cycle, a.trigger from attempt a
+           join delivery d on d.id = a.delivery_id where d.message_id = $1 order by a.started_at`,
+        [id],
+      );
+      assert.deepEqual(rows, [
+        { outcome: 'unknown', cycle: 1, trigger: 'scheduled' },
+        { outcome: 'success', cycle: 2, trigger: 'manual' },
+      ]);
+      assert.equal(hanging, 2);
+      assert.equal(receiver.maxConcurrentByPath.get('/in-flight'), 1);
     } finally {
       receiver.respond = answering;
     }

@@ -314,18 +314,24 @@ const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
     attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
     state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()`;
 
-/** What a resend did: started a cycle, or nothing — the payload is gone, or a request is in flight. */
-export type Resend = 'resent' | 'payload_gone' | 'in_flight';
+/**
+ * What a resend did: started a cycle now, queued one behind the attempt in flight, or nothing (the
+ * payload is gone).
+ */
+export type Resend = 'resent' | 'queued' | 'payload_gone';
+
+/** Statements a resend tries before it gives up on a delivery that keeps changing under it. */
+const RESEND_ROUNDS = 5;
 
 /**
  * Starts a new cycle for one message × endpoint, keeping its id and lifetime history. A delivery
- * that is already pending is made due now. One in flight is left alone and said to be
- * (`in_flight`): its outcome is coming, and may end its cycle — the caller must not be told that
- * a new one started. The state guard sits in the UPDATE's WHERE clause, which PostgreSQL
- * re-checks on the latest row version, so competing resends start exactly one new cycle. A
- * message that was never routed to the endpoint (subscribed later) gets its delivery created
- * here: an explicit resend is a request. Nothing starts when the message's payload is gone
- * (retention): `payload_gone`.
+ * that is already pending is made due now. One in flight is marked (`queued`): its attempt ends as
+ * it will, and then the delivery starts its new cycle (migration 0034) — one request in flight per
+ * endpoint stays. The state guards sit in the UPDATEs' WHERE clauses, which PostgreSQL re-checks
+ * on the latest row version, so competing resends start exactly one new cycle. A message that was
+ * never routed to the endpoint (subscribed later) gets its delivery created here: an explicit
+ * resend is a request. Nothing starts when the message's payload is gone (retention):
+ * `payload_gone`.
  */
 export async function resendDelivery(
   db: Queryable,
@@ -333,45 +339,42 @@ export async function resendDelivery(
   messageId: string,
   endpointId: string,
 ): Promise<Resend> {
-  const result = await db.query<{ sendable: boolean; started: boolean }>(
-    `with sendable as (
-       select 1 where ${messageHeld('$2')}
-     ), created as (
-       insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
-       select $1, $2, $3, now(), 'manual' from sendable
-       on conflict (message_id, endpoint_id) do nothing
-       returning 1
-     ), restarted as (
-       update delivery set ${RESTART}
-        where message_id = $2 and endpoint_id = $3 and state <> 'sending' and exists (select 1 from sendable)
-       returning 1
-     )
-     select exists (select 1 from sendable) as sendable,
-            exists (select 1 from created) or exists (select 1 from restarted) as started`,
-    [appId, messageId, endpointId],
+  for (let round = 0; round < RESEND_ROUNDS; round++) {
+    const result = await db.query<{ sendable: boolean; started: boolean; queued: boolean }>(
+      `with sendable as (
+         select 1 where ${messageHeld('$2')}
+       ), created as (
+         insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
+         select $1, $2, $3, now(), 'manual' from sendable
+         on conflict (message_id, endpoint_id) do nothing
+         returning 1
+       ), restarted as (
+         update delivery set ${RESTART}
+          where message_id = $2 and endpoint_id = $3 and state <> 'sending' and exists (select 1 from sendable)
+         returning 1
+       ), queued as (
+         update delivery set resend_requested_at = now()
+          where message_id = $2 and endpoint_id = $3 and state = 'sending' and exists (select 1 from sendable)
+         returning 1
+       )
+       select exists (select 1 from sendable) as sendable,
+              exists (select 1 from created) or exists (select 1 from restarted) as started,
+              exists (select 1 from queued) as queued`,
+      [appId, messageId, endpointId],
+    );
+    const row = result.rows[0];
+    if (!row?.sendable) return 'payload_gone';
+    if (row.queued) return 'queued';
+    if (row.started) {
+      await db.query(`select pg_notify('herald_work', $1)`, [appId]);
+      return 'resent';
+    }
+    // Neither: between this statement's snapshot and its row lock, the delivery moved — its
+    // attempt ended, a claim took it, a publish created it. The next statement sees where it is.
+  }
+  throw new Error(
+    `the delivery of ${messageId} to ${endpointId} kept changing under ${RESEND_ROUNDS} resends`,
   );
-  const row = result.rows[0];
-  if (!row?.sendable) return 'payload_gone';
-  if (!row.started) return 'in_flight';
-  await db.query(`select pg_notify('herald_work', $1)`, [appId]);
-  return 'resent';
-}
-
-/**
- * Seconds until the lease of a delivery in flight runs out (at least 1): by then its attempt has
- * ended, or, if its worker died, lease recovery may take it. null: not in flight.
- */
-export async function leaseSecondsLeft(
-  db: Queryable,
-  messageId: string,
-  endpointId: string,
-): Promise<number | null> {
-  const { rows } = await db.query<{ left: number }>(
-    `select greatest(1, ceil(extract(epoch from lease_expires_at - now())))::int as left
-       from delivery where message_id = $1 and endpoint_id = $2 and state = 'sending'`,
-    [messageId, endpointId],
-  );
-  return rows[0]?.left ?? null;
 }
 
 /**

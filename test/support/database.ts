@@ -17,7 +17,8 @@ function urlFor(database: string): string {
 
 function templateName(): string {
   const digest = crypto.createHash('sha256');
-  for (const m of readMigrations()) digest.update(m.sql);
+  // The versions too: a migration renumbered with its text unchanged makes another database.
+  for (const m of readMigrations()) digest.update(`${m.version}\n${m.sql}`);
   return `herald_tpl_${digest.digest('hex').slice(0, 12)}`;
 }
 

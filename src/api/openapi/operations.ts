@@ -574,7 +574,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Message Attempt',
     summary: 'Resend Webhook',
     description:
-      'Starts a new cycle of the same delivery: same message id, lifetime history kept. `409 payload_expired` when the payload is gone (retention, or a delete of the content); `409 conflict` while a request of the message to the endpoint is in flight (resend once its attempt has ended).',
+      'Starts a new cycle of the same delivery: same message id, lifetime history kept. While a request of the message to the endpoint is in flight, the new cycle is queued behind it: it starts once that attempt has ended (one request in flight per endpoint). `409 payload_expired` when the payload is gone (retention, or a delete of the content).',
     headers: answerOnceKey,
     responses: { 202: one('Scheduled', out.EmptyResponse) },
     errors: [409],

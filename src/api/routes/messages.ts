@@ -3,12 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { expungeAttemptResponse } from '../../db/attempts.ts';
 import { recordAudit } from '../../db/audit.ts';
-import {
-  leaseSecondsLeft,
-  liftEndpointPause,
-  listDestinations,
-  resendDelivery,
-} from '../../db/deliveries.ts';
+import { liftEndpointPause, listDestinations, resendDelivery } from '../../db/deliveries.ts';
 import { listEndpoints } from '../../db/endpoints.ts';
 import { expungeMessagePayload, findMessage, listMessages } from '../../db/messages.ts';
 import { requireApp } from '../../engine/apps.ts';
@@ -142,17 +137,6 @@ export const messageRoutes =
         return answerOnce(core, request, reply, async (tx) => {
           const resend = await resendDelivery(tx, application.id, message.id, endpoint.id);
           if (resend === 'payload_gone') throw payloadExpired();
-          if (resend === 'in_flight') {
-            // When to ask again: once its lease has run out, the attempt has ended (or, its worker
-            // dead, lease recovery is about to end it).
-            const left = await leaseSecondsLeft(tx, message.id, endpoint.id);
-            throw new HeraldError(
-              'attempt_in_flight',
-              'a request of this message to this endpoint is in flight; resend it once that attempt has ended',
-              undefined,
-              { retryAfterSeconds: left ?? 1 },
-            );
-          }
           // A send now, asked for: the endpoint's rest after failures does not hold it back.
           await liftEndpointPause(tx, endpoint.id);
           await recordAudit(tx, {
@@ -161,7 +145,9 @@ export const messageRoutes =
             appId: application.id,
             targetType: 'message',
             targetId: message.id,
-            details: { endpointId: endpoint.id },
+            // Queued: behind an attempt in flight, which ends first.
+            details:
+              resend === 'queued' ? { endpointId: endpoint.id, queued: true } : { endpointId: endpoint.id },
           });
           // Svix answers with an EmptyResponse (`{}`); the SDKs JSON-parse any non-204 body.
           return { status: 202, body: {} };
