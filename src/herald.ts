@@ -107,6 +107,7 @@ export function createLogger(level: string, fd: 1 | 2 = 1): Logger {
 
 export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promise<Db> {
   if (config.databaseUrl) {
+    let deaf = false;
     return createPgDb({
       connectionString: config.databaseUrl,
       listenConnectionString: config.listenDatabaseUrl,
@@ -117,13 +118,18 @@ export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promi
         if (state === 'lost')
           log.warn({ err: error?.message }, 'LISTEN connection lost; polling until it is back');
         else if (state === 'restored') log.info('LISTEN connection restored');
-        else if (state === 'hearing') log.debug('LISTEN hears a NOTIFY sent through DATABASE_URL');
-        else
+        else if (state === 'hearing') {
+          // At info only after a warning that it was deaf: the all-clear belongs beside the alarm.
+          if (deaf) log.info('LISTEN hears a NOTIFY sent through DATABASE_URL again');
+          deaf = false;
+        } else {
+          deaf = true;
           log.warn(
             'LISTEN did not hear a NOTIFY sent through DATABASE_URL: wake-ups fall back to polling and ' +
               'cached apps, sources and API keys to their 5 s age limit. Behind a transaction-mode ' +
               'pooler, set HERALD_LISTEN_DATABASE_URL to PostgreSQL itself or to a session-mode pool',
           );
+        }
       },
     });
   }

@@ -148,6 +148,23 @@ describe('behind PgBouncer in transaction mode', { skip: pgbouncerMissing ?? fal
     await waitFor('the revoked key to be refused', async () => (await status()) === 401, 2_000);
   });
 
+  test('named statements do fail through this pooler: what HERALD_DB_PREPARE=false is for', async () => {
+    const named = createPgDb({ connectionString: bouncer.through(t.database.url), max: 8 });
+    try {
+      const results = await Promise.allSettled(
+        Array.from({ length: 64 }, (_, i) => named.query('select $1::int as n', [i], 'probe')),
+      );
+      const codes = new Set(
+        results.flatMap((r) => (r.status === 'rejected' ? [(r.reason as { code?: string }).code] : [])),
+      );
+      // 42P05: "prepared statement already exists" (another client prepared it on that session);
+      // 26000: "does not exist" (this client prepared it on another).
+      assert.ok(codes.has('42P05') || codes.has('26000'), `failures: ${[...codes].join(', ') || 'none'}`);
+    } finally {
+      await named.close();
+    }
+  });
+
   test('a LISTEN through the pooler hears nothing, and the check says so; one to PostgreSQL hears', async () => {
     const check = async (listenUrl: string) => {
       const states: string[] = [];

@@ -59,12 +59,17 @@ export function createPgDb(options: PgDbOptions): Db {
       connectionString: options.listenConnectionString ?? options.connectionString,
     },
     onState: (state, error) => {
+      // A check under way when the connection dropped proves nothing: the one after its return counts.
+      if (state === 'lost') connection++;
       options.onListenState?.(state, error);
       if (state === 'restored') checkHearing();
     },
     retryMaxMs: LISTEN_RETRY_MAX_MS,
   });
   let listening = false;
+  /** Counts the LISTEN connections lost: a check's verdict stands only on the one it began on. */
+  let connection = 0;
+  let closed = false;
 
   // Through a transaction-mode pooler, LISTEN is accepted and then hears nothing: its session is
   // lent to other clients between statements. Nothing fails — wake-ups fall back to polling and
@@ -76,6 +81,7 @@ export function createPgDb(options: PgDbOptions): Db {
     const heard = new Promise<boolean>((resolve) => {
       hear = () => resolve(true);
     });
+    const on = connection;
     void (async () => {
       const stop = await listener.listen(HEARING_CHANNEL, (payload) => {
         if (payload === token) hear();
@@ -83,7 +89,7 @@ export function createPgDb(options: PgDbOptions): Db {
       try {
         await pool.query('select pg_notify($1, $2)', [HEARING_CHANNEL, token]);
         const inTime = await Promise.race([heard, sleep(HEARING_TIMEOUT_MS, false, { ref: false })]);
-        options.onListenState?.(inTime ? 'hearing' : 'deaf');
+        if (!closed && on === connection) options.onListenState?.(inTime ? 'hearing' : 'deaf');
       } finally {
         await stop();
       }
@@ -135,6 +141,7 @@ export function createPgDb(options: PgDbOptions): Db {
       return pipeline;
     },
     async close() {
+      closed = true;
       await listener.close();
       await Promise.all([...pipelines].map((p) => p.close()));
       await pool.end();
