@@ -12,7 +12,6 @@ export const ERRORS = {
   conflict: { status: 409, code: 'conflict' },
   idempotency_conflict: { status: 409, code: 'idempotency_conflict' },
   payload_expired: { status: 409, code: 'payload_expired' },
-  // A resend of a delivery whose request is out: one request at a time per endpoint.
   payload_too_large: { status: 413, code: 'payload_too_large' },
   unsupported_media_type: { status: 415, code: 'unsupported_media_type' },
   rate_limited: { status: 429, code: 'rate_limited' },

@@ -365,9 +365,12 @@ test('a resend queued behind an attempt in flight starts its cycle whatever ends
     [app.id],
   );
   for (const row of rows) {
+    // The lease given back was its cycle's only attempt, never made: that cycle is the one that
+    // starts again. The others start a second.
+    const cycle = row.id === givenBack.deliveryId ? 1 : 2;
     assert.deepEqual(
       { state: row.state, cycle: row.cycle, trigger: row.trigger, marked: row.marked },
-      { state: 'pending', cycle: 2, trigger: 'manual', marked: false },
+      { state: 'pending', cycle, trigger: 'manual', marked: false },
       row.id,
     );
   }

@@ -13,6 +13,7 @@ import {
   claimDeliveries,
   liftEndpointPause,
   recordOutcomes,
+  resendDelivery,
 } from '../src/db/deliveries.ts';
 import { asQueryable } from '../src/db/port.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
@@ -216,6 +217,43 @@ describe('below the worker', () => {
     }
     assert.equal(await pausedFor(endpoint.id), null, 'the rest the outcome write started is lifted');
     assert.equal((await claimOne()).length, 1);
+  });
+
+  test('a resend queued behind a failing attempt sends now: that failure counts, but starts no rest', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'queued-resend');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/queued-resend');
+    await seedMessage(db, app.id);
+    await db.query('update endpoint set consecutive_failures = 2 where id = $1', [endpoint.id]);
+    const [claim] = await claimOne();
+    assert.equal(await resendDelivery(db, app.id, claim!.messageId, endpoint.id), 'queued');
+    // The third failure in a row would rest the endpoint for 300 s.
+    await recordOutcomes(db, [failed(claim!)], 100);
+    assert.equal(await pausedFor(endpoint.id), null);
+    const { rows } = await db.query<{ failures: number }>(
+      'select consecutive_failures as failures from endpoint where id = $1',
+      [endpoint.id],
+    );
+    assert.equal(rows[0]!.failures, 3, 'the failure counts towards auto-disable');
+    const [again] = await claimOne();
+    assert.equal(again?.deliveryId, claim!.deliveryId, 'the resend is claimed at once');
+    assert.equal(again?.trigger, 'manual');
+  });
+
+  test('a resend queued behind an attempt whose payload went meanwhile leaves that attempt the last', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'queued-expired');
+    await seedEndpoint(db, app.id, 'http://127.0.0.1:9/queued-expired');
+    await seedMessage(db, app.id);
+    const [claim] = await claimOne();
+    assert.equal(await resendDelivery(db, app.id, claim!.messageId, claim!.endpointId), 'queued');
+    await db.query('update message set payload = null where id = $1', [claim!.messageId]);
+    await recordOutcomes(db, [attemptResult(claim!)], 100);
+    const { rows } = await db.query<{ state: string; cycle: number; marked: boolean }>(
+      'select state, cycle, resend_requested_at is not null as marked from delivery where id = $1',
+      [claim!.deliveryId],
+    );
+    assert.deepEqual(rows[0], { state: 'succeeded', cycle: 1, marked: false });
   });
 
   test("lifting a rest keeps a throttle's spacing (at most a second)", async () => {

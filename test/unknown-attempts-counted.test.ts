@@ -11,6 +11,7 @@ import {
   recordOutcomes,
   recoverExpiredLeases,
   resendDelivery,
+  restartDeliveries,
 } from '../src/db/deliveries.ts';
 import { migrate, readMigrations } from '../src/db/migrate.ts';
 import type { Queryable } from '../src/db/port.ts';
@@ -134,7 +135,7 @@ test('a delivery parked while the upgrade counted, or parked again, is counted a
   await migrating.connect();
   try {
     const app = await seedApp(old.db, 'unknown_attempts_race');
-    const risky = await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/risky', false);
+    await seedEndpoint(old.db, app.id, 'http://127.0.0.1:9/risky', false);
     await seedMessage(old.db, app.id);
     const first = await claimOne(old.db);
     await recordOutcomes(old.db, [unknownParked(first)], 5);
@@ -147,7 +148,9 @@ test('a delivery parked while the upgrade counted, or parked again, is counted a
 
     // Meanwhile, committed by a worker of the version before: the first delivery is resent and
     // parked again with a second unknown attempt, and a second one is parked for the first time.
-    await resendDelivery(old.db, app.id, first.messageId, risky.id);
+    // (A restart as that version's resend made it: today's queues a resend in flight on a column
+    // this database does not have yet.)
+    assert.equal((await restartDeliveries(old.db, [first.deliveryId])).length, 1);
     const again = await claimOne(old.db);
     await recordOutcomes(old.db, [unknownParked(again)], 5);
     await seedMessage(old.db, app.id);
