@@ -31,3 +31,27 @@ test('a command on a database behind its migrations refuses, naming them; herald
     await old.drop();
   }
 });
+
+test('herald migrate refuses a database where a number was applied under another name, and changes nothing', async () => {
+  const last = readMigrations().at(-1)!;
+  const old = await freshDatabase('cli_migrate_renamed', { upTo: last.version - 1 });
+  try {
+    // What a build from between two releases left: its own file under the number this build uses.
+    await old.db.query(`insert into herald_migration (version, name) values ($1, 'another_change')`, [
+      last.version,
+    ]);
+    const refused = await runHerald(['migrate'], testEnv(old.url));
+    assert.notEqual(refused.code, 0, refused.stdout);
+    assert.match(
+      refused.stderr,
+      new RegExp(`migration ${last.version} was applied as another_change, but this build's is ${last.name}`),
+    );
+    const { rows } = await old.db.query<{ name: string }>(
+      'select name from herald_migration where version = $1',
+      [last.version],
+    );
+    assert.deepEqual(rows, [{ name: 'another_change' }]);
+  } finally {
+    await old.drop();
+  }
+});

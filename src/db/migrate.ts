@@ -54,8 +54,19 @@ export async function migrate(db: Db, migrations = readMigrations()): Promise<nu
       await tx.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
       await tx.query(`create table if not exists herald_migration (
         version int primary key, name text not null, applied_at timestamptz not null default now())`);
-      const seen = await tx.query('select 1 from herald_migration where version = $1', [migration.version]);
-      if (seen.rowCount > 0) return false;
+      const seen = await tx.query<{ name: string }>('select name from herald_migration where version = $1', [
+        migration.version,
+      ]);
+      const recorded = seen.rows[0]?.name;
+      // Another file under this number (a build from between two releases): its changes are not
+      // this file's, and applying the files after it would build on what is not there.
+      if (recorded !== undefined && recorded !== migration.name) {
+        throw new Error(
+          `migration ${migration.version} was applied as ${recorded}, but this build's is ${migration.name}: ` +
+            'the database was migrated by another build; restore it from before that migration',
+        );
+      }
+      if (recorded !== undefined) return false;
       await tx.script(migration.sql);
       await tx.query('insert into herald_migration (version, name) values ($1, $2)', [
         migration.version,
