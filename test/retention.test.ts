@@ -13,6 +13,7 @@ import {
   pruneOldClaims,
   retentionPass,
 } from '../src/db/retention.ts';
+import { runDoctor } from '../src/ops/doctor.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
@@ -314,30 +315,47 @@ test("history pruning takes a message's old claims and their observations; a you
       [id, appId],
     );
   };
-  const [first, joined, legacy] = [
+  const [first, joined, legacy, lost] = [
     idMintedAt('in', fortyDays, 1),
     idMintedAt('in', Date.now() - 3_600_000, 2),
     idMintedAt('in', fortyDays, 3),
+    idMintedAt('in', fortyDays, 4),
   ];
   await claim(first, 'evt_first', new Date(fortyDays).toISOString(), message, false);
   await claim(joined, 'evt_joined', new Date(Date.now() - 3_600_000).toISOString(), message, false);
   await claim(legacy, 'evt_legacy', new Date(fortyDays).toISOString(), null, true);
+  // A defect, not a pruned claim: acknowledged, and no message was ever made. It stays.
+  await claim(lost, 'evt_lost', new Date(fortyDays).toISOString(), null, false);
 
-  assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
+  assert.ok((await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30))) >= 1);
   const left = async () =>
     (
       await t.database.db.query<{ id: string; message_id: string | null; marked: boolean; observed: number }>(
         `select i.id, i.message_id, i.message_pruned_at is not null as marked,
                 (select count(*)::int from intake_observation o where o.intake_id = i.id) as observed
            from intake i where i.id = any($1) order by i.id`,
-        [[first, joined, legacy]],
+        [[first, joined, legacy, lost]],
       )
     ).rows;
   assert.deepEqual(await left(), [
     { id: legacy, message_id: null, marked: true, observed: 1 },
+    { id: lost, message_id: null, marked: false, observed: 1 },
     { id: joined, message_id: null, marked: true, observed: 1 },
   ]);
+  // The doctor passes the marked claim by; it reports the one that never made a message.
+  const findings = await runDoctor(t.database.db, {
+    settleSeconds: 0,
+    dueSeconds: 3600,
+    leaseGraceSeconds: 3600,
+    unknownReviewSeconds: 3600,
+    lookbackSeconds: 86_400,
+  });
+  const lostClaims = findings.find((f) => f.check === 'intake_without_message')?.examples ?? [];
+  assert.ok(!lostClaims.includes(joined), 'a claim whose message was pruned is no defect');
   // The claims step takes the marked claims once old: the legacy one now, the joined one in 30 days.
-  assert.equal(await pruneOldClaims(t.database.db, 30), 1);
-  assert.deepEqual(await left(), [{ id: joined, message_id: null, marked: true, observed: 1 }]);
+  assert.ok((await pruneOldClaims(t.database.db, 30)) >= 1);
+  assert.deepEqual(await left(), [
+    { id: lost, message_id: null, marked: false, observed: 1 },
+    { id: joined, message_id: null, marked: true, observed: 1 },
+  ]);
 });

@@ -78,15 +78,17 @@ export async function pruneFinishedHistory(
  * Deletes up to `batch` claims marked `message_pruned_at` (their message pruned while they were
  * younger than `days`, or by a version of herald that kept every claim) once they are older than
  * `days`, with their observations. The old claims are the first ids of the primary key
- * (time-ids.ts); once retention keeps up, the only ones left there are these, and those of messages
- * still kept.
+ * (time-ids.ts); once retention keeps up, the walk steps over the old claims that stay — those of
+ * messages still kept (waiting, or parked for review), and defects without a message, which
+ * `herald doctor` reports — and no others.
  */
 export async function pruneOldClaims(db: Queryable, days: number, batch = RETENTION_BATCH): Promise<number> {
   const result = await db.query(
     `delete from intake where id in (
        select id from intake
         where id < ${firstIdAt('in', 'now() - make_interval(days => $1)')}
-          and claimed_at < now() - make_interval(days => $1) and message_pruned_at is not null
+          and claimed_at < now() - make_interval(days => $1)
+          and message_pruned_at is not null and message_id is null
         order by id limit $2 for update skip locked)`,
     [days, batch],
   );
