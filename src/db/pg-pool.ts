@@ -73,26 +73,30 @@ export function createPgDb(options: PgDbOptions): Db {
 
   // Through a transaction-mode pooler, LISTEN is accepted and then hears nothing: its session is
   // lent to other clients between statements. Nothing fails — wake-ups fall back to polling and
-  // cached rows to their age limit — so the listener is asked to hear a NOTIFY of the pool's.
+  // cached rows to their age limit — so the listener is asked to hear a NOTIFY of the pool's. The
+  // check's channel, once listened on, stays with the others for the connection's life.
+  let expected: { token: string; hear: () => void } | null = null;
+  let checkChannel: Promise<unknown> | null = null;
   function checkHearing(): void {
     if (!options.checkHearing) return;
     const token = crypto.randomUUID();
-    let hear = () => {};
     const heard = new Promise<boolean>((resolve) => {
-      hear = () => resolve(true);
+      expected = { token, hear: () => resolve(true) };
     });
     const on = connection;
     void (async () => {
-      const stop = await listener.listen(HEARING_CHANNEL, (payload) => {
-        if (payload === token) hear();
-      });
-      try {
-        await pool.query('select pg_notify($1, $2)', [HEARING_CHANNEL, token]);
-        const inTime = await Promise.race([heard, sleep(HEARING_TIMEOUT_MS, false, { ref: false })]);
-        if (!closed && on === connection) options.onListenState?.(inTime ? 'hearing' : 'deaf');
-      } finally {
-        await stop();
-      }
+      checkChannel ??= listener
+        .listen(HEARING_CHANNEL, (payload) => {
+          if (payload === expected?.token) expected.hear();
+        })
+        .catch((error: unknown) => {
+          checkChannel = null;
+          throw error;
+        });
+      await checkChannel;
+      await pool.query('select pg_notify($1, $2)', [HEARING_CHANNEL, token]);
+      const inTime = await Promise.race([heard, sleep(HEARING_TIMEOUT_MS, false, { ref: false })]);
+      if (!closed && on === connection) options.onListenState?.(inTime ? 'hearing' : 'deaf');
     })().catch(() => {
       // The connection went away meanwhile: its return runs the check again.
     });
