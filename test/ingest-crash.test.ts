@@ -11,6 +11,7 @@ import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { signedHeaders } from './support/inbound.ts';
 import { freePort, killAll, type StartedHerald, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
@@ -56,15 +57,9 @@ after(async () => {
 
 /** The provider's request: same webhook-id and body every time, signed with a fresh timestamp. */
 async function send(apiUrl: string, id: string, body: string): Promise<number> {
-  const now = new Date();
   const response = await fetch(`${apiUrl}/ingest/${SOURCE}`, {
     method: 'POST',
-    headers: {
-      'content-type': 'application/json',
-      'webhook-id': id,
-      'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-      'webhook-signature': signer.sign(id, now, body),
-    },
+    headers: signedHeaders(signer, id, body),
     body,
     signal: AbortSignal.timeout(10_000),
   });

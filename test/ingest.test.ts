@@ -11,6 +11,7 @@ import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { signedHeaders } from './support/inbound.ts';
 import { runHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
@@ -58,14 +59,8 @@ after(async () => {
   await receiver.close();
 });
 
-function signed(id: string, body: string, timestamp = new Date()) {
-  return {
-    'content-type': 'application/json',
-    'webhook-id': id,
-    'webhook-timestamp': String(Math.floor(timestamp.getTime() / 1000)),
-    'webhook-signature': signer.sign(id, timestamp, body),
-  };
-}
+const signed = (id: string, body: string, timestamp = new Date()) =>
+  signedHeaders(signer, id, body, timestamp);
 
 /** A string body goes out as text/plain unless `headers` name a type; bytes go out with none. */
 async function deliver(headers: Record<string, string>, body: string | Buffer, source = 'helpdesk') {

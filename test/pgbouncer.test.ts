@@ -12,6 +12,7 @@ import { createPgDb } from '../src/db/pg-pool.ts';
 import { createApiKey, revokeKey } from '../src/engine/api-keys.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { signedHeaders } from './support/inbound.ts';
 import { type PgBouncer, pgbouncerMissing, startPgBouncer } from './support/pgbouncer.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -107,15 +108,9 @@ describe('behind PgBouncer in transaction mode', { skip: pgbouncerMissing ?? fal
     await concurrently(N * 2, async (i) => {
       const id = `evt_${i % N}`;
       const body = JSON.stringify({ item: i % N });
-      const now = new Date();
       const response = await fetch(`${t.url}/ingest/pooled-feed`, {
         method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          'webhook-id': id,
-          'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-          'webhook-signature': signer.sign(id, now, body),
-        },
+        headers: signedHeaders(signer, id, body),
         body,
       });
       await response.arrayBuffer();

@@ -5,10 +5,10 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { chown, mkdtemp, rm, writeFile } from 'node:fs/promises';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
+import { freePort } from './processes.ts';
 import { waitFor } from './wait.ts';
 
 const BINARY = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => existsSync(path));
@@ -28,15 +28,6 @@ function keepsNamedStatements(binary: string): boolean {
   if (!version) throw new Error('pgbouncer --version printed no version');
   const [major, minor] = [Number(version[1]), Number(version[2])];
   return major > 1 || (major === 1 && minor >= 21);
-}
-
-/** A free port on loopback, for the pooler to listen on. */
-async function freePort(): Promise<number> {
-  const server = net.createServer();
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  const { port } = server.address() as net.AddressInfo;
-  await new Promise<void>((resolve) => server.close(() => resolve()));
-  return port;
 }
 
 /**
