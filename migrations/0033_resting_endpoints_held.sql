@@ -24,9 +24,10 @@
 --     never waits) may leave rows held: the lift marks the slot as ended now, and the next tending
 --     releases them.
 --
--- The mark has an index of its own, on the marked slots only: claims and outcome writes never
--- change it, so their updates of a slot stay HOT (next_start_at, which a throttled endpoint's
--- claims set at every lease, is not indexed). Tending clears marks a minute after they end.
+-- The mark has an index of its own, on the marked slots only: the claims, and the outcome writes
+-- but for one that starts a long rest, never change it, so their updates of a slot stay HOT
+-- (next_start_at, which a throttled endpoint's claims set at every lease, is not indexed). Tending
+-- clears marks a minute after they end.
 
 alter table delivery_lease add column rests_until timestamptz;
 create index delivery_lease_resting on delivery_lease (rests_until) where rests_until is not null;
@@ -121,14 +122,24 @@ $$;
 -- Opens an endpoint's slot that failures or a Retry-After closed, for an operator who asks for a
 -- send now (a resend, a recovery, an enable), and releases the rows its rest held. A throttle's
 -- spacing, at most a second, stays. Returns how many rows were released.
-create function herald_lift_endpoint_pause(endpoint text)
+--
+-- It locks the slot every time, not only when its snapshot sees a rest: so it waits for an outcome
+-- write of the endpoint under way, and then reads the slot that write left, lifting a rest that
+-- write started. Not when the caller holds the endpoint's row (`holds_endpoint`: an enable): an
+-- outcome write locks the slot, then the endpoint, and waiting for the slot would deadlock with
+-- it; then a slot under an outcome write is left, and a rest that write starts stands.
+create function herald_lift_endpoint_pause(endpoint text, holds_endpoint boolean)
 returns int
 language plpgsql volatile
 set jit = off
 as $$
 begin
-  -- Every time, not only when this snapshot sees a rest: the slot's row lock makes this wait for an
-  -- outcome write of the endpoint under way, and the update then reads the slot that write left.
+  if holds_endpoint then
+    perform 1 from delivery_lease l where l.endpoint_id = endpoint for update skip locked;
+    if not found then
+      return herald_release_endpoint(endpoint, 10000);
+    end if;
+  end if;
   -- A marked rest is marked as ended now, for tending to release what a hold beside this one held.
   update delivery_lease s
      set next_start_at = case when s.next_start_at > now() + interval '1 second' then now() else s.next_start_at end,
@@ -214,7 +225,11 @@ begin
     exit when released >= batch;
     released := released + herald_release_endpoint(e.id, batch - released);
   end loop;
-  update delivery_lease s set rests_until = null where s.rests_until < now() - interval '1 minute';
+  -- Never waiting for a slot: an outcome write holds its slot, then waits for the endpoint that the
+  -- first step holds shared.
+  update delivery_lease s set rests_until = null
+   where s.ctid = any(array(
+     select l.ctid from delivery_lease l where l.rests_until < now() - interval '1 minute' for update skip locked));
 
   if release_held then
     for e in

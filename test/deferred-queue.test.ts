@@ -279,7 +279,7 @@ describe('the deferred queue rows', () => {
         for (let round = 0; round < ROUNDS; round++) {
           const endpoint = endpoints[Math.floor(Math.random() * endpoints.length)]!;
           if (Math.random() < 0.5) {
-            await client.query('select herald_lift_endpoint_pause($1)', [endpoint]);
+            await client.query('select herald_lift_endpoint_pause($1, false)', [endpoint]);
             continue;
           }
           await client.query('begin');

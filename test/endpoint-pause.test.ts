@@ -256,6 +256,36 @@ describe('below the worker', () => {
     assert.deepEqual(rows[0], { state: 'succeeded', cycle: 1, marked: false });
   });
 
+  test('an enable, which holds the endpoint, lifts without waiting for a slot an outcome write holds: no deadlock', async () => {
+    const { db } = database;
+    const app = await seedApp(db, 'enable-lift');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/enable-lift');
+    await seedMessage(db, app.id);
+    const [claim] = await claimOne();
+    assert.ok(claim);
+    // An outcome write's order: the slot first, the endpoint after.
+    const writer = new pg.Client({ connectionString: database.url });
+    await writer.connect();
+    try {
+      await writer.query('begin');
+      await writer.query('select 1 from delivery_lease where endpoint_id = $1 for update', [endpoint.id]);
+      // The enable's order: the endpoint first (replaceEndpoint's lock), then the lift.
+      await db.transaction(async (tx) => {
+        // A lift that waited for the slot would wait for good (the writer waits for this next).
+        await tx.query(`set local lock_timeout = '2s'`);
+        await tx.query('select 1 from endpoint where id = $1 for update', [endpoint.id]);
+        await liftEndpointPause(tx, endpoint.id, true);
+      });
+      await writer.query(
+        'update endpoint set consecutive_failures = consecutive_failures + 1 where id = $1',
+        [endpoint.id],
+      );
+      await writer.query('commit');
+    } finally {
+      await writer.end();
+    }
+  });
+
   test("lifting a rest keeps a throttle's spacing (at most a second)", async () => {
     const { db } = database;
     const app = await seedApp(db, 'lifted');

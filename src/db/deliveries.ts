@@ -383,8 +383,13 @@ export async function resendDelivery(
  * that a long rest held out of the claims' walk (0033). A throttle's spacing, at most a second,
  * stays.
  */
-export async function liftEndpointPause(db: Queryable, endpointId: string): Promise<void> {
-  await db.query('select herald_lift_endpoint_pause($1)', [endpointId]);
+export async function liftEndpointPause(
+  db: Queryable,
+  endpointId: string,
+  /** The caller holds the endpoint's row lock (an enable): the lift must not wait for its slot. */
+  holdsEndpoint = false,
+): Promise<void> {
+  await db.query('select herald_lift_endpoint_pause($1, $2)', [endpointId, holdsEndpoint]);
 }
 
 /** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */

@@ -121,7 +121,7 @@ export async function replaceEndpoint(
   if (current.disabled !== updated.disabled) {
     await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
     // Enabled again: its failures are forgiven (updateEndpoint), and so is the rest they imposed.
-    if (!updated.disabled) await liftEndpointPause(tx, updated.id);
+    if (!updated.disabled) await liftEndpointPause(tx, updated.id, true);
   }
   // Svix's endpoint.disabled means "disabled automatically"; an operator's change is an update.
   await emitEndpointEvent(core.config, tx, 'endpoint.updated', updated);
