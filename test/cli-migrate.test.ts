@@ -32,7 +32,7 @@ test('a command on a database behind its migrations refuses, naming them; herald
   }
 });
 
-test('herald migrate refuses a database where a number was applied under another name, and changes nothing', async () => {
+test('herald migrate, and every other command, refuses a database where a number was applied under another name, and changes nothing', async () => {
   const last = readMigrations().at(-1)!;
   const old = await freshDatabase('cli_migrate_renamed', { upTo: last.version - 1 });
   try {
@@ -46,6 +46,10 @@ test('herald migrate refuses a database where a number was applied under another
       refused.stderr,
       new RegExp(`migration ${last.version} was applied as another_change, but this build's is ${last.name}`),
     );
+    // Nor does another command go on over it.
+    const listed = await runHerald(['keys', 'list'], testEnv(old.url));
+    assert.notEqual(listed.code, 0, listed.stdout);
+    assert.match(listed.stderr, new RegExp(`migration ${last.version} was applied as another_change`));
     const { rows } = await old.db.query<{ name: string }>(
       'select name from herald_migration where version = $1',
       [last.version],

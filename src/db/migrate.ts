@@ -38,12 +38,26 @@ export async function migrationState(db: Queryable, migrations = readMigrations(
   const exists = await db.query<{ present: boolean }>(
     `select to_regclass('herald_migration') is not null as present`,
   );
-  const applied = exists.rows[0]?.present
-    ? (await db.query<{ version: number }>('select version from herald_migration order by version')).rows.map(
-        (r) => r.version,
-      )
+  const recorded = exists.rows[0]?.present
+    ? (await db.query<{ version: number; name: string }>('select version, name from herald_migration')).rows
     : [];
+  for (const migration of migrations)
+    assertSameMigration(migration, recorded.find((r) => r.version === migration.version)?.name);
+  const applied = recorded.map((r) => r.version).sort((a, b) => a - b);
   return { applied, pending: migrations.map((m) => m.version).filter((v) => !applied.includes(v)) };
+}
+
+/**
+ * Another file recorded under this number (a build from between two releases): its changes are
+ * not this file's, and what comes after it would build on what is not there.
+ */
+function assertSameMigration(migration: Migration, recorded: string | undefined): void {
+  if (recorded !== undefined && recorded !== migration.name) {
+    throw new Error(
+      `migration ${migration.version} was applied as ${recorded}, but this build's is ${migration.name}: ` +
+        'the database was migrated by another build; restore it from before that migration',
+    );
+  }
 }
 
 /** Applies every pending migration; returns the versions this call applied. */
@@ -58,14 +72,7 @@ export async function migrate(db: Db, migrations = readMigrations()): Promise<nu
         migration.version,
       ]);
       const recorded = seen.rows[0]?.name;
-      // Another file under this number (a build from between two releases): its changes are not
-      // this file's, and applying the files after it would build on what is not there.
-      if (recorded !== undefined && recorded !== migration.name) {
-        throw new Error(
-          `migration ${migration.version} was applied as ${recorded}, but this build's is ${migration.name}: ` +
-            'the database was migrated by another build; restore it from before that migration',
-        );
-      }
+      assertSameMigration(migration, recorded);
       if (recorded !== undefined) return false;
       await tx.script(migration.sql);
       await tx.query('insert into herald_migration (version, name) values ($1, $2)', [
