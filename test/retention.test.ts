@@ -342,7 +342,7 @@ test("history pruning takes a message's old claims and their observations; a you
     { id: lost, message_id: null, marked: false, observed: 1 },
     { id: joined, message_id: null, marked: true, observed: 1 },
   ]);
-  // The doctor passes the marked claim by; it reports the one that never made a message.
+  // The doctor passes the marked claim by (within its day's window, unlike the 40-day-old ones).
   const findings = await runDoctor(t.database.db, {
     settleSeconds: 0,
     dueSeconds: 3600,

@@ -1,7 +1,8 @@
-// Deliveries that wait long — retries more than a minute ahead, and disabled endpoints' backlogs —
-// wait in delivery_deferred, out of the claims' walk (migration 0030). The workers tend it on
-// their maintenance clock: rows coming due go back to delivery_due, disabled endpoints' rows are
-// held, and held rows of endpoints enabled since are released.
+// Deliveries that wait long — retries more than a minute ahead, and the backlogs of endpoints that
+// are closed: disabled (migration 0030), or resting after failures for more than the horizon
+// (0033) — wait in delivery_deferred, out of the claims' walk. The workers tend it on their
+// maintenance clock: rows coming due go back to delivery_due, closed endpoints' rows are held, and
+// held rows of endpoints open again (enabled, their rest ending) are released.
 
 import type { Queryable } from './port.ts';
 
@@ -11,9 +12,9 @@ export const TEND_BATCH = 5000;
 export interface Tended {
   /** Rows coming due, moved back to delivery_due. */
   requeued: number;
-  /** Rows of disabled endpoints that were put on hold. */
+  /** Rows of closed endpoints (disabled, or resting past the horizon) that were put on hold. */
   held: number;
-  /** Held rows of enabled endpoints, released. */
+  /** Held rows of endpoints open again, released. */
   released: number;
   /** False when another worker was tending: this one did nothing. */
   tended: boolean;
