@@ -19,10 +19,11 @@
 --   * tending releases the held rows once the rest ends within the horizon (a step at every
 --     tending, over the marked slots), before the slot opens;
 --   * lifting a rest (a resend, a recovery, an enable: herald_lift_endpoint_pause) releases them at
---     once. The lift waits for an outcome write of the endpoint under way (it locks the slot, which
---     that write holds), so it lifts a rest that write starts. A hold under way beside it (tending
---     never waits) may leave rows held: the lift marks the slot as ended now, and the next tending
---     releases them.
+--     once. A resend's or a recovery's lift waits for an outcome write of the endpoint under way (it
+--     locks the slot, which that write holds), so it lifts a rest that write starts; an enable's,
+--     which holds the endpoint that write locks next, does not wait. A hold under way beside a lift
+--     (tending waits for no lock) may leave rows held: the lift marks the slot as ended now, and
+--     the next tending releases them.
 --
 -- The mark has an index of its own, on the marked slots only: the claims, and the outcome writes
 -- but for one that starts a long rest, never change it, so their updates of a slot stay HOT
