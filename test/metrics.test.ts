@@ -186,6 +186,7 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   assert.equal(delta('herald_deliveries', { state: 'failed' }), 1);
   assert.equal(delta('herald_unknown_outcomes_parked'), 1);
   assert.equal(delta('herald_endpoints_disabled'), 1);
+  assert.equal(delta('herald_endpoints_resting'), 0);
   // The waiting delivery belongs to a disabled endpoint: it is not "due and late".
   assert.equal(value(a, 'herald_oldest_due_delivery_age_seconds'), 0);
 
@@ -207,6 +208,20 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   ]);
   const age = value((await scrape()).samples, 'herald_oldest_due_delivery_age_seconds');
   assert.ok(age === 0 || age >= 90, `oldest due age ${age}`);
+
+  // An endpoint resting for an hour (as a Retry-After of an hour rests it) is counted; a throttle's
+  // spacing of a second or less is not.
+  const resting = async () => value((await scrape()).samples, 'herald_endpoints_resting');
+  const before = await resting();
+  const restFor = (interval: string) =>
+    t.database.db.query(
+      `update delivery_lease set next_start_at = now() + $2::interval where endpoint_id = $1`,
+      [failingEp, interval],
+    );
+  await restFor('1 hour');
+  assert.equal(await resting(), before + 1);
+  await restFor('0.5 seconds');
+  assert.equal(await resting(), before);
 
   const { text } = await scrape();
   assert.doesNotMatch(text, /\b(msg|ep|app|dlv|atmpt|src|in)_[0-9a-f]{12}/, 'no object ids in metrics');

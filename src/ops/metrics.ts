@@ -66,6 +66,7 @@ interface DatabaseSnapshot {
   oldestDueSeconds: number;
   unknownParked: number;
   endpointsDisabled: number;
+  endpointsResting: number;
 }
 
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
@@ -79,7 +80,7 @@ interface DatabaseSnapshot {
 const SNAPSHOT_SQL = `
   select
     (select count(*) from delivery_queued)::float8 as pending,
-    (select count(*) from delivery_lease where delivery_id is not null)::float8 as sending,
+    l.sending::float8 as sending,
     f.failed::float8 as failed,
     coalesce(extract(epoch from now() - (
       select min(${UNSERVED_SINCE}) from endpoint e
@@ -91,9 +92,14 @@ const SNAPSHOT_SQL = `
        where not e.disabled and ${UNSERVED_SINCE} <= now()
     )), 0)::float8 as "oldestDueSeconds",
     f.unknown::float8 as "unknownParked",
-    (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled"
-    -- One read of the failed deliveries for both of their gauges.
-    from (select count(*) as failed, coalesce(sum(unknown_attempts), 0) as unknown from delivery_failed) f`;
+    (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled",
+    l.resting::float8 as "endpointsResting"
+    -- One read of the failed deliveries for both of their gauges, and one of the slots.
+    from (select count(*) as failed, coalesce(sum(unknown_attempts), 0) as unknown from delivery_failed) f,
+         -- Resting: closed past a throttle's spacing (at most a second), by failures or a Retry-After (0032).
+         (select count(*) filter (where delivery_id is not null) as sending,
+                 count(*) filter (where next_start_at > now() + interval '1 second') as resting
+            from delivery_lease) l`;
 
 const DURATION_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60];
 // From sub-second (a worker waiting on NOTIFY) to hours (an endpoint that was disabled at publish).
@@ -238,6 +244,11 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     (s) => s.unknownParked,
   );
   fromDatabase('herald_endpoints_disabled', 'Endpoints currently disabled.', (s) => s.endpointsDisabled);
+  fromDatabase(
+    'herald_endpoints_resting',
+    'Endpoints resting after failures or a Retry-After: no request starts until the rest ends.',
+    (s) => s.endpointsResting,
+  );
 
   return {
     registry,
