@@ -15,7 +15,7 @@
 --   * only an endpoint with at most 1,000 due rows is held: moving a backlog out and back costs
 --     ~25 µs a row each way, against ~4.3 µs a claim for stepping over it, so a large backlog is
 --     cheaper left in the walk (one step), and an outage of many endpoints, each with a few, is
---     what the walk suffers from;
+--     what the walk suffers from; a larger one loses its mark, and stays in the walk for that rest;
 --   * tending releases the held rows once the rest ends within the horizon (a step at every
 --     tending, over the marked slots), before the slot opens;
 --   * lifting a rest (a resend, a recovery, an enable: herald_lift_endpoint_pause) releases them at
@@ -199,6 +199,16 @@ begin
     returning 1
   )
   select (select count(*) from back), (select count(*) from holding) into requeued, held;
+
+  -- A resting endpoint with more than 1,000 due rows stays in the walk for this rest: its mark goes,
+  -- so that tending does not count its rows again at every pass (~90 µs each). Its rows that were
+  -- held before, the walk over held rows releases as the rest ends.
+  update delivery_lease s set rests_until = null
+   where s.ctid = any(array(
+     select l.ctid from delivery_lease l
+      where l.rests_until > now() + herald_defer_horizon()
+        and exists (select 1 from delivery_due q where q.endpoint_id = l.endpoint_id offset 1000)
+        for update skip locked));
 
   for e in
     select x.id from endpoint x

@@ -187,12 +187,22 @@ describe('below the worker', () => {
     ]);
     await restFor(endpoint.id, '1 hour');
     assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 0, tended: true });
-    // One delivery fewer (sent, say): the rest is at most 1,000, and tending holds it.
+    // Its mark goes: tending counts its rows no more for this rest.
+    const marked = async () =>
+      (
+        await db.query('select 1 from delivery_lease where endpoint_id = $1 and rests_until is not null', [
+          endpoint.id,
+        ])
+      ).rowCount === 1;
+    assert.equal(await marked(), false);
+    // One delivery fewer, and a rest of its own (as the next failure's): at most 1,000, it is held.
     await db.query(
       'delete from delivery where id = (select id from delivery where endpoint_id = $1 order by id limit 1)',
       [endpoint.id],
     );
+    await restFor(endpoint.id, '1 hour');
     assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 1000, released: 0, tended: true });
+    assert.equal(await marked(), true);
   });
 
   test('a lift waits for an outcome write under way that starts a rest, and lifts that rest', async () => {
