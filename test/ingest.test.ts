@@ -366,6 +366,50 @@ describe('claim and outbox', () => {
     assert.equal(joined?.value, 1, 'the second delivery id is counted as joined, not as a relayed claim');
   });
 
+  test('a GitHub request sent again under a new delivery id joins the first message: its business key is the body', async () => {
+    const created = await t.call('POST', '/api/v1/source', {
+      uid: 'repo-events',
+      scheme: 'github',
+      secret: 'github-hook-secret',
+      app: 'tickets',
+      eventType: 'repo.push',
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    assert.equal(
+      created.body.businessKey,
+      '{{body_sha256}}',
+      'the default of a scheme whose ids are unsigned',
+    );
+    const github = (id: string, body: string) => ({
+      'content-type': 'application/json',
+      'x-github-delivery': id,
+      'x-github-event': 'push',
+      'x-hub-signature-256': `sha256=${crypto.createHmac('sha256', 'github-hook-secret').update(body).digest('hex')}`,
+    });
+    const push = '{"ref":"refs/heads/main","after":"9f2d03b"}';
+    // The genuine delivery, then its bytes and signature under an id of the sender's choosing.
+    assert.equal((await deliver(github('d-1', push), push, 'repo-events')).status, 204);
+    assert.equal((await deliver(github('d-forged', push), push, 'repo-events')).status, 204);
+    const other = '{"ref":"refs/heads/main","after":"41cf635"}';
+    assert.equal((await deliver(github('d-2', other), other, 'repo-events')).status, 204);
+    const { rows } = await t.database.db.query<{
+      delivery_id: string;
+      message_id: string;
+      business_key: string;
+    }>(
+      `select i.delivery_id, i.message_id, i.business_key from intake i join source s on s.id = i.source_id
+        where s.uid = 'repo-events' order by i.delivery_id`,
+    );
+    const byId = new Map(rows.map((r) => [r.delivery_id, r]));
+    assert.equal(byId.get('d-forged')!.message_id, byId.get('d-1')!.message_id, 'the replay made no message');
+    assert.notEqual(
+      byId.get('d-2')!.message_id,
+      byId.get('d-1')!.message_id,
+      'another push is another event',
+    );
+    assert.equal(byId.get('d-1')!.business_key, crypto.createHash('sha256').update(push).digest('hex'));
+  });
+
   test('a store failure answers 503 and keeps nothing, so the sender retries', async () => {
     await t.database.db.query(`create function fail_intake() returns trigger language plpgsql as $$
       begin if new.delivery_id = 'evt_fail' then raise exception 'disk full'; end if; return new; end $$`);

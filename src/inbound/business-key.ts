@@ -1,8 +1,10 @@
 // The business key: what makes two inbound deliveries the same business event. A template over
-// the delivery — `{{delivery_id}}`, `{{header.x-request-id}}`, `{{body.ticket.id}}:{{body.action}}`
-// — rendered after verification. Every outbound attempt of the relayed message carries it as
-// Idempotency-Key, so the receiver can apply the event once however often it arrives.
+// the delivery — `{{delivery_id}}`, `{{body_sha256}}`, `{{header.x-request-id}}`,
+// `{{body.ticket.id}}:{{body.action}}` — rendered after verification. Every outbound attempt of the
+// relayed message carries it as Idempotency-Key, so the receiver can apply the event once however
+// often it arrives.
 
+import crypto from 'node:crypto';
 import { parseJsonBody } from './verifiers/verdict.ts';
 
 export interface BusinessKeyInput {
@@ -14,7 +16,11 @@ export interface BusinessKeyInput {
   rawBody: Buffer;
 }
 
-type Part = { literal: string } | { field: 'delivery_id' } | { header: string } | { body: string[] };
+type Part =
+  | { literal: string }
+  | { field: 'delivery_id' | 'body_sha256' }
+  | { header: string }
+  | { body: string[] };
 
 const PLACEHOLDER = /\{\{\s*([^}]*?)\s*\}\}/g;
 const MAX_KEY_LENGTH = 512;
@@ -33,18 +39,18 @@ const spelled = (part: Part): string =>
   'literal' in part
     ? part.literal
     : 'field' in part
-      ? '{{delivery_id}}'
+      ? `{{${part.field}}}`
       : 'header' in part
         ? `{{header.${part.header}}}`
         : `{{body.${part.body.join('.')}}}`;
 
 function parsePlaceholder(expression: string): Part {
-  if (expression === 'delivery_id') return { field: 'delivery_id' };
+  if (expression === 'delivery_id' || expression === 'body_sha256') return { field: expression };
   if (/^header\.[A-Za-z0-9-]+$/.test(expression))
     return { header: expression.slice('header.'.length).toLowerCase() };
   if (/^body(\.[A-Za-z0-9_-]+)+$/.test(expression)) return { body: expression.split('.').slice(1) };
   throw new BusinessKeyTemplateError(
-    `unknown placeholder {{${expression}}}: use delivery_id, header.<name> or body.<path>`,
+    `unknown placeholder {{${expression}}}: use delivery_id, body_sha256, header.<name> or body.<path>`,
   );
 }
 
@@ -75,7 +81,9 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
           'literal' in part
             ? part.literal
             : 'field' in part
-              ? input.deliveryId
+              ? part.field === 'delivery_id'
+                ? input.deliveryId
+                : crypto.createHash('sha256').update(input.rawBody).digest('hex')
               : 'header' in part
                 ? ownValue(input.headers, part.header)
                 : scalarAt(input.payload, part.body, numbersAsText);
