@@ -270,10 +270,7 @@ sources
     'a file holding the signing secret (repeatable; a trailing newline is dropped)',
     (v: string, p: string[] = []) => [...p, v],
   )
-  .option(
-    '--business-key <template>',
-    'e.g. {{body.order.id}}:{{body.type}} (default {{body_sha256}} for github and shopify, else {{delivery_id}})',
-  )
+  .option('--business-key <template>', 'e.g. {{body.order.id}}:{{body.type}} (default {{delivery_id}})')
   .option('--settings <json>', 'scheme settings as JSON, e.g. {"header":"x-signature",...}')
   .action(
     (options: {

@@ -366,20 +366,16 @@ describe('claim and outbox', () => {
     assert.equal(joined?.value, 1, 'the second delivery id is counted as joined, not as a relayed claim');
   });
 
-  test('a GitHub request sent again under a new delivery id joins the first message: its business key is the body', async () => {
+  test('keyed by its event and body, a GitHub request sent again under a new delivery id joins the first message', async () => {
     const created = await t.call('POST', '/api/v1/source', {
       uid: 'repo-events',
       scheme: 'github',
       secret: 'github-hook-secret',
       app: 'tickets',
       eventType: 'repo.push',
+      businessKey: '{{header.x-github-event}}:{{body_sha256}}',
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
-    assert.equal(
-      created.body.businessKey,
-      '{{body_sha256}}',
-      'the default of a scheme whose ids are unsigned',
-    );
     const github = (id: string, body: string) => ({
       'content-type': 'application/json',
       'x-github-delivery': id,
@@ -407,7 +403,10 @@ describe('claim and outbox', () => {
       byId.get('d-1')!.message_id,
       'another push is another event',
     );
-    assert.equal(byId.get('d-1')!.business_key, crypto.createHash('sha256').update(push).digest('hex'));
+    assert.equal(
+      byId.get('d-1')!.business_key,
+      `push:${crypto.createHash('sha256').update(push).digest('hex')}`,
+    );
   });
 
   test('a store failure answers 503 and keeps nothing, so the sender retries', async () => {

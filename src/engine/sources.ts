@@ -23,17 +23,6 @@ import type { Actor, Core } from './core.ts';
 export const DEFAULT_SECRET_OVERLAP_SECONDS = 24 * 3600;
 const SCHEMES_WITHOUT_SECRET = new Set(['gcp-pubsub', 'aws-sns']);
 
-/**
- * The business key a source takes when none is given. GitHub and Shopify sign the body alone: the
- * delivery id is an unsigned header, and nothing dates the signature. A captured request sent
- * again under a new id would pass as a new event; keyed by the body's digest, it joins the message
- * its first copy made (as does Shopify's own duplicate of an event under a new webhook id).
- * Elsewhere the delivery id is signed, or dated within a tolerance, or a body may repeat.
- */
-export function defaultBusinessKey(scheme: string): string {
-  return scheme === 'github' || scheme === 'shopify' ? '{{body_sha256}}' : '{{delivery_id}}';
-}
-
 async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Promise<SourceFields> {
   const app = await requireApp(db, actor, input.app).catch(() => {
     throw invalidField(['app'], `application ${input.app} not found`);
@@ -43,7 +32,7 @@ async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Prom
     const issue = config.error.issues[0]!;
     throw invalidField(['settings', ...issue.path.map(String)], issue.message);
   }
-  const businessKey = input.businessKey ?? defaultBusinessKey(input.scheme);
+  const businessKey = input.businessKey ?? '{{delivery_id}}';
   try {
     compileBusinessKey(businessKey);
   } catch (error) {

@@ -25,12 +25,15 @@ export interface AttemptSample {
 export type BatchedWrite = 'publish' | 'intake' | 'outcome';
 const BATCHED_WRITES: readonly BatchedWrite[] = ['publish', 'intake', 'outcome'];
 
-export type NotSentReason =
-  | 'lease_short'
-  | 'origin_congested'
-  | 'stopping'
-  | 'claim_lost'
-  | 'keys_unavailable';
+const NOT_SENT_REASONS = [
+  'lease_short',
+  'origin_congested',
+  'stopping',
+  'claim_lost',
+  'keys_unavailable',
+] as const;
+export type NotSentReason = (typeof NOT_SENT_REASONS)[number];
+const INTAKE_OUTCOMES: readonly IntakeOutcome[] = ['claimed', 'joined', 'duplicate', 'rejected'];
 
 export interface Metrics {
   readonly registry: Registry;
@@ -123,6 +126,7 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
   // Every face from the start: a series that appears only at its first increment hides that
   // increment from rate().
   for (const via of ['api', 'library', 'ingest'] as const) published.inc({ via }, 0);
+  const seenSources = new Set<string>();
   const intake = new Counter({
     name: 'herald_intake_claims_total',
     help: 'Inbound deliveries by source (uid or id) and outcome: claimed (relayed), joined (a new delivery id whose business key had a message already), duplicate, or rejected before anything was stored.',
@@ -158,6 +162,7 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     labelNames: ['reason'],
     registers,
   });
+  for (const reason of NOT_SENT_REASONS) notSent.inc({ reason }, 0);
   const finalizationRetries = new Counter({
     name: 'herald_finalization_retries_total',
     help: 'Failed writes of attempt outcomes that were retried (the database was unreachable or erred).',
@@ -254,7 +259,15 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
     registry,
     contentType: registry.contentType,
     published: (via) => published.inc({ via }),
-    intake: (source, outcome) => intake.inc({ source, outcome }),
+    intake(source, outcome) {
+      // Every outcome of a source from its first delivery on, so that the first refusal after a
+      // run of claims (a secret rotated) is not hidden from rate(). Sources come and go: not at start.
+      if (!seenSources.has(source)) {
+        seenSources.add(source);
+        for (const each of INTAKE_OUTCOMES) intake.inc({ source, outcome: each }, 0);
+      }
+      intake.inc({ source, outcome });
+    },
     attemptRecorded(a) {
       attempts.inc({ outcome: a.outcome, response_class: a.responseClass });
       duration.observe(a.durationMs / 1000);
