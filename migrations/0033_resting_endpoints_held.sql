@@ -128,7 +128,8 @@ $$;
 -- write of the endpoint under way, and then reads the slot that write left, lifting a rest that
 -- write started. Not when the caller holds the endpoint's row (`holds_endpoint`: an enable): an
 -- outcome write locks the slot, then the endpoint, and waiting for the slot would deadlock with
--- it; then a slot under an outcome write is left, and a rest that write starts stands.
+-- it; then a slot locked meanwhile — by an outcome write, or for a moment by tending clearing its
+-- mark — is left, and its rest stands.
 create function herald_lift_endpoint_pause(endpoint text, holds_endpoint boolean)
 returns int
 language plpgsql volatile
