@@ -203,6 +203,16 @@ describe('below the worker', () => {
     await restFor(endpoint.id, '1 hour');
     assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 1000, released: 0, tended: true });
     assert.equal(await marked(), true);
+
+    // Held rows whose endpoint lost its mark (a burst of more than 1,000 since): as the rest comes
+    // within the horizon, the walk over held rows releases them, mark or not.
+    await db.query(
+      `update delivery_lease set next_start_at = now() + interval '30 seconds', rests_until = null
+        where endpoint_id = $1`,
+      [endpoint.id],
+    );
+    assert.deepEqual(await tendDeferred(db, false), { requeued: 0, held: 0, released: 0, tended: true });
+    assert.deepEqual(await tendDeferred(db, true), { requeued: 0, held: 0, released: 1000, tended: true });
   });
 
   test('a lift waits for an outcome write under way that starts a rest, and lifts that rest', async () => {
