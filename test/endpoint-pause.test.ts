@@ -390,12 +390,17 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
       [endpoint],
     );
     await rest();
+    // The endpoint says so, and until when.
+    const read = await t.call('GET', `/api/v1/app/${app}/endpoint/${endpoint}`);
+    const until = new Date(read.body.restingUntil).getTime() - Date.now();
+    assert.ok(until > 3_500_000 && until <= 3_600_000, `resting for ${until} ms more`);
     const resent = await t.call(
       'POST',
       `/api/v1/app/${app}/msg/${sent[0]!.message}/endpoint/${endpoint}/resend`,
     );
     assert.equal(resent.status, 202, JSON.stringify(resent.body));
     assert.equal(await resting(), false, 'resent');
+    assert.equal((await t.call('GET', `/api/v1/app/${app}/endpoint/${endpoint}`)).body.restingUntil, null);
     await rest();
     await t.database.db.query(`update delivery set state = 'failed', next_attempt_at = null where id = $1`, [
       sent[1]!.id,
@@ -409,6 +414,8 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
     for (const disabled of [true, false]) {
       const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled });
       assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      // Disabled, it still rests; the enable's answer shows the rest lifted.
+      assert.equal(patched.body.restingUntil === null, !disabled, JSON.stringify(patched.body));
     }
     assert.equal(await resting(), false, 'enabled');
   } finally {

@@ -49,6 +49,7 @@ export const presentEndpoint = (e: EndpointRow) => ({
   idempotent: e.idempotent,
   clientErrorPolicy: e.clientErrorPolicy,
   credentialsRejectedAt: e.credentialsRejectedAt,
+  restingUntil: e.restingUntil,
   createdAt: e.createdAt,
   updatedAt: e.updatedAt,
 });

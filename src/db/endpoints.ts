@@ -25,6 +25,8 @@ export interface EndpointRow {
   idempotent: boolean;
   clientErrorPolicy: ClientErrorPolicy;
   credentialsRejectedAt: Date | null;
+  /** Until when it rests after failures or a Retry-After (migration 0032); null: not resting. */
+  restingUntil: Date | null;
   createdAt: Date;
   updatedAt: Date;
 }
@@ -46,7 +48,10 @@ export interface EndpointFields {
 const COLUMNS = `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
   filter_types as "filterTypes", channels, headers, metadata, disabled, disabled_reason as "disabledReason",
   consecutive_failures as "consecutiveFailures", idempotent, client_error_policy as "clientErrorPolicy",
-  credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt"`;
+  credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt",
+  -- Its slot closed past a throttle's spacing (at most a second): resting.
+  (select s.next_start_at from delivery_lease s
+    where s.endpoint_id = endpoint.id and s.next_start_at > now() + interval '1 second') as "restingUntil"`;
 
 export async function insertEndpoint(
   db: Queryable,

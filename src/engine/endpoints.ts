@@ -116,12 +116,16 @@ export async function replaceEndpoint(
   if (!current) throw notFound('endpoint');
   const input = change(current);
   if (input.url !== current.url && input.url !== checkedUrl) await assertDestination(core, input.url);
-  const updated = await updateEndpoint(tx, current.id, toFields(input));
+  let updated = await updateEndpoint(tx, current.id, toFields(input));
   await audit(tx, actor, 'endpoint.updated', updated, changes(current, updated));
   if (current.disabled !== updated.disabled) {
     await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
-    // Enabled again: its failures are forgiven (updateEndpoint), and so is the rest they imposed.
-    if (!updated.disabled) await liftEndpointPause(tx, updated.id, true);
+    // Enabled again: its failures are forgiven (updateEndpoint), and so is the rest they imposed;
+    // the answer shows the endpoint as the lift left it.
+    if (!updated.disabled) {
+      await liftEndpointPause(tx, updated.id, true);
+      updated = (await lockEndpoint(tx, updated.id)) ?? updated;
+    }
   }
   // Svix's endpoint.disabled means "disabled automatically"; an operator's change is an update.
   await emitEndpointEvent(core.config, tx, 'endpoint.updated', updated);

@@ -65,6 +65,9 @@ const endpointFields = {
     .enum(['retry', 'dead-letter'])
     .describe('herald: what a validation 4xx from the receiver does to the delivery'),
   credentialsRejectedAt: nullableTimestamp.describe('herald: when the receiver last answered 401/403'),
+  restingUntil: nullableTimestamp.describe(
+    'herald: until when the endpoint rests after failures in a row or a Retry-After — no request starts before; a resend, a recovery or an enable lifts it (null: not resting)',
+  ),
   createdAt: timestamp,
   updatedAt: timestamp,
 };
