@@ -155,6 +155,9 @@ describe('behind PgBouncer in transaction mode', { skip: pgbouncerMissing ?? fal
       // 42P05: "prepared statement already exists" (another client prepared it on that session);
       // 26000: "does not exist" (this client prepared it on another).
       assert.ok(codes.has('42P05') || codes.has('26000'), `failures: ${[...codes].join(', ') || 'none'}`);
+      // And the error says what to do.
+      const failed = results.find((r) => r.status === 'rejected') as PromiseRejectedResult;
+      assert.match((failed.reason as Error).message, /set HERALD_DB_PREPARE=false/);
     } finally {
       await named.close();
     }

@@ -51,7 +51,10 @@ export function createPgDb(options: PgDbOptions): Db {
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
-  const naming = { prepare: options.prepare ?? true };
+  const naming = {
+    prepare: options.prepare ?? true,
+    lostHint: 'behind a pooler in transaction mode? set HERALD_DB_PREPARE=false',
+  };
   const pipelines = new Set<Pipeline>();
   const listener = createPgListener({
     clientConfig: {

@@ -97,16 +97,30 @@ export interface Naming {
   prefix?: string;
   /** false: every statement unnamed (behind a pooler that cannot keep named ones). */
   prepare?: boolean;
+  /** Added to the error when a named statement was lost or met another's: what to do about it. */
+  lostHint?: string;
 }
+
+/** SQLSTATEs of a named statement another session prepared, or this one no longer has. */
+const LOST_NAMED_STATEMENT = new Set(['42P05', '26000']);
 
 /** A pg Pool or client as the port, with named statements prepared once per connection. */
 export function preparingQueryable(client: NamingClient, naming: Naming = {}): Queryable {
-  const { prefix = '', prepare = true } = naming;
+  const { prefix = '', prepare = true, lostHint } = naming;
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
       const name = prepareAs === undefined || !prepare ? undefined : `${prefix}${prepareAs}`;
-      const result = await client.query({ text, values: params as unknown[] | undefined, name });
-      return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
+      try {
+        const result = await client.query({ text, values: params as unknown[] | undefined, name });
+        return { rows: result.rows as R[], rowCount: result.rowCount ?? result.rows.length };
+      } catch (error) {
+        // Behind a transaction-mode pooler the session is not this connection's own: the error
+        // alone ("prepared statement … already exists") does not say so.
+        const code = (error as { code?: string }).code;
+        if (name !== undefined && lostHint && code && LOST_NAMED_STATEMENT.has(code))
+          (error as Error).message += ` (${lostHint})`;
+        throw error;
+      }
     },
   };
 }
