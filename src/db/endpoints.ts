@@ -45,13 +45,18 @@ export interface EndpointFields {
   clientErrorPolicy: ClientErrorPolicy;
 }
 
-const COLUMNS = `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
+const OWN_COLUMNS = `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
   filter_types as "filterTypes", channels, headers, metadata, disabled, disabled_reason as "disabledReason",
   consecutive_failures as "consecutiveFailures", idempotent, client_error_policy as "clientErrorPolicy",
-  credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt",
-  -- Its slot closed past a throttle's spacing (at most a second): resting.
+  credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt"`;
+
+const COLUMNS = `${OWN_COLUMNS},
+  -- Its slot closed past a throttle's spacing (at most a second): resting. By the statement's clock,
+  -- not the transaction's: a claim committed while a change of the endpoint waited (on DNS) set a
+  -- throttle's next start past the transaction's start.
   (select s.next_start_at from delivery_lease s
-    where s.endpoint_id = endpoint.id and s.next_start_at > now() + interval '1 second') as "restingUntil"`;
+    where s.endpoint_id = endpoint.id and s.next_start_at > statement_timestamp() + interval '1 second')
+    as "restingUntil"`;
 
 export async function insertEndpoint(
   db: Queryable,
@@ -63,7 +68,8 @@ export async function insertEndpoint(
     `insert into endpoint (app_id, uid, url, description, version, throttle_rate, filter_types, channels,
         metadata, headers, disabled, disabled_reason, idempotent, client_error_policy)
      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, case when $11 then 'operator' end, $12, $13)
-     returning ${COLUMNS}`,
+     -- A new endpoint has no slot yet, so no rest.
+     returning ${OWN_COLUMNS}, null::timestamptz as "restingUntil"`,
     [
       appId,
       f.uid,
