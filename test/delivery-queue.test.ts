@@ -343,6 +343,9 @@ test('a resend queued behind an attempt in flight starts its cycle whatever ends
     100,
   );
   assert.equal(await releaseUnsent(db, givenBack), true);
+  // Recovered on an endpoint that is not idempotent, whose delivery recovery would park for
+  // review: the resend asked for a second request, and a person asked.
+  await db.query('update endpoint set idempotent = false where id = $1', [expired.endpointId]);
   await db.query(`update delivery set lease_expires_at = now() - interval '1 second' where id = $1`, [
     expired.deliveryId,
   ]);
@@ -352,6 +355,12 @@ test('a resend queued behind an attempt in flight starts its cycle whatever ends
   );
   assert.equal((await recoverExpiredLeases(db, noWaits(5))).length, 1);
   await assertFollows(app.id, 'the attempts ended', { due: 4, leased: 0, failed: 0 }, db);
+  // Unknown stays unknown (invariant 6): the restart follows the attempt's record, not instead of it.
+  const recovered = await db.query<{ outcome: string; responseClass: string }>(
+    'select outcome, response_class as "responseClass" from attempt where delivery_id = $1',
+    [expired.deliveryId],
+  );
+  assert.deepEqual(recovered.rows, [{ outcome: 'unknown', responseClass: 'lease_expired' }]);
 
   const { rows } = await db.query<{
     id: string;
