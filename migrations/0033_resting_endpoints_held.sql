@@ -138,15 +138,14 @@ as $$
 begin
   if holds_endpoint then
     perform 1 from delivery_lease l where l.endpoint_id = endpoint for update skip locked;
-    if not found then
-      return herald_release_endpoint(endpoint, 10000);
-    end if;
   end if;
-  -- A marked rest is marked as ended now, for tending to release what a hold beside this one held.
-  update delivery_lease s
-     set next_start_at = case when s.next_start_at > now() + interval '1 second' then now() else s.next_start_at end,
-         rests_until = case when s.rests_until is not null then now() end
-   where s.endpoint_id = endpoint;
+  if not holds_endpoint or found then
+    -- A marked rest is marked as ended now, for tending to release what a hold beside this one held.
+    update delivery_lease s
+       set next_start_at = case when s.next_start_at > now() + interval '1 second' then now() else s.next_start_at end,
+           rests_until = case when s.rests_until is not null then now() end
+     where s.endpoint_id = endpoint;
+  end if;
   return herald_release_endpoint(endpoint, 10000);
 end
 $$;

@@ -15,6 +15,7 @@ import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { signedHeaders } from './support/inbound.ts';
 import { type PgBouncer, pgbouncerMissing, startPgBouncer } from './support/pgbouncer.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
+import { inParallel } from './support/scale-out.ts';
 import { waitFor } from './support/wait.ts';
 
 const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
@@ -57,16 +58,6 @@ describe('behind PgBouncer in transaction mode', { skip: pgbouncerMissing ?? fal
       )
     ).rows[0]!.n;
 
-  /** Runs `work(i)` for i in [0, n) on CONCURRENCY callers at once. */
-  async function concurrently(n: number, work: (i: number) => Promise<void>): Promise<void> {
-    let next = 0;
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (next < n) await work(next++);
-      }),
-    );
-  }
-
   /** Every request the receiver had is one (message, endpoint) pair, none twice. */
   function assertEachOnce(expected: number): void {
     const pairs = receiver.requests.map((r) => `${r.headers['webhook-id']} ${r.path}`);
@@ -76,7 +67,7 @@ describe('behind PgBouncer in transaction mode', { skip: pgbouncerMissing ?? fal
 
   test('publishes at concurrency 32 are each delivered once, the worker woken by what LISTEN hears', async () => {
     const N = 300;
-    await concurrently(N, async (i) => {
+    await inParallel(N, CONCURRENCY, async (i) => {
       await publishVia(t, app, { eventType: 'e', payload: { i } });
     });
     await waitFor('every delivery to succeed', async () => (await succeeded()) === N * 3, 30_000);
@@ -105,7 +96,7 @@ describe('behind PgBouncer in transaction mode', { skip: pgbouncerMissing ?? fal
     const N = 100;
     const statuses: number[] = [];
     // Each delivery id twice, the copies in flight together: the provider's redelivery.
-    await concurrently(N * 2, async (i) => {
+    await inParallel(N * 2, CONCURRENCY, async (i) => {
       const id = `evt_${i % N}`;
       const body = JSON.stringify({ item: i % N });
       const response = await fetch(`${t.url}/ingest/pooled-feed`, {

@@ -193,7 +193,7 @@ test('the grace counts from the stop: a maintenance pass still running spends it
     await locker.query('lock table delivery_deferred in access exclusive mode');
     // Its maintenance pass (every 5 s here) waits behind the lock: tending the deferred rows, or
     // lease recovery, whose writes the queue trigger follows into that table.
-    await waitForLockWaiter(s.database.db, '', 30_000);
+    await waitForLockWaiter(s.database.db, ['herald_tend_deferred', 'herald_recover_expired_leases'], 30_000);
 
     const began = Date.now();
     const stopped = worker.stop(1500);

@@ -270,6 +270,14 @@ export async function releaseClaim(db: Queryable, claimId: string): Promise<numb
  */
 export const UNSERVED_SINCE = 'greatest(q.next_attempt_at, s.next_start_at, e.enabled_at)';
 
+/**
+ * SQL over `s`, an endpoint's `delivery_lease` slot: the endpoint rests after failures or a
+ * Retry-After (0032) — its slot closed past a throttle's spacing, which is at most a second. By the
+ * statement's clock, not the transaction's: a claim committed while a longer transaction waited (a
+ * change of the endpoint, on DNS) sets a throttle's next start past that transaction's start.
+ */
+export const SLOT_RESTING = "s.next_start_at > statement_timestamp() + interval '1 second'";
+
 export interface RecoveredLease {
   deliveryId: string;
   endpointId: string;

@@ -1,5 +1,6 @@
 // Endpoints: where a tenant's messages go, and the state that guards them (disabled, failures).
 
+import { SLOT_RESTING } from './deliveries.ts';
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
 import { firstIdAt } from './time-ids.ts';
@@ -51,11 +52,7 @@ const OWN_COLUMNS = `id, app_id as "appId", uid, url, description, version, thro
   credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt"`;
 
 const COLUMNS = `${OWN_COLUMNS},
-  -- Its slot closed past a throttle's spacing (at most a second): resting. By the statement's clock,
-  -- not the transaction's: a claim committed while a change of the endpoint waited (on DNS) set a
-  -- throttle's next start past the transaction's start.
-  (select s.next_start_at from delivery_lease s
-    where s.endpoint_id = endpoint.id and s.next_start_at > statement_timestamp() + interval '1 second')
+  (select s.next_start_at from delivery_lease s where s.endpoint_id = endpoint.id and ${SLOT_RESTING})
     as "restingUntil"`;
 
 export async function insertEndpoint(

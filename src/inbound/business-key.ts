@@ -4,7 +4,6 @@
 // relayed message carries it as Idempotency-Key, so the receiver can apply the event once however
 // often it arrives.
 
-import crypto from 'node:crypto';
 import { parseJsonBody } from './verifiers/verdict.ts';
 
 export interface BusinessKeyInput {
@@ -14,6 +13,8 @@ export interface BusinessKeyInput {
   payload: unknown;
   /** The bytes it was parsed from: a number in a key is their text, not the parsed double. */
   rawBody: Buffer;
+  /** Their SHA-256, which the intake records anyway: `{{body_sha256}}` is its hex. */
+  bodySha256: Buffer;
 }
 
 type Part =
@@ -83,7 +84,7 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
             : 'field' in part
               ? part.field === 'delivery_id'
                 ? input.deliveryId
-                : crypto.createHash('sha256').update(input.rawBody).digest('hex')
+                : input.bodySha256.toString('hex')
               : 'header' in part
                 ? ownValue(input.headers, part.header)
                 : scalarAt(input.payload, part.body, numbersAsText);

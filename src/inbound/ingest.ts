@@ -184,11 +184,13 @@ export function createIngestor(deps: IngestDeps): Ingestor {
           return { kind: 'subscription', confirmed: false };
         }
       }
+      const bodySha256 = crypto.createHash('sha256').update(request.rawBody).digest();
       const rendered = template.render({
         deliveryId: verdict.deliveryId,
         headers: request.headers,
         payload: verdict.payload,
         rawBody: request.rawBody,
+        bodySha256,
       });
       if (rendered.key === null) {
         deps.metrics?.intake(label, 'rejected');
@@ -203,7 +205,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         sourceId: source.id,
         deliveryId: verdict.deliveryId,
         businessKey,
-        bodySha256: crypto.createHash('sha256').update(request.rawBody).digest(),
+        bodySha256,
         payload: relayedPayload(request.rawBody, verdict.payload),
       });
       const { relayed, ...result } = recorded;

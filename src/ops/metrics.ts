@@ -8,7 +8,7 @@
 
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { UNSERVED_SINCE } from '../db/deliveries.ts';
+import { SLOT_RESTING, UNSERVED_SINCE } from '../db/deliveries.ts';
 import type { Queryable } from '../db/port.ts';
 
 export type PublishedVia = 'api' | 'library' | 'ingest';
@@ -99,10 +99,9 @@ const SNAPSHOT_SQL = `
     l.resting::float8 as "endpointsResting"
     -- One read of the failed deliveries for both of their gauges, and one of the slots.
     from (select count(*) as failed, coalesce(sum(unknown_attempts), 0) as unknown from delivery_failed) f,
-         -- Resting: closed past a throttle's spacing (at most a second), by failures or a Retry-After (0032).
-         (select count(*) filter (where delivery_id is not null) as sending,
-                 count(*) filter (where next_start_at > now() + interval '1 second') as resting
-            from delivery_lease) l`;
+         (select count(*) filter (where s.delivery_id is not null) as sending,
+                 count(*) filter (where ${SLOT_RESTING}) as resting
+            from delivery_lease s) l`;
 
 const DURATION_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60];
 // From sub-second (a worker waiting on NOTIFY) to hours (an endpoint that was disabled at publish).

@@ -27,17 +27,22 @@ export async function waitFor<T>(
 }
 
 /**
- * Waits until a statement of the database's (its text containing `statement`) waits for a lock,
- * as one does behind a lock a test holds; resolves to its backend's pid.
+ * Waits until a statement of the database's (its text containing `statement`, or one of them)
+ * waits for a lock, as one does behind a lock a test holds; resolves to its backend's pid.
  */
-export function waitForLockWaiter(db: Queryable, statement: string, timeoutMs = 10_000): Promise<number> {
+export function waitForLockWaiter(
+  db: Queryable,
+  statement: string | readonly string[],
+  timeoutMs = 10_000,
+): Promise<number> {
+  const statements = typeof statement === 'string' ? [statement] : statement;
   return waitFor(
-    `${statement} to wait for a lock`,
+    `${statements.join(' or ')} to wait for a lock`,
     async () => {
       const { rows } = await db.query<{ pid: number }>(
         `select pid from pg_stat_activity
-          where datname = current_database() and wait_event_type = 'Lock' and query like $1`,
-        [`%${statement}%`],
+          where datname = current_database() and wait_event_type = 'Lock' and query like any($1)`,
+        [statements.map((text) => `%${text}%`)],
       );
       return rows[0]?.pid;
     },

@@ -146,8 +146,7 @@ export const messageRoutes =
             targetType: 'message',
             targetId: message.id,
             // Queued: behind an attempt in flight, which ends first.
-            details:
-              resend === 'queued' ? { endpointId: endpoint.id, queued: true } : { endpointId: endpoint.id },
+            details: { endpointId: endpoint.id, ...(resend === 'queued' && { queued: true }) },
           });
           // Svix answers with an EmptyResponse (`{}`); the SDKs JSON-parse any non-204 body.
           return { status: 202, body: {} };
