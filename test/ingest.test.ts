@@ -273,6 +273,29 @@ describe('claim and outbox', () => {
       assert.equal(answer.status, 204, answer.body);
       assert.equal(await storedPayload(id), `{"body":${json}}`);
     }
+
+    // U+0000, which PostgreSQL's text and jsonb cannot hold, is accepted and kept: the payload is
+    // stored as JSON text, where a NUL is the escape \u0000, never the character itself.
+    const nulText = 'line one\u0000line two';
+    const textAnswer = await deliver(
+      { ...signed('evt_nul_text', nulText), 'content-type': 'text/plain' },
+      nulText,
+      'raw-bytes',
+    );
+    assert.equal(textAnswer.status, 204, textAnswer.body);
+    assert.deepEqual(await relayedPayload('evt_nul_text'), { body: nulText });
+    for (const [id, json] of [
+      ['evt_nul_json', '{"note":"a\\u0000b"}'],
+      ['evt_nul_array', '["\\u0000"]'],
+    ] as const) {
+      const answer = await deliver(
+        { ...signed(id, json), 'content-type': 'application/json' },
+        json,
+        'raw-bytes',
+      );
+      assert.equal(answer.status, 204, answer.body);
+      assert.equal(await storedPayload(id), id === 'evt_nul_json' ? json : `{"body":${json}}`);
+    }
   });
 
   test('a Slack url_verification handshake is answered with its challenge, and stores nothing', async () => {

@@ -55,6 +55,15 @@ test('the retention period comes from the message, else the app, else 90 days', 
     30,
   );
   assert.equal(await retentionOf(await publishVia(t, plain.body.id, { eventType: 'e', payload: {} })), 90);
+
+  // A PUT without retentionDays (as every Svix SDK's update sends it) keeps the app's; null resets it.
+  const updated = await t.call('PUT', '/api/v1/app/keep', { name: 'keep renamed' });
+  assert.equal(updated.status, 200);
+  assert.equal(updated.body.retentionDays, 7);
+  assert.equal(await retentionOf(await publishVia(t, 'keep', { eventType: 'e', payload: {} })), 7);
+  const reset = await t.call('PUT', '/api/v1/app/keep', { name: 'keep renamed', retentionDays: null });
+  assert.equal(reset.body.retentionDays, null);
+  assert.equal(await retentionOf(await publishVia(t, 'keep', { eventType: 'e', payload: {} })), 90);
 });
 
 test('an expired payload is removed; the history stays and reads as {"expired": true}, as in Svix', async () => {

@@ -98,8 +98,14 @@ export const appRoutes =
       }
       await requireApp(db, request.actor, existing.id);
       // A body without `uid` keeps the app's uid: the path may be that very uid, and losing it
-      // would make the app unreachable by the address the caller just used.
-      const kept = input.uid === undefined ? { ...fields, uid: existing.uid } : fields;
+      // would make the app unreachable by the address the caller just used. Without
+      // `retentionDays` (herald's own field, which Svix's SDKs never send) the app keeps its
+      // retention: an SDK's update must not shorten or lengthen how long payloads are kept.
+      const kept = {
+        ...fields,
+        uid: input.uid === undefined ? existing.uid : fields.uid,
+        retentionDays: input.retentionDays === undefined ? existing.retentionDays : fields.retentionDays,
+      };
       return presentApp(
         await conflictOnTakenUid(APP_UID_TAKEN, () => updateAudited(request.actor, existing, kept)),
       );
