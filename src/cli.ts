@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
 import { z } from 'zod';
-import { type HeraldConfig, loadConfig } from './config.ts';
+import { type ConfigUse, type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp } from './db/apps.ts';
@@ -29,6 +29,9 @@ import { SourceIn } from './schemas/sources.ts';
 import { parseOrThrow } from './schemas/validate.ts';
 
 type Role = { api: boolean; worker: boolean };
+
+/** A command that never seals or opens a secret runs without HERALD_MASTER_KEY. */
+const OPENS_NO_SECRET: ConfigUse = { masterKey: 'unused' };
 
 /** The CLI acts with an operator's full rights; the audit log names it as 'cli'. */
 const CLI_ACTOR = { id: 'cli', scopes: ['admin'], appIds: null } as const;
@@ -107,20 +110,20 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
  * production database as a side effect of a look at it (a migration may lock a table while it
  * builds an index, or stop on data it must not change).
  */
-async function withHerald<T>(fn: (herald: Herald) => Promise<T>): Promise<T> {
+async function withHerald<T>(fn: (herald: Herald) => Promise<T>, use: ConfigUse = {}): Promise<T> {
   return withOpenHerald(async (herald) => {
     const { pending } = await migrationState(herald.core.db);
     if (pending.length > 0) {
       throw new Error(`the database lacks migrations ${pending.join(', ')}: run \`herald migrate\` first`);
     }
     return fn(herald);
-  });
+  }, use);
 }
 
 /** A herald without its worker and without migrating, closed after `fn`. */
-async function withOpenHerald<T>(fn: (herald: Herald) => Promise<T>): Promise<T> {
+async function withOpenHerald<T>(fn: (herald: Herald) => Promise<T>, use: ConfigUse = {}): Promise<T> {
   // What these commands print on stdout is their answer (a key, a list): logs go to stderr.
-  const config = loadConfig();
+  const config = loadConfig(process.env, use);
   const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
   try {
     return await fn(herald);
@@ -170,7 +173,7 @@ program
       console.log(
         applied.length > 0 ? `applied migrations ${applied.join(', ')}` : 'migrations are up to date',
       );
-    }),
+    }, OPENS_NO_SECRET),
   );
 
 const keys = program.command('keys').description('manage API keys and the master key');
@@ -192,7 +195,7 @@ keys
       );
       console.log(created.key);
       console.error(`created ${created.id} (${created.scopes.join(', ')}); the key is shown only once`);
-    }),
+    }, OPENS_NO_SECRET),
   );
 keys
   .command('list')
@@ -204,7 +207,7 @@ keys
           [key.id, key.prefix, key.scopes.join(','), key.name, key.revokedAt ? 'revoked' : 'live'].join('\t'),
         );
       }
-    }),
+    }, OPENS_NO_SECRET),
   );
 keys
   .command('revoke <id>')
@@ -215,7 +218,7 @@ keys
         throw new Error(`no live API key ${id}`);
       }
       console.log(`revoked ${id}`);
-    }),
+    }, OPENS_NO_SECRET),
   );
 keys
   .command('reencrypt')
@@ -248,7 +251,7 @@ sources
           [s.id, s.uid ?? '-', s.scheme, s.appId, s.eventType, `/ingest/${s.uid ?? s.id}`].join('\t'),
         );
       }
-    }),
+    }, OPENS_NO_SECRET),
   );
 sources
   .command('create')
@@ -365,7 +368,7 @@ program
           options.json ? JSON.stringify(found, null, 2) : found.map(formatReconciliation).join('\n\n'),
         );
         if (found.some(isUncertain)) process.exitCode = 3;
-      }),
+      }, OPENS_NO_SECRET),
   );
 
 /** `reconcile --message … --acknowledge`: see acknowledgeUnknown. */
@@ -397,7 +400,7 @@ program
   )
   .action(async (options: { json?: boolean; skip?: DoctorCheck[] }) => {
     // Read-only, unlike withHerald: a probe must never apply migrations (it reports them pending).
-    const config = loadConfig();
+    const config = loadConfig(process.env, OPENS_NO_SECRET);
     const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
     try {
       const findings = await runDoctor(
@@ -471,7 +474,7 @@ program
             `${result.payloadGone} more matched but were left: their payload is gone (retention)`,
           );
         }
-      }),
+      }, OPENS_NO_SECRET),
   );
 
 try {

@@ -171,7 +171,16 @@ function doctorWindow(env: Env): { settle: number; lookback: number } {
 /** What a lease must leave beyond an attempt's deadline (see loadConfig). */
 const MIN_LEASE_MARGIN_MS = 500;
 
-export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
+/**
+ * What the caller will do with the configuration. `masterKey: 'unused'`: a command that never
+ * seals or opens a secret (migrate, doctor, reconcile, replay, API keys) runs against
+ * `DATABASE_URL` without HERALD_MASTER_KEY, so a probe or a migration job need not carry it.
+ */
+export interface ConfigUse {
+  masterKey?: 'required' | 'unused';
+}
+
+export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonly<HeraldConfig> {
   const leaseSeconds = integer(env, 'HERALD_LEASE_SECONDS', 60, 1, 3600);
   const attemptTimeoutMs = integer(env, 'HERALD_ATTEMPT_TIMEOUT_MS', 15_000, 100, 300_000);
   // The worker must be able to send and then record the outcome before its lease runs out;
@@ -199,7 +208,7 @@ export function loadConfig(env: Env = process.env): Readonly<HeraldConfig> {
       'set only with DATABASE_URL (the embedded database has no server)',
     );
   }
-  if (databaseUrl && !masterKey) {
+  if (databaseUrl && !masterKey && use.masterKey !== 'unused') {
     throw new ConfigError(
       'HERALD_MASTER_KEY',
       'a base64 32-byte key when DATABASE_URL is set (generate one with `herald keys master`)',

@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
-import { loadMasterKeys } from './crypto/master-key.ts';
+import { loadMasterKeys, secretBoxWithoutKey } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
 import { coalesced, createGroupCommit } from './db/group-commit.ts';
@@ -142,9 +142,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const config = options.config ?? loadConfig(options.env);
   const log = options.logger ?? createLogger(config.logLevel);
   const embedded = !config.databaseUrl;
-  const box = createSecretBox(
-    loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded),
-  );
+  // Without a master key on PostgreSQL (a config loaded for a command that opens no secret).
+  const box =
+    config.masterKey || embedded
+      ? createSecretBox(loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded))
+      : secretBoxWithoutKey();
   const extraCaPem = config.extraCaFile ? readExtraCa(config.extraCaFile) : undefined;
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
   if (config.allowPrivateNetworks.length > 0) {

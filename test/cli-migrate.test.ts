@@ -59,3 +59,55 @@ test('herald migrate, and every other command, refuses a database where a number
     await old.drop();
   }
 });
+
+test('commands that open no secret run without HERALD_MASTER_KEY; one that does, and a server, refuse, naming it', async () => {
+  const fresh = await freshDatabase('cli_no_master_key', { upTo: 0 });
+  try {
+    const env = testEnv(fresh.url);
+    delete env['HERALD_MASTER_KEY'];
+    // A migration job and a probe need not carry the most sensitive secret.
+    const migrated = await runHerald(['migrate'], env);
+    assert.equal(migrated.code, 0, migrated.stderr);
+    assert.match(migrated.stdout, /^applied migrations 1, 2, /);
+    for (const args of [
+      ['doctor'],
+      ['keys', 'list'],
+      ['sources', 'list'],
+      ['reconcile', '--since', '2026-01-01T00:00:00Z'],
+    ]) {
+      const ran = await runHerald(args, env);
+      assert.equal(ran.code, 0, `herald ${args.join(' ')}: ${ran.stderr}`);
+    }
+    const created = await runHerald(['keys', 'create', '--scope', 'read'], env);
+    assert.equal(created.code, 0, created.stderr);
+    assert.match(created.stdout, /^hk_/m);
+
+    // Sealing a source's secret needs the key: refused before anything is stored.
+    await fresh.db.query(`insert into app (uid, name) values ('shop', 'Shop')`);
+    const source = await runHerald(
+      [
+        'sources',
+        'create',
+        '--scheme',
+        'github',
+        '--app',
+        'shop',
+        '--event-type',
+        'push',
+        '--secret',
+        'gh-secret',
+      ],
+      env,
+    );
+    assert.notEqual(source.code, 0, source.stdout);
+    assert.match(source.stderr, /HERALD_MASTER_KEY/);
+    const { rows } = await fresh.db.query<{ n: number }>('select count(*)::int as n from source');
+    assert.equal(rows[0]!.n, 0);
+    // A server signs and verifies: it does not start without the key.
+    const worker = await runHerald(['worker'], env);
+    assert.notEqual(worker.code, 0, worker.stdout);
+    assert.match(worker.stderr, /HERALD_MASTER_KEY/);
+  } finally {
+    await fresh.drop();
+  }
+});

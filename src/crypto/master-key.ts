@@ -5,7 +5,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { ConfigError } from '../errors.ts';
-import { parseMasterKey } from './secret-box.ts';
+import { parseMasterKey, type SecretBox } from './secret-box.ts';
 
 export const MASTER_KEY_FILE = 'master.key';
 
@@ -46,3 +46,22 @@ export function loadMasterKeys(
 }
 
 export const generateMasterKey = (): string => crypto.randomBytes(32).toString('base64');
+
+/**
+ * The box of a command run without HERALD_MASTER_KEY (see ConfigUse): one that reaches for a
+ * secret after all is refused, naming the variable, instead of failing on something less clear.
+ */
+export function secretBoxWithoutKey(): SecretBox {
+  const refuse = (): never => {
+    throw new ConfigError('HERALD_MASTER_KEY', 'a base64 32-byte key: this command reads or writes secrets');
+  };
+  return {
+    seal: refuse,
+    open: refuse,
+    get currentKeyId(): string {
+      return refuse();
+    },
+    keyIdOf: refuse,
+    digest: refuse,
+  };
+}
