@@ -76,6 +76,9 @@ test('an unknown outcome is reported with its intake, deliveries and attempts; e
   assert.match(text.stdout, /observed .* duplicate/);
   assert.match(text.stdout, /unknown\s+- connection_lost/);
   assert.match(text.stdout, /UNKNOWN: 1 attempt/);
+  // The endpoint by its origin: a URL's path may be its credential, and reports are pasted around.
+  assert.match(text.stdout, new RegExp(`\\(${new URL(receiver.url).origin}/…\\)`));
+  assert.doesNotMatch(text.stdout, /\/orders/);
 
   const json = await runHerald(
     ['reconcile', '--since', '2000-01-01T00:00:00Z', '--unknown-only', '--json'],

@@ -4,6 +4,7 @@
 // whether an uncertain effect happened (ask the receiver about that Idempotency-Key) and what to
 // do next (resend, or nothing).
 
+import { urlOrigin } from '../config.ts';
 import { recordAudit } from '../db/audit.ts';
 import { acknowledgeUnknownOutcomes } from '../db/deliveries.ts';
 import {
@@ -94,6 +95,8 @@ export const isUncertain = (r: Reconciliation): boolean => r.unknown.length > 0 
 export function formatReconciliation(r: Reconciliation): string {
   const m = r.message;
   const time = (d: Date | string | null) => (d === null ? '-' : new Date(d).toISOString());
+  // A report is pasted into tickets: an endpoint's URL by its origin only, as its path or query may
+  // be its credential (a chat webhook's); --json has it whole.
   const lines = [
     `message ${m.id}  app ${m.appId}  event ${m.eventType}  created ${time(m.createdAt)}` +
       (m.businessKey ? `  business key ${m.businessKey}` : ''),
@@ -110,7 +113,7 @@ export function formatReconciliation(r: Reconciliation): string {
   }
   for (const d of m.deliveries) {
     lines.push(
-      `  delivery ${d.id} → ${d.endpointId} (${d.url})  ${d.state}  cycle ${d.cycle}  attempts ${d.attemptsTotal}` +
+      `  delivery ${d.id} → ${d.endpointId} (${urlOrigin(d.url)})  ${d.state}  cycle ${d.cycle}  attempts ${d.attemptsTotal}` +
         (d.nextAttemptAt ? `  next ${time(d.nextAttemptAt)}` : ''),
     );
     // An attempt with no outcome is the delivery's current one: its lease says which it is.
