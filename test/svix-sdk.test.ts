@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
-import { ApiException, type EndpointOut, type MessageAttemptOut, Svix, Webhook } from 'svix';
+import { ApiException, type EndpointOut, type MessageAttemptOut, Ordering, Svix, Webhook } from 'svix';
 import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 import { type ReceivedRequest, type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -266,6 +266,17 @@ describe('svix SDK against herald', () => {
       [created.id],
     );
     assert.equal(list.done, true);
+    // Newest first, as Svix's server lists endpoints; `order` turns it.
+    const second = await svix.endpoint.create('ep-app', { url: `${receiver.url}/second` });
+    assert.deepEqual(
+      (await svix.endpoint.list(app.id)).data.map((e) => e.id),
+      [second.id, created.id],
+    );
+    assert.deepEqual(
+      (await svix.endpoint.list(app.id, { order: Ordering.Ascending })).data.map((e) => e.id),
+      [created.id, second.id],
+    );
+    await svix.endpoint.delete('ep-app', second.id);
 
     // herald's own fields, which the SDK cannot send: set through the HTTP API, kept by a PUT.
     const own = { idempotent: false, clientErrorPolicy: 'dead-letter' };

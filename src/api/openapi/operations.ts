@@ -351,7 +351,12 @@ export const OPERATIONS: Operation[] = [
     tag: 'Endpoint',
     summary: 'List Endpoints',
     query: page,
-    responses: { 200: one('A page of endpoints', out.ListResponse_EndpointOut_) },
+    responses: {
+      200: one(
+        'A page of endpoints, newest first unless `order` says otherwise, as in Svix',
+        out.ListResponse_EndpointOut_,
+      ),
+    },
   },
   {
     method: 'POST',

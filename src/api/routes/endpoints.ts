@@ -66,7 +66,7 @@ export const endpointRoutes =
 
     app.get<{ Params: AppParams }>('/api/v1/app/:app_id/endpoint', async (request) => {
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const q = parseListQuery(request.query, 'ascending');
+      const q = parseListQuery(request.query, 'descending');
       return presentPage(await listEndpoints(db, application.id, q.page), presentEndpoint);
     });
 
