@@ -1,7 +1,8 @@
 // `idempotency-key` on the API's POSTs besides publishing (which keeps its key on the message): an
 // SDK that retries after a lost answer must not make a second endpoint, resend or replay. The
 // first request with a key runs and its answer is kept with its effect; a repeat replays it; the
-// same key with another request is a 409; a failed request keeps nothing; keys are per caller.
+// same key with another request at that URL is a 409; a failed request keeps nothing; keys are
+// per caller and URL.
 
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
@@ -68,6 +69,33 @@ test('the same key with another request is a 409, and changes nothing', async ()
   assert.equal(other.status, 409, JSON.stringify(other.body));
   assert.equal(other.body.code, 'idempotency_conflict');
   assert.equal(await endpointsAt(`${EP_URL}/other`), 0);
+});
+
+test('one key at two URLs is two requests, as in Svix: a business key may create an app and then its endpoint', async () => {
+  const created = await post('/api/v1/app', { name: 'Order 42', uid: 'order-42' }, 'order-42');
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const url = `${EP_URL}/order-42`;
+  const endpoint = await post('/api/v1/app/order-42/endpoint', { url }, 'order-42');
+  assert.equal(endpoint.status, 201, JSON.stringify(endpoint.body));
+  assert.equal(endpoint.replayed, false);
+  // Each repeats as itself.
+  const again = await post('/api/v1/app/order-42/endpoint', { url }, 'order-42');
+  assert.deepEqual([again.replayed, again.body.id], [true, endpoint.body.id]);
+  assert.equal(await endpointsAt(url), 1);
+});
+
+test('an answer kept under the caller alone, before keys were scoped by URL, replays for that very request only', async () => {
+  const url = `${EP_URL}/kept-before`;
+  const first = await post(`/api/v1/app/${app}/endpoint`, { url }, 'kept-before');
+  assert.equal(first.status, 201);
+  // As a build that kept answers per caller left it.
+  await t.database.db.query(`update api_idempotency set scope = 'env-admin-key' where key = 'kept-before'`);
+  const retried = await post(`/api/v1/app/${app}/endpoint`, { url }, 'kept-before');
+  assert.deepEqual([retried.status, retried.replayed, retried.body.id], [201, true, first.body.id]);
+  assert.equal(await endpointsAt(url), 1);
+  // Another request under that key is not this one: it runs.
+  const other = await post(`/api/v1/app/${app}/endpoint`, { url: `${url}/other` }, 'kept-before');
+  assert.deepEqual([other.status, other.replayed], [201, false]);
 });
 
 test('a request that failed keeps nothing: the same key runs again once the cause is gone', async () => {

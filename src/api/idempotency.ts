@@ -1,8 +1,9 @@
 // `idempotency-key` on the API's POSTs (publishing keeps its own, on the message): the first
 // request with a key runs, and its answer is kept with the key in the transaction of its effect
 // (migration 0025); a repeat with the same request gets that answer again, marked
-// `idempotent-replayed: true`, and has no effect; the same key with another request is a 409. A
-// request that fails keeps nothing: it may be tried again.
+// `idempotent-replayed: true`, and has no effect; the same key with another request at the same
+// URL is a 409 (at another URL, it is another key, as in Svix). A request that fails keeps
+// nothing: it may be tried again.
 
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import { findKeptAnswer, type KeptAnswer, keepAnswer, takeKey } from '../db/api-idempotency.ts';
@@ -34,14 +35,17 @@ export async function answerOnce(
   const key = typeof header === 'string' && header !== '' ? header : null;
   if (key === null) return send(reply, await db.transaction(work));
   assertIdempotencyKeyLength(key);
-  const scope = request.actor.id;
+  // Per caller, method and URL, as in Svix: one business key (`order-42`) may create an app and
+  // then its endpoint; only a repeat at the same URL is the same request.
+  const scope = `${request.actor.id} ${request.method} ${request.url}`;
   // Keyed: a body may hold a secret (a source's, a rotation's key), and the digest is kept a day
   // in the database, where a plain hash would let its reader test guesses of the secret.
   const requestSha256 = core.box.digest(
     'idempotency request',
     `${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`,
   );
-  const kept = await findKeptAnswer(db, scope, key);
+  const kept =
+    (await findKeptAnswer(db, scope, key)) ?? (await keptPerCaller(db, request.actor.id, key, requestSha256));
   if (kept) return replay(reply, kept, requestSha256);
   try {
     const answer = await db.transaction(async (tx) => {
@@ -57,6 +61,21 @@ export async function answerOnce(
     if (!winner) throw error;
     return replay(reply, winner, requestSha256);
   }
+}
+
+/**
+ * An answer kept before keys were scoped by URL, under the caller alone, for a repeat of that
+ * very request (its digest covers method, URL and body): a retry across the upgrade replays it.
+ * Such answers are forgotten with the others after KEPT_FOR_HOURS.
+ */
+async function keptPerCaller(
+  db: Queryable,
+  caller: string,
+  key: string,
+  requestSha256: Buffer,
+): Promise<KeptAnswer | null> {
+  const kept = await findKeptAnswer(db, caller, key);
+  return kept?.requestSha256.equals(requestSha256) ? kept : null;
 }
 
 function replay(reply: FastifyReply, kept: KeptAnswer, requestSha256: Buffer): FastifyReply {
