@@ -245,6 +245,55 @@ test('with the database unreachable, counters are served and the gauges say "unk
   }
 });
 
+test('a database that hangs reads as down within the deadline, and scrapes meanwhile wait on the one query', async () => {
+  // The gauges' query waits behind a lock as long as the lock is held: a database that does not
+  // answer, on a real connection.
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let locked!: () => void;
+  const lockTaken = new Promise<void>((resolve) => {
+    locked = resolve;
+  });
+  const holding = t.database.db.transaction(async (tx) => {
+    await tx.query('lock table delivery_lease in access exclusive mode');
+    locked();
+    await released;
+  });
+  let queries = 0;
+  const metrics = createMetrics(
+    {
+      query: (text, params) => {
+        queries++;
+        return t.database.db.query(text, params);
+      },
+    },
+    undefined,
+    { snapshotDeadlineMs: 300 },
+  );
+  try {
+    await lockTaken;
+    const started = Date.now();
+    const [one, two] = await Promise.all([metrics.scrape(), metrics.scrape()]);
+    assert.ok(Date.now() - started < 10_000, 'answered without waiting for the database');
+    for (const text of [one, two]) {
+      const samples = parse(text);
+      assert.equal(value(samples, 'herald_metrics_database_up'), 0);
+      assert.ok(Number.isNaN(value(samples, 'herald_endpoints_disabled')));
+    }
+    // The next scrape, with the first query still waiting, joins it instead of starting another.
+    assert.equal(value(parse(await metrics.scrape()), 'herald_metrics_database_up'), 0);
+    assert.equal(queries, 1);
+  } finally {
+    release();
+    await holding;
+  }
+  await waitFor('the gauges read again once the database answers', async () => {
+    return value(parse(await metrics.scrape()), 'herald_metrics_database_up') === 1;
+  });
+});
+
 test('two heralds in one process keep separate registries', async () => {
   const other = createMetrics(t.database.db);
   other.published('library');

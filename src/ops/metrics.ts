@@ -112,7 +112,18 @@ const BATCH_BUCKETS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512];
 // One write with its commit: sub-millisecond on a local database, seconds when it struggles.
 const WRITE_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5];
 
-export function createMetrics(db: Queryable, log?: Logger): Metrics {
+/**
+ * How long a scrape waits for the database gauges before it answers without them (NaN, and
+ * herald_metrics_database_up 0): under Prometheus's default scrape timeout of 10 s, so that a
+ * database that hangs shows as down instead of as a scrape that failed, with nothing to alert on.
+ */
+const SNAPSHOT_DEADLINE_MS = 5_000;
+
+export function createMetrics(
+  db: Queryable,
+  log?: Logger,
+  { snapshotDeadlineMs = SNAPSHOT_DEADLINE_MS }: { snapshotDeadlineMs?: number } = {},
+): Metrics {
   const registry = new Registry();
   const registers = [registry];
 
@@ -189,10 +200,13 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
 
   // The database gauges share one query per scrape: prom-client calls every collect callback
   // before awaiting any of them, so the first one starts the query and the others join it.
-  // Concurrent scrapes share it too.
-  let inFlight: Promise<DatabaseSnapshot | null> | null = null;
+  // Concurrent scrapes share it too, and so do scrapes while a query outlives its deadline: a
+  // hanging database holds one connection of the pool, not one more at every scrape.
+  let querying: Promise<DatabaseSnapshot | null> | null = null;
+  let answering: Promise<DatabaseSnapshot | null> | null = null;
   const snapshot = (): Promise<DatabaseSnapshot | null> => {
-    inFlight ??= db
+    if (answering) return answering;
+    querying ??= db
       .query<DatabaseSnapshot>(SNAPSHOT_SQL)
       .then((result) => result.rows[0] ?? null)
       .catch((error: unknown) => {
@@ -200,9 +214,20 @@ export function createMetrics(db: Queryable, log?: Logger): Metrics {
         return null;
       })
       .finally(() => {
-        inFlight = null;
+        querying = null;
       });
-    return inFlight;
+    let deadline: NodeJS.Timeout | undefined;
+    const late = new Promise<null>((resolve) => {
+      deadline = setTimeout(() => {
+        log?.warn({ deadlineMs: snapshotDeadlineMs }, 'metrics: the database gauges took too long to read');
+        resolve(null);
+      }, snapshotDeadlineMs);
+    });
+    answering = Promise.race([querying, late]).finally(() => {
+      clearTimeout(deadline);
+      answering = null;
+    });
+    return answering;
   };
   // An unreadable database is reported as NaN (no value), never as a reassuring 0; the counters of
   // this process are still served, and herald_metrics_database_up says why the gauges are empty.
