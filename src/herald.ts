@@ -261,8 +261,9 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         pollIntervalMs: config.pollIntervalMs,
         historyRetentionDays: config.historyRetentionDays,
         metrics: core.metrics,
-        afterRecord: config.operatorWebhookUrl ? emitOutcomeEvents : undefined,
-        afterRecover: config.operatorWebhookUrl ? emitRecoveryEvents : undefined,
+        afterRecord: emitOutcomeEvents,
+        afterRecover: emitRecoveryEvents,
+        operatorWebhooksConfigured: config.operatorWebhookUrl !== undefined,
       });
       await worker.start();
       workers.push(worker);

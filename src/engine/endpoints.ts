@@ -93,7 +93,7 @@ export async function createEndpoint(
   // The origin only: a URL's path or query may be its credential (a chat webhook's is).
   await audit(tx, actor, 'endpoint.created', endpoint, { url: urlOrigin(endpoint.url) });
   // In this transaction: the operator hears of the endpoint if and only if it was created.
-  await emitEndpointEvent(core.config, tx, 'endpoint.created', endpoint);
+  await emitEndpointEvent(tx, 'endpoint.created', endpoint);
   return endpoint;
 }
 
@@ -128,7 +128,7 @@ export async function replaceEndpoint(
     }
   }
   // Svix's endpoint.disabled means "disabled automatically"; an operator's change is an update.
-  await emitEndpointEvent(core.config, tx, 'endpoint.updated', updated);
+  await emitEndpointEvent(tx, 'endpoint.updated', updated);
   return updated;
 }
 

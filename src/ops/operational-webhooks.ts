@@ -65,16 +65,14 @@ async function publishEvent(
 
 /**
  * Publishes endpoint.created/updated/deleted about `endpoint` in `tx`, the transaction that made
- * the change. Nothing when operational webhooks are off, the operator app does not exist (yet), or
- * the endpoint is the operator's own.
+ * the change. Nothing when the operator app does not exist (operational webhooks are off: no
+ * process's HERALD_OPERATOR_WEBHOOK_URL made it), or the endpoint is the operator's own.
  */
 export async function emitEndpointEvent(
-  config: { operatorWebhookUrl: string | undefined },
   tx: Queryable,
   type: EndpointEventType,
   endpoint: { id: string; appId: string; uid: string | null },
 ): Promise<void> {
-  if (!config.operatorWebhookUrl) return;
   const found = await tx.query<OperatorApp & { appUid: string | null }>(
     `select o.id, o.retention_days as "retentionDays", (select a.uid from app a where a.id = $2) as "appUid"
        from app o where o.uid = $1`,

@@ -62,10 +62,16 @@ export interface WorkerOptions {
   concurrency: number;
   pollIntervalMs: number;
   metrics?: Metrics;
-  /** Written in the outcome's own transaction (operational webhooks); see finalizer.ts. */
+  /**
+   * Written in the outcome's own transaction (operational webhooks; see finalizer.ts), and in the
+   * lease recovery's: from the start when this process's configuration turns operational webhooks
+   * on, else once the operator's endpoint is found (another process's start-up made it), so that
+   * every worker reports, whichever processes carry HERALD_OPERATOR_WEBHOOK_URL. Without either,
+   * outcome writes stay single statements that claim along.
+   */
   afterRecord?: FinalizerOptions['afterRecord'];
-  /** Written in the lease recovery's own transaction (operational webhooks). */
   afterRecover?: (tx: Queryable, recovered: RecoveredLease[]) => Promise<void>;
+  operatorWebhooksConfigured?: boolean;
 }
 
 export interface Worker {
@@ -92,7 +98,10 @@ export function createWorker(options: WorkerOptions): Worker {
     log,
     onRetry: () => metrics?.finalizationRetried(),
     written: (items, seconds) => metrics?.batchWritten('outcome', items, seconds),
-    afterRecord: options.afterRecord,
+    // Read at every write: see WorkerOptions.afterRecord.
+    get afterRecord() {
+      return reportsToOperator() ? options.afterRecord : undefined;
+    },
     // An outcome write frees endpoints: it claims for the free slots in the same call and commit.
     claimAlong: {
       reserve() {
@@ -129,6 +138,7 @@ export function createWorker(options: WorkerOptions): Worker {
   let stopping = new AbortController();
   let unlisten: (() => Promise<void>) | null = null;
   let operatorEndpointId: string | null = null;
+  const reportsToOperator = () => options.operatorWebhooksConfigured === true || operatorEndpointId !== null;
   let listenFailed = false;
   let wake: (() => void) | null = null;
   /**
@@ -430,7 +440,7 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   async function recoverLeases(): Promise<void> {
-    const { afterRecover } = options;
+    const afterRecover = reportsToOperator() ? options.afterRecover : undefined;
     const recovered = afterRecover
       ? await db.transaction(async (tx) => {
           const rows = await recoverExpiredLeases(tx, options.policy);

@@ -157,7 +157,7 @@ export const endpointRoutes =
       await db.transaction(async (tx) => {
         await deleteEndpoint(tx, endpoint.id);
         await audit(tx, request.actor, 'endpoint.deleted', endpoint, {});
-        await emitEndpointEvent(core.config, tx, 'endpoint.deleted', endpoint);
+        await emitEndpointEvent(tx, 'endpoint.deleted', endpoint);
       });
       return reply.status(204).send();
     });
