@@ -634,7 +634,10 @@ export function createWorker(options: WorkerOptions): Worker {
       // Attempts that an outcome write claimed just before the stop are under way too.
       await Promise.all(dispatching);
       if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
-        log.warn({ inFlight }, 'stopping with attempts in flight; their leases will be recovered');
+        log.warn(
+          { inFlight },
+          'stopping: attempts still in flight after the grace; each ends within the attempt timeout, and its outcome is recorded before exit',
+        );
       }
       await writesDone();
     },
