@@ -17,6 +17,7 @@ import { parseOrThrow } from '../src/schemas/validate.ts';
 import { freshDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { idMintedAt } from './support/ids.ts';
 import { freePort, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
@@ -206,6 +207,12 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   await t.database.db.query(`update endpoint set enabled_at = now() - interval '90 seconds' where id = $1`, [
     failingEp,
   ]);
+  // Its wait counts from its last attempt too (a slow receiver's backlog is being served): those
+  // that disabled it are backdated with the enable.
+  await t.database.db.query(
+    `update attempt set started_at = started_at - interval '90 seconds' where endpoint_id = $1`,
+    [failingEp],
+  );
   const age = value((await scrape()).samples, 'herald_oldest_due_delivery_age_seconds');
   assert.ok(age === 0 || age >= 90, `oldest due age ${age}`);
 
@@ -458,6 +465,23 @@ test('a throttled endpoint’s oldest due delivery waits from when its slot last
     assert.ok(draining >= 5 && draining < 30, `a backlog that drains: ${draining} s`);
     await slotOpened('2 minutes');
     assert.ok((await oldest()) >= 90, 'a backlog nobody serves is seen');
+
+    // A backlog draining one request at a time to a slow receiver is served, at the receiver's
+    // pace: its wait counts from the endpoint's last start, as the doctor counts it, and its alert
+    // does not page for a slow tenant.
+    await database.db.query('update endpoint set throttle_rate = null where id = $1', [endpoint.id]);
+    const served = await database.db.query<{ id: string }>(
+      `insert into attempt (id, app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                            started_at, finished_at, outcome, status_code)
+       select $2, d.app_id, d.id, d.message_id, d.endpoint_id, 1, gen_random_uuid(), 'scheduled', d.endpoint_id,
+              now() - interval '5 seconds', now(), 'success', 204
+         from delivery d where d.endpoint_id = $1 returning id`,
+      [endpoint.id, idMintedAt('atmpt', Date.now() - 5_000)],
+    );
+    const slow = await oldest();
+    assert.ok(slow >= 5 && slow < 30, `a backlog a slow receiver drains: ${slow} s`);
+    await database.db.query('delete from attempt where id = $1', [served.rows[0]!.id]);
+    assert.ok((await oldest()) >= 90, 'unserved again');
   } finally {
     await database.drop();
   }

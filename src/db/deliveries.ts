@@ -264,11 +264,14 @@ export async function releaseClaim(db: Queryable, claimId: string): Promise<numb
  * When a due delivery's wait for service began, as SQL over `q` (its `delivery_queued` row), `s`
  * (its endpoint's `delivery_lease` slot) and `e` (its endpoint): its due time; for a throttled
  * endpoint the later moment its slot opened again (0028: the last start plus 1 / throttleRate) —
- * a throttled backlog waits its turn by design; and not before the endpoint was last enabled
- * (0030) — a disabled endpoint's backlog waited on purpose. What the doctor's overdue check and
- * the oldest-due gauge measure.
+ * a throttled backlog waits its turn by design; not before the endpoint was last enabled (0030) —
+ * a disabled endpoint's backlog waited on purpose; and not before the endpoint's last attempt
+ * started — a backlog that drains one request at a time to a slow receiver is served, at the
+ * receiver's pace, which is no worker's fault (the attempts' index by endpoint and id: one entry).
+ * What the doctor's overdue check and the oldest-due gauge (and its alert) measure.
  */
-export const UNSERVED_SINCE = 'greatest(q.next_attempt_at, s.next_start_at, e.enabled_at)';
+export const UNSERVED_SINCE = `greatest(q.next_attempt_at, s.next_start_at, e.enabled_at,
+  (select a.started_at from attempt a where a.endpoint_id = e.id order by a.id desc limit 1))`;
 
 /**
  * SQL over `s`, an endpoint's `delivery_lease` slot: the endpoint rests after failures or a

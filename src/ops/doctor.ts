@@ -105,19 +105,14 @@ const CHECKS: Check[] = [
   {
     // Disabled endpoints' deliveries wait on purpose; they are reported as endpoints_disabled.
     // Counted from UNSERVED_SINCE: a throttled backlog that drains is not overdue, nor one an
-    // endpoint enabled a moment ago held; one that nobody serves is, as for any endpoint. Nor is
-    // the backlog of an endpoint that has had an attempt start within the window: one request at
-    // a time to a slow receiver drains it at the receiver's pace, and that is no worker's fault
-    // (the attempts' index by endpoint and id, from the window's first id: a few entries each).
+    // endpoint enabled a moment ago held, nor one that drains one request at a time to a slow
+    // receiver; one that nobody serves is, as for any endpoint.
     name: 'deliveries_overdue',
     sql: (t) => ({
       text: `select q.delivery_id as id, ${UNSERVED_SINCE} as t
                from delivery_queued q join endpoint e on e.id = q.endpoint_id
                left join delivery_lease s on s.endpoint_id = q.endpoint_id
-              where not e.disabled and ${UNSERVED_SINCE} < now() - make_interval(secs => $1)
-                and not exists (select 1 from attempt a
-                                 where a.endpoint_id = q.endpoint_id
-                                   and a.id >= ${firstIdAt('atmpt', 'now() - make_interval(secs => $1)')})`,
+              where not e.disabled and ${UNSERVED_SINCE} < now() - make_interval(secs => $1)`,
       params: [t.dueSeconds],
     }),
     detail:
