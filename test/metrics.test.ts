@@ -186,6 +186,15 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
   assert.equal(delta('herald_deliveries', { state: 'sending' }), 0);
   assert.equal(delta('herald_deliveries', { state: 'failed' }), 1);
   assert.equal(delta('herald_unknown_outcomes_parked'), 1);
+  // Awaiting review since it was parked, a moment ago; a day and more once it is left that long.
+  const oldestUnknown = value(a, 'herald_unknown_outcomes_oldest_seconds');
+  assert.ok(oldestUnknown > 0 && oldestUnknown < 300, `oldest unknown ${oldestUnknown} s`);
+  await t.database.db.query(
+    `update delivery set updated_at = updated_at - interval '2 days'
+      where id in (select delivery_id from delivery_failed where unknown_attempts > 0)`,
+  );
+  const leftAlone = value((await scrape()).samples, 'herald_unknown_outcomes_oldest_seconds');
+  assert.ok(leftAlone >= 2 * 86_400, `oldest unknown ${leftAlone} s`);
   assert.equal(delta('herald_endpoints_disabled'), 1);
   assert.equal(delta('herald_endpoints_resting'), 0);
   // The waiting delivery belongs to a disabled endpoint: it is not "due and late".

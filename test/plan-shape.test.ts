@@ -332,9 +332,15 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
     'the gauges were read in this connection',
   );
   // Reading a table of the history makes a scrape's cost grow with it (every attempt ever made):
-  // only the newest attempt of an endpoint with due work is looked up (UNSERVED_SINCE), by key.
-  assertNoScans(scrapePlans, /\bon (delivery|message)\b|(Seq|Bitmap Heap) Scan on attempt\b/g);
-  assertNoWholeIndexScans(scrapePlans, /^attempt$/);
+  // only the newest attempt of an endpoint with due work (UNSERVED_SINCE) and the deliveries
+  // parked with unknown attempts are looked up, by key.
+  assertNoScans(scrapePlans, /\bon message\b|(Seq|Bitmap Heap) Scan on (attempt|delivery)\b/g);
+  assertNoWholeIndexScans(scrapePlans, /^(attempt|delivery)$/);
+  const deliveryReads = scrapePlans.flatMap((p) => p.match(/Scan.* on delivery\b.*/g) ?? []);
+  assert.ok(
+    deliveryReads.length === 1 && /^Scan using delivery_pkey on delivery .*loops=1\)/.test(deliveryReads[0]!),
+    `one delivery looked up, the one parked with an unknown attempt:\n${deliveryReads.join('\n')}`,
+  );
 
   let findings: Finding[] = [];
   const doctorPlans = await explained(async () => {

@@ -68,6 +68,7 @@ interface DatabaseSnapshot {
   failed: number;
   oldestDueSeconds: number;
   unknownParked: number;
+  oldestUnknownSeconds: number;
   endpointsDisabled: number;
   endpointsResting: number;
 }
@@ -95,6 +96,13 @@ const SNAPSHOT_SQL = `
        where not e.disabled and ${UNSERVED_SINCE} <= now()
     )), 0)::float8 as "oldestDueSeconds",
     f.unknown::float8 as "unknownParked",
+    -- Awaiting review since its delivery was parked (its last change); only deliveries that
+    -- counted unknown attempts are looked up, each by key.
+    coalesce(extract(epoch from now() - (
+      select min(d.updated_at) from delivery_failed u
+       cross join lateral (select d.updated_at from delivery d where d.id = u.delivery_id limit 1) d
+       where u.unknown_attempts > 0
+    )), 0)::float8 as "oldestUnknownSeconds",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled",
     l.resting::float8 as "endpointsResting"
     -- One read of the failed deliveries for both of their gauges, and one of the slots.
@@ -271,6 +279,11 @@ export function createMetrics(
     'herald_unknown_outcomes_parked',
     'Attempts with an unknown outcome whose delivery is failed: parked, awaiting review.',
     (s) => s.unknownParked,
+  );
+  fromDatabase(
+    'herald_unknown_outcomes_oldest_seconds',
+    'How long the oldest failed delivery with unknown attempts has awaited review, since it was parked (0: none).',
+    (s) => s.oldestUnknownSeconds,
   );
   fromDatabase('herald_endpoints_disabled', 'Endpoints currently disabled.', (s) => s.endpointsDisabled);
   fromDatabase(
