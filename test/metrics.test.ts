@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
+import { buildApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/config.ts';
 import { insertApp } from '../src/db/apps.ts';
 import { createPgDb } from '../src/db/pg-pool.ts';
@@ -78,6 +79,13 @@ async function scrape(): Promise<{ text: string; samples: Samples; contentType: 
   return { text, samples: parse(text), contentType: response.headers.get('content-type') };
 }
 
+/** A source's intake series for `outcome`, at 0, whatever the order of its labels. */
+const zeroIntakeSeries = (source: string, outcome: string) =>
+  new RegExp(
+    `^herald_intake_claims_total\\{(source="${source}",outcome="${outcome}"|outcome="${outcome}",source="${source}")\\} 0$`,
+    'm',
+  );
+
 test('counters and gauges move by exactly what happened; no ids are exposed', async () => {
   const first = await scrape();
   assert.match(first.contentType ?? '', /^text\/plain; version=0\.0\.4/);
@@ -119,6 +127,8 @@ test('counters and gauges move by exactly what happened; no ids are exposed', as
     eventType: 'order.relayed',
   });
   assert.equal(source.status, 201, JSON.stringify(source.body));
+  // Its series are there at 0 before its first delivery, so that increase() sees the first one.
+  assert.match((await scrape()).text, zeroIntakeSeries('metrics-src', 'rejected'));
   const body = '{"order":1}';
   const now = new Date();
   const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
@@ -308,6 +318,21 @@ test('a database that hangs reads as down within the deadline, and scrapes meanw
   await waitFor('the gauges read again once the database answers', async () => {
     return value(parse(await metrics.scrape()), 'herald_metrics_database_up') === 1;
   });
+});
+
+test('an API process serves every source’s intake series from its start, at 0 before any delivery', async () => {
+  // The source metrics-src exists (the first test made it); this process has received nothing.
+  const config = loadConfig(testEnv(t.database.url));
+  const other = await createHerald({ config, logger: createLogger('silent'), migrate: false });
+  const api = await buildApi(other.core);
+  try {
+    const text = await other.core.metrics.scrape();
+    for (const outcome of ['claimed', 'joined', 'duplicate', 'rejected'])
+      assert.match(text, zeroIntakeSeries('metrics-src', outcome));
+  } finally {
+    await api.close();
+    await other.close();
+  }
 });
 
 test('two heralds in one process keep separate registries', async () => {

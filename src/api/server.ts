@@ -8,10 +8,12 @@ import Fastify, {
   type FastifyInstance,
   LogController,
 } from 'fastify';
+import { listSources } from '../db/sources.ts';
 import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
+import { sourceLabel } from '../ops/metrics.ts';
 import { assertReach, assertScope, createAuthenticator, requiredScope } from './auth.ts';
 import { createAuthFailureLimiter } from './auth-failures.ts';
 import { useApiJsonParser } from './json-body.ts';
@@ -222,5 +224,11 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   });
   app.addHook('onClose', () => ingestor.close());
   await app.register(ingestRoutes(core, ingestor));
+  // Each source's intake series from the start (Metrics.sourcesKnown). A database away now is
+  // not a reason to refuse to start: those series then begin with their first delivery.
+  await listSources(core.db, null).then(
+    (sources) => core.metrics.sourcesKnown(sources.map(sourceLabel)),
+    (error: Error) => core.log.warn({ err: error.message }, 'metrics: the sources could not be listed'),
+  );
   return app;
 }

@@ -15,7 +15,7 @@ import { findSource, liveSourceSecrets, SOURCE_CHANGED_CHANNEL, type SourceRow }
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
-import type { Metrics } from '../ops/metrics.ts';
+import { type Metrics, sourceLabel } from '../ops/metrics.ts';
 import { type BusinessKeyTemplate, compileBusinessKey } from './business-key.ts';
 import {
   createVerifier,
@@ -164,7 +164,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       });
       // Counted per source only once the source exists: the path is the sender's to choose, and
       // unknown names must not grow the metric set.
-      const label = source.uid ?? source.id;
+      const label = sourceLabel(source);
       const verdict = await verifier.verify(request, new Date());
       if (!verdict.ok) {
         deps.metrics?.intake(label, 'rejected');

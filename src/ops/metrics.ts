@@ -39,8 +39,14 @@ export interface Metrics {
   readonly registry: Registry;
   /** A new message was committed (idempotent replays are not new messages). */
   published(via: PublishedVia): void;
-  /** `source` is the source's uid, or its id when it has none. */
+  /** `source` is the source's label (sourceLabel). */
   intake(source: string, outcome: IntakeOutcome): void;
+  /**
+   * Sources this process may receive for, by label: their series start at 0 before their first
+   * delivery, so that increase() sees a first refusal after a start (a secret rotated while the
+   * process was down) instead of a series that begins at 1.
+   */
+  sourcesKnown(sources: readonly string[]): void;
   /** An attempt's outcome was recorded under its lease. */
   attemptRecorded(attempt: AttemptSample): void;
   /** Seconds from the message's creation to the start of its first attempt at one endpoint. */
@@ -145,6 +151,11 @@ export function createMetrics(
   // increment from rate().
   for (const via of ['api', 'library', 'ingest'] as const) published.inc({ via }, 0);
   const seenSources = new Set<string>();
+  const knowSource = (source: string) => {
+    if (seenSources.has(source)) return;
+    seenSources.add(source);
+    for (const each of INTAKE_OUTCOMES) intake.inc({ source, outcome: each }, 0);
+  };
   const intake = new Counter({
     name: 'herald_intake_claims_total',
     help: 'Inbound deliveries by source (uid or id) and outcome: claimed (relayed), joined (a new delivery id whose business key had a message already), duplicate, or rejected before anything was stored.',
@@ -298,12 +309,12 @@ export function createMetrics(
     published: (via) => published.inc({ via }),
     intake(source, outcome) {
       // Every outcome of a source from its first delivery on, so that the first refusal after a
-      // run of claims (a secret rotated) is not hidden from rate(). Sources come and go: not at start.
-      if (!seenSources.has(source)) {
-        seenSources.add(source);
-        for (const each of INTAKE_OUTCOMES) intake.inc({ source, outcome: each }, 0);
-      }
+      // run of claims (a secret rotated) is not hidden from rate().
+      knowSource(source);
       intake.inc({ source, outcome });
+    },
+    sourcesKnown(sources) {
+      for (const source of sources) knowSource(source);
     },
     attemptRecorded(a) {
       attempts.inc({ outcome: a.outcome, response_class: a.responseClass });
@@ -322,3 +333,6 @@ export function createMetrics(
     scrape: () => registry.metrics(),
   };
 }
+
+/** A source's label in herald_intake_claims_total: its uid, or its id when it has none. */
+export const sourceLabel = (source: { id: string; uid: string | null }): string => source.uid ?? source.id;

@@ -5,6 +5,7 @@ import { deleteSource, listSources, type SourceRow } from '../../db/sources.ts';
 import { assertAppAllowed } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { audit, changeSource, createSource, requireSource } from '../../engine/sources.ts';
+import { sourceLabel } from '../../ops/metrics.ts';
 import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
@@ -45,10 +46,13 @@ export const sourceRoutes =
 
     app.post('/api/v1/source', async (request, reply) => {
       const input = parseOrThrow(SourceIn, request.body);
-      return answerOnce(core, request, reply, async (tx) => ({
-        status: 201,
-        body: presentSource(await createSource(core, tx, request.actor, input)),
-      })).catch(rethrowTakenUid(SOURCE_UID_TAKEN));
+      let created: SourceRow | undefined;
+      const answered = await answerOnce(core, request, reply, async (tx) => {
+        created = await createSource(core, tx, request.actor, input);
+        return { status: 201, body: presentSource(created) };
+      }).catch(rethrowTakenUid(SOURCE_UID_TAKEN));
+      if (created) core.metrics.sourcesKnown([sourceLabel(created)]);
+      return answered;
     });
 
     app.get<{ Params: Params }>('/api/v1/source/:source_id', async (request) =>
@@ -61,6 +65,7 @@ export const sourceRoutes =
       const updated = await db
         .transaction((tx) => changeSource(core, tx, request.actor, current, patch))
         .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
+      core.metrics.sourcesKnown([sourceLabel(updated)]);
       return presentSource(updated);
     });
 
