@@ -298,7 +298,7 @@ describe('claim and outbox', () => {
     }
   });
 
-  test('a Slack url_verification handshake is answered with its challenge, and stores nothing', async () => {
+  test('a Slack url_verification handshake is answered with its challenge, an app_rate_limited notice acknowledged; neither is stored', async () => {
     const secret = 'slack-signing-secret';
     await createSource('slack-events', { scheme: 'slack', secret });
     const slackSigned = (body: string) => {
@@ -326,6 +326,12 @@ describe('claim and outbox', () => {
       'slack-events',
     );
     assert.equal(forged.status, 401);
+    // Slack's notice that it drops the app's events for a minute carries no event_id: answered
+    // 2xx (an error would count towards Slack turning the subscription off), and stored nowhere.
+    const limited =
+      '{"token":"t","team_id":"T123","minute_rate_limited":1518467820,"api_app_id":"A123","type":"app_rate_limited"}';
+    assert.equal((await deliver(slackSigned(limited), limited, 'slack-events')).status, 204);
+    assert.deepEqual(await tableCounts(), before, 'a notice is not an event');
     // And the events that follow are relayed by their event_id — even one that reads like the
     // handshake's: a handshake is told by its type.
     for (const id of ['Ev01', 'url_verification']) {

@@ -38,7 +38,9 @@ export type IngestResult =
   | { kind: 'accepted'; intakeId: string; messageId: string | null; duplicate: boolean }
   | { kind: 'subscription'; confirmed: boolean }
   /** A provider's handshake (Slack's url_verification): its challenge is answered, nothing stored. */
-  | { kind: 'challenge'; challenge: string };
+  | { kind: 'challenge'; challenge: string }
+  /** A provider's notice to the operator (Slack's app_rate_limited): logged, acknowledged, not stored. */
+  | { kind: 'notice' };
 
 export interface Ingestor {
   ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
@@ -174,6 +176,17 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       // accepted it only with a challenge.
       if (source.scheme === 'slack' && field(verdict.payload, 'type') === 'url_verification') {
         return { kind: 'challenge', challenge: field(verdict.payload, 'challenge') as string };
+      }
+      if (source.scheme === 'slack' && field(verdict.payload, 'type') === 'app_rate_limited') {
+        deps.log.warn(
+          {
+            sourceId: source.id,
+            teamId: field(verdict.payload, 'team_id'),
+            minuteRateLimited: field(verdict.payload, 'minute_rate_limited'),
+          },
+          'Slack: this app is rate limited; Slack drops its events for that minute (not redelivered)',
+        );
+        return { kind: 'notice' };
       }
       if (source.scheme === 'aws-sns') {
         const type = field(verdict.payload, 'Type');

@@ -5,7 +5,8 @@
 // Slack sends no delivery id header. Events API callbacks carry `event_id` in the JSON body, and
 // a retry (X-Slack-Retry-Num) repeats it, so it is the delivery id. The Events API's
 // `url_verification` handshake, signed like any request, is accepted under the id
-// URL_VERIFICATION: the ingestor answers its challenge and stores nothing. Other request kinds
+// URL_VERIFICATION: the ingestor answers its challenge and stores nothing; so is the
+// `app_rate_limited` notice, which the ingestor acknowledges and logs. Other request kinds
 // (slash commands, interactivity) have no id; a source receiving them must name a header its
 // proxy or sender adds (`deliveryIdHeader`), else they get a 400.
 
@@ -25,6 +26,12 @@ export type SlackSettings = z.output<typeof SlackSettings>;
 
 /** The delivery id of a verified url_verification handshake (never stored: see ingest.ts). */
 export const URL_VERIFICATION = 'url_verification';
+/**
+ * The delivery id of a verified `app_rate_limited` notice: Slack dropping the app's events for a
+ * minute. It has no event_id; acknowledged and logged, never stored (see ingest.ts) — an error
+ * answer would count towards Slack turning the app's event subscriptions off.
+ */
+export const APP_RATE_LIMITED = 'app_rate_limited';
 
 const VERSION = 'v0';
 const PREFIX = `${VERSION}=`;
@@ -61,6 +68,9 @@ export function createSlackVerifier(settings: SlackSettings, secrets: readonly s
           return reject('malformed', 'a url_verification request without a challenge');
         }
         return accept(URL_VERIFICATION, payload, 'the url_verification handshake');
+      }
+      if (field(payload, 'type') === 'app_rate_limited') {
+        return accept(APP_RATE_LIMITED, payload, 'the app_rate_limited notice');
       }
       const eventId = field(payload, 'event_id');
       if (eventId !== undefined || settings.deliveryIdHeader === undefined) {
