@@ -12,6 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import pino from 'pino';
 import { createSecretBox } from '../src/crypto/secret-box.ts';
 import { insertSource } from '../src/db/sources.ts';
+import type { HeraldError } from '../src/errors.ts';
 import { createIngestor } from '../src/inbound/ingest.ts';
 import {
   createVerifier,
@@ -111,9 +112,12 @@ let pki: Pki;
 const fetched: string[] = [];
 let failFetches = false;
 
+const SUBSCRIBE_URL_PREFIX = 'https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription';
+
 async function fetchText(url: string): Promise<string> {
   fetched.push(url);
   if (failFetches) throw new Error('connection refused');
+  if (url.startsWith(SUBSCRIBE_URL_PREFIX)) return '<ConfirmSubscriptionResponse/>';
   const pem = { [CERT_URL]: pki.cert, [NEXT_CERT_URL]: pki.nextCert }[url];
   if (pem === undefined) throw new Error('404');
   return pem;
@@ -181,7 +185,7 @@ function confirmation(type: 'SubscriptionConfirmation' | 'UnsubscribeConfirmatio
     Token: '2336412f37fb687f5d51e6e2425f004aed6b5b5c64e7a9e2ff5e4ac5c4f1ea6b',
     TopicArn: TOPIC,
     Message: `You have chosen to subscribe to the topic ${TOPIC}.`,
-    SubscribeURL: `https://sns.us-east-1.amazonaws.com/?Action=ConfirmSubscription&TopicArn=${TOPIC}&Token=2336412f`,
+    SubscribeURL: `${SUBSCRIBE_URL_PREFIX}&TopicArn=${TOPIC}&Token=2336412f`,
     Timestamp: now.toISOString(),
     SignatureVersion: '1',
     SigningCertURL: CERT_URL,
@@ -494,6 +498,35 @@ describe('aws-sns through the ingestor', () => {
         assert.deepEqual(answer, { kind: 'subscription', confirmed: false }, type);
       }
       assert.deepEqual(await stored(), { intake: 1, message: 1 }, 'nothing relayed for a confirmation');
+
+      // A source that confirms its subscriptions visits the SubscribeURL; when it does not answer,
+      // a 503 that says so asks SNS to send the confirmation again (not a store failure).
+      await insertSource(database.db, {
+        uid: 'confirming-topic',
+        scheme: 'aws-sns',
+        settings: { topicArns: [TOPIC], confirmSubscriptions: true },
+        appId: app.id,
+        eventType: 'order.placed',
+        businessKey: '{{delivery_id}}',
+        retentionDays: null,
+      });
+      const subscribing = signed(confirmation('SubscriptionConfirmation'));
+      assert.deepEqual(await ingestor.ingest('confirming-topic', post(subscribing)), {
+        kind: 'subscription',
+        confirmed: true,
+      });
+      assert.ok(fetched.includes(subscribing['SubscribeURL'] as string), 'the SubscribeURL was visited');
+      failFetches = true;
+      try {
+        await assert.rejects(ingestor.ingest('confirming-topic', post(subscribing)), (error: HeraldError) => {
+          assert.equal(error.code, 'verification_unavailable');
+          assert.match(error.message, /could not be confirmed/);
+          return true;
+        });
+      } finally {
+        failFetches = false;
+      }
+      assert.deepEqual(await stored(), { intake: 1, message: 1 });
     } finally {
       await ingestor.close();
       await database.drop();

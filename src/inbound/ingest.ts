@@ -121,32 +121,65 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     const version = versionOf(source);
     const cached = cache.get(source.id);
     if (cached?.version === version && Date.now() < cached.validUntil) return cached;
+    // A database failure here is the store's (503 store_unavailable), not the source's.
     const secrets = await liveSourceSecrets(deps.db, source.id);
-    const verifier = createVerifier(
-      { ...source.settings, scheme: source.scheme } as never,
-      secrets.sealed.map((sealed) => deps.box.open(sealed, source.id)),
-      { fetchText: deps.fetchText },
-    );
-    const entry: CachedSource = {
-      version,
-      validUntil: secrets.firstExpiry?.getTime() ?? Number.POSITIVE_INFINITY,
-      verifier,
-      businessKey: compileBusinessKey(source.businessKey),
-    };
+    let entry: CachedSource;
+    try {
+      entry = {
+        version,
+        validUntil: secrets.firstExpiry?.getTime() ?? Number.POSITIVE_INFINITY,
+        verifier: createVerifier(
+          { ...source.settings, scheme: source.scheme } as never,
+          secrets.sealed.map((sealed) => deps.box.open(sealed, source.id)),
+          { fetchText: deps.fetchText },
+        ),
+        businessKey: compileBusinessKey(source.businessKey),
+      };
+    } catch (error) {
+      // Its settings or secrets cannot make a verifier (changed in SQL, or sealed with another
+      // master key): nothing can be accepted, and the sender should retry once it is mended.
+      deps.log.error(
+        { sourceId: source.id, err: (error as Error).message },
+        'the source cannot verify requests',
+      );
+      throw new HeraldError(
+        'verification_unavailable',
+        'this source cannot verify requests now; retry later',
+      );
+    }
     cache.set(source.id, entry);
     return entry;
   }
 
   async function confirmSubscription(source: SourceRow, payload: unknown): Promise<IngestResult> {
     const url = (payload as { SubscribeURL?: unknown }).SubscribeURL;
-    if (source.settings['confirmSubscriptions'] !== true || typeof url !== 'string' || !isSnsUrl(url)) {
+    if (source.settings['confirmSubscriptions'] !== true) {
       deps.log.warn(
         { sourceId: source.id },
         'SNS subscription confirmation not enabled for this source; ignored',
       );
       return { kind: 'subscription', confirmed: false };
     }
-    await deps.fetchText(url);
+    if (typeof url !== 'string' || !isSnsUrl(url)) {
+      deps.log.warn(
+        { sourceId: source.id },
+        'SNS subscription confirmation without a SubscribeURL on an SNS host; ignored',
+      );
+      return { kind: 'subscription', confirmed: false };
+    }
+    try {
+      await deps.fetchText(url);
+    } catch (error) {
+      // SNS sends the confirmation again: a 503 asks it to, as for a store failure.
+      deps.log.warn(
+        { sourceId: source.id, err: (error as Error).message },
+        'SNS subscription could not be confirmed: its SubscribeURL did not answer',
+      );
+      throw new HeraldError(
+        'verification_unavailable',
+        'the subscription could not be confirmed now (its SubscribeURL did not answer); retry later',
+      );
+    }
     deps.log.info({ sourceId: source.id }, 'SNS subscription confirmed');
     return { kind: 'subscription', confirmed: true };
   }
@@ -155,15 +188,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     async ingest(sourceIdOrUid, request) {
       const source = await sources.get(sourceIdOrUid);
       if (!source) throw notFound('source');
-      const { verifier, businessKey: template } = await prepared(source).catch((error: Error) => {
-        // Its settings or secrets cannot make a verifier (changed in SQL, or sealed with another
-        // master key): nothing can be accepted, and the sender should retry once it is mended.
-        deps.log.error({ sourceId: source.id, err: error.message }, 'the source cannot verify requests');
-        throw new HeraldError(
-          'verification_unavailable',
-          'this source cannot verify requests now; retry later',
-        );
-      });
+      const { verifier, businessKey: template } = await prepared(source);
       // Counted per source only once the source exists: the path is the sender's to choose, and
       // unknown names must not grow the metric set.
       const label = sourceLabel(source);
