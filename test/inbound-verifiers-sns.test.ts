@@ -403,6 +403,28 @@ describe('aws-sns', () => {
     assert.equal(fetched.length, 3);
   });
 
+  test('messages naming certificates that do not exist cost a budget of fetches, not one each', async () => {
+    const verifier = snsVerifier();
+    const genuine = signed(notification());
+    assert.equal((await verifier.verify(post(genuine), now)).ok, true);
+    fetched.length = 0;
+    // Anyone who knows the topic can name certificate URLs on the topic's SNS host.
+    const forged = (n: number) =>
+      post({
+        ...genuine,
+        SigningCertURL: CERT_URL.replace(/[^/]+\.pem$/, `SimpleNotificationService-${n}.pem`),
+      });
+    for (let n = 0; n < 25; n++) {
+      assertRejected(await verifier.verify(forged(n), now), 503, 'verification_unavailable');
+    }
+    assert.equal(fetched.length, 9, 'the budget of 10 a window, one spent on the genuine certificate');
+    // The certificate in the cache still verifies; a later window has a budget again.
+    assert.equal((await verifier.verify(post(genuine), now)).ok, true);
+    const later = new Date(now.getTime() + 11 * 60 * 1000);
+    assertRejected(await verifier.verify(forged(99), later), 503, 'verification_unavailable');
+    assert.equal(fetched.length, 10);
+  });
+
   test('a certificate outside its validity period is refused', async () => {
     const message = signed(notification());
     const inTenYears = new Date(now.getTime() + 10 * 365 * 24 * 3600 * 1000);

@@ -61,6 +61,16 @@ const SNS_HOST = /^sns\.[a-z]{2}(-gov)?-[a-z]+-\d+\.amazonaws\.com(\.cn)?$/;
 // a flood of distinct (still SNS-hosted) URLs from growing memory.
 const CERT_TTL_MS = 24 * 60 * 60 * 1000;
 const MAX_CACHED_CERTS = 32;
+/**
+ * Certificates one source fetches, at most, in a window: SNS signs with one certificate per
+ * region, for months, and each is cached a day. Anyone who knows a source's topic can send
+ * messages naming certificate URLs that do not exist, one fetch each; past this budget they get a
+ * 503 without a fetch, so a flood costs AWS and the shared fetcher (which JWKS refreshes use too)
+ * a few requests a window, not one per request. A genuine message under a new certificate that
+ * meets a spent budget gets the 503 as well, and SNS delivers it again.
+ */
+const CERT_FETCHES_PER_WINDOW = 10;
+const CERT_FETCH_WINDOW_MS = 10 * 60 * 1000;
 
 /** https on an SNS host, default port, no credentials: for SigningCertURL and SubscribeURL alike. */
 export function isSnsUrl(raw: string): boolean {
@@ -109,8 +119,16 @@ function isObject(value: unknown): value is Record<string, unknown> {
 }
 
 export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchText): Verifier {
+  const fetchedAt: number[] = [];
   const certificates = createRemoteCache<X509Certificate>({
-    load: async (url) => new X509Certificate(await fetchText(url)),
+    load: async (url, now) => {
+      const windowStart = now.getTime() - CERT_FETCH_WINDOW_MS;
+      while (fetchedAt.length > 0 && fetchedAt[0]! <= windowStart) fetchedAt.shift();
+      if (fetchedAt.length >= CERT_FETCHES_PER_WINDOW)
+        throw new Error('this source fetched its budget of signing certificates; retry later');
+      fetchedAt.push(now.getTime());
+      return new X509Certificate(await fetchText(url));
+    },
     ttlMs: CERT_TTL_MS,
     maxEntries: MAX_CACHED_CERTS,
   });

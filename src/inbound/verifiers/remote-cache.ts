@@ -18,7 +18,8 @@ export interface RemoteCache<T> {
 }
 
 export interface RemoteCacheOptions<T> {
-  load: (key: string) => Promise<T>;
+  /** `now`: the caller's, as for expiry. */
+  load: (key: string, now: Date) => Promise<T>;
   ttlMs: number;
   /**
    * The least recently used entries go first beyond this, so request-controlled keys cannot grow
@@ -50,7 +51,7 @@ export function createRemoteCache<T>(options: RemoteCacheOptions<T>): RemoteCach
 
   /** Fetches `key` again; the entry answers with the value before it should the fetch fail. */
   function fetch(key: string, nowMs: number, before: Entry<T> | undefined): Entry<T> {
-    const fetched = options.load(key);
+    const fetched = options.load(key, new Date(nowMs));
     const entry: Entry<T> = {
       value: before === undefined ? fetched : fetched.catch(() => before.value),
       fetchedAtMs: nowMs,
