@@ -319,6 +319,20 @@ describe('gcp-pubsub', () => {
     }
   });
 
+  test('an unwrapped push (the body is the data) takes its id from x-goog-pubsub-message-id', async () => {
+    const body = '{"order":42}';
+    const request = push(`Bearer ${await token()}`, body);
+    const verdict = await pubsubVerifier().verify(
+      { ...request, headers: { ...request.headers, 'x-goog-pubsub-message-id': '2070443601311541' } },
+      now,
+    );
+    assert.deepEqual(verdict, { ok: true, deliveryId: '2070443601311541', payload: { order: 42 } });
+    // Without metadata written, nothing tells one delivery from another: refused, saying what to enable.
+    const without = await pubsubVerifier().verify(request, now);
+    assertRejected(without, 400, 'missing_delivery_id');
+    assert.match(without.ok ? '' : without.reason, /write metadata/);
+  });
+
   test('a genuine push without a message id is a 400', async () => {
     const jwt = await token();
     const verifier = pubsubVerifier();

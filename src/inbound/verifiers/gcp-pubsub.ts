@@ -5,7 +5,9 @@
 //
 // The token authenticates the SENDER, not the body: it carries no digest of the payload, so a
 // changed body still verifies. Integrity of the body rests on TLS between Google and herald.
-// The delivery id is `message.messageId` from the body, the same on every redelivery.
+// The delivery id is `message.messageId` from the body, the same on every redelivery; with payload
+// unwrapping (the body is the message's data) the `x-goog-pubsub-message-id` header, which Google
+// sends when the subscription writes metadata.
 // Source secrets are unused: Google's public keys are the only key material.
 
 import { createLocalJWKSet, errors, type JSONWebKeySet, type JWTPayload, jwtVerify } from 'jose';
@@ -129,7 +131,14 @@ export function createGcpPubSubVerifier(settings: GcpPubSubSettings, fetchText: 
       const payload = parseJsonBody(request.rawBody);
       const message = field(payload, 'message');
       const messageId = field(message, 'messageId') ?? field(message, 'message_id');
-      return accept(messageId, payload, 'message.messageId of the body');
+      if (messageId !== undefined) return accept(messageId, payload, 'message.messageId of the body');
+      // A subscription that unwraps payloads sends the message's data as the body, and its id in a
+      // header when it writes metadata (without, nothing tells one delivery from another).
+      return accept(
+        headerValue(request, 'x-goog-pubsub-message-id'),
+        payload,
+        'message.messageId of the body or, for a subscription that unwraps payloads, the x-goog-pubsub-message-id header (enable "write metadata")',
+      );
     },
   };
 }
