@@ -540,6 +540,20 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['query', 'before'],
     },
     {
+      name: 'with_content that is no boolean, on a publish',
+      method: 'POST',
+      path: '/api/v1/app/acme/msg?with_content=maybe',
+      body: { eventType: 'not.published', payload: {} },
+      loc: ['query', 'with_content'],
+    },
+    {
+      name: 'with_content that is no boolean, on a message',
+      method: 'GET',
+      path: '/api/v1/app/acme/msg/msg_00000000000000000000000000?with_content=0',
+      body: undefined,
+      loc: ['query', 'with_content'],
+    },
+    {
       name: 'attempt status out of range',
       method: 'GET',
       path: '/api/v1/app/acme/attempt/endpoint/ep-1?status=9',

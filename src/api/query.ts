@@ -59,6 +59,16 @@ function withEventTypesFolded(query: unknown): unknown {
   return { ...rest, event_types: folded.flat() };
 }
 
+const WithContentQuery = z.object({ with_content: flag.default(true) });
+
+/**
+ * `with_content` of a single message (its publish and its read), as the lists read it: true,
+ * false, or absent (with content); anything else is refused, naming it.
+ */
+export function parseWithContent(query: unknown): boolean {
+  return parseOrThrow(WithContentQuery, query, 'query').with_content;
+}
+
 /**
  * The list's query. As in Svix, `before` and `after` are ignored once an iterator is passed, and
  * `after` alone starts the walk at its moment towards newer items (as a prevIterator walks): the

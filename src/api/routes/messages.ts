@@ -15,7 +15,7 @@ import { MessageIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentDestination, presentMessage, presentMessageJson, presentPage } from '../present.ts';
-import { parseListQuery } from '../query.ts';
+import { parseListQuery, parseWithContent } from '../query.ts';
 
 type AppParams = { app_id: string };
 type MsgParams = AppParams & { msg_id: string };
@@ -31,28 +31,26 @@ export const messageRoutes =
       return { application, message };
     };
 
-    app.post<{ Params: AppParams; Querystring: { with_content?: string } }>(
-      '/api/v1/app/:app_id/msg',
-      async (request, reply) => {
-        const input = parseOrThrow(MessageIn, request.body);
-        const key = request.headers['idempotency-key'];
-        // No explicit transaction: the message, its deliveries, its audit entry and the workers'
-        // wake-up are written by ONE statement (shared with concurrent publishes: group commit),
-        // atomic on its own and committed when it returns.
-        const { message, created } = await publish(core, db, request.actor, request.params.app_id, input, {
-          idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
-        });
-        // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
-        if (created) core.metrics.published('api');
-        const withContent = request.query.with_content !== 'false';
-        // A new message's payload is JSON text herald just serialised: spliced in as it is. A
-        // replayed one is read back like any stored message.
-        return reply
-          .status(202)
-          .type('application/json; charset=utf-8')
-          .send(created ? presentMessageJson(message, withContent) : presentMessage(message, withContent));
-      },
-    );
+    app.post<{ Params: AppParams }>('/api/v1/app/:app_id/msg', async (request, reply) => {
+      const input = parseOrThrow(MessageIn, request.body);
+      // Read before the publish: a query refused after its commit would lose the answer.
+      const withContent = parseWithContent(request.query);
+      const key = request.headers['idempotency-key'];
+      // No explicit transaction: the message, its deliveries, its audit entry and the workers'
+      // wake-up are written by ONE statement (shared with concurrent publishes: group commit),
+      // atomic on its own and committed when it returns.
+      const { message, created } = await publish(core, db, request.actor, request.params.app_id, input, {
+        idempotencyKey: typeof key === 'string' && key !== '' ? key : null,
+      });
+      // 202 only now, after COMMIT: acceptance is a database fact. A replayed key is not new.
+      if (created) core.metrics.published('api');
+      // A new message's payload is JSON text herald just serialised: spliced in as it is. A
+      // replayed one is read back like any stored message.
+      return reply
+        .status(202)
+        .type('application/json; charset=utf-8')
+        .send(created ? presentMessageJson(message, withContent) : presentMessage(message, withContent));
+    });
 
     app.get<{ Params: AppParams }>('/api/v1/app/:app_id/msg', async (request) => {
       const application = await requireApp(db, request.actor, request.params.app_id);
@@ -67,14 +65,10 @@ export const messageRoutes =
       return presentPage(page, (m) => presentMessage(m, q.with_content ?? true));
     });
 
-    app.get<{ Params: MsgParams; Querystring: { with_content?: string } }>(
-      '/api/v1/app/:app_id/msg/:msg_id',
-      async (request) =>
-        presentMessage(
-          (await loadMessage(request.actor, request.params)).message,
-          request.query.with_content !== 'false',
-        ),
-    );
+    app.get<{ Params: MsgParams }>('/api/v1/app/:app_id/msg/:msg_id', async (request) => {
+      const withContent = parseWithContent(request.query);
+      return presentMessage((await loadMessage(request.actor, request.params)).message, withContent);
+    });
 
     app.delete<{ Params: MsgParams }>('/api/v1/app/:app_id/msg/:msg_id/content', async (request, reply) => {
       const { application, message } = await loadMessage(request.actor, request.params);
