@@ -31,7 +31,7 @@ export interface HeraldConfig {
   workerConcurrency: number;
   /** Days finished messages, deliveries and attempts are kept; undefined: forever (the audit trail). */
   historyRetentionDays: number | undefined;
-  /** On SIGTERM, how long a worker waits for attempts in flight before abandoning them to lease recovery. */
+  /** On SIGTERM, how long a worker waits quietly for attempts in flight (they still end, and are recorded). */
   shutdownGraceMs: number;
   /** Keep-alive connections a worker opens per receiver origin. */
   connectionsPerOrigin: number;

@@ -731,6 +731,16 @@ describe('a source that cannot verify', () => {
     assert.equal(answer.status, 503);
     assert.equal(JSON.parse(answer.body).code, 'verification_unavailable');
     assert.deepEqual(await tableCounts(), before);
+    // Counted as refused, so that the alert on a source refusing every delivery fires for it.
+    const rejected = async () =>
+      (
+        await t.herald.core.metrics.registry.getSingleMetric('herald_intake_claims_total')?.get()
+      )?.values.find((v) => v.labels['source'] === 'secretless' && v.labels['outcome'] === 'rejected')
+        ?.value ?? 0;
+    const counted = await rejected();
+    assert.ok(counted >= 1, `rejected ${counted}`);
+    assert.equal((await deliver(signed('evt_secretless_2', body), body, 'secretless')).status, 503);
+    assert.equal(await rejected(), counted + 1);
   });
 });
 

@@ -188,10 +188,14 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     async ingest(sourceIdOrUid, request) {
       const source = await sources.get(sourceIdOrUid);
       if (!source) throw notFound('source');
-      const { verifier, businessKey: template } = await prepared(source);
       // Counted per source only once the source exists: the path is the sender's to choose, and
       // unknown names must not grow the metric set.
       const label = sourceLabel(source);
+      const { verifier, businessKey: template } = await prepared(source).catch((error: unknown) => {
+        // A source that cannot verify refuses every delivery: counted, so that its alert fires.
+        if (error instanceof HeraldError) deps.metrics?.intake(label, 'rejected');
+        throw error;
+      });
       const verdict = await verifier.verify(request, new Date());
       if (!verdict.ok) {
         deps.metrics?.intake(label, 'rejected');
