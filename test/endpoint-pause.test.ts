@@ -372,7 +372,7 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
     const failures = receiver.requests.filter((r) => r.startedAt < downUntil).length;
     assert.ok(failures >= 2 && failures < 5, `${failures} requests during the outage`);
 
-    // An operator who resends, recovers or enables asks for a send now: the rest is lifted.
+    // An operator who resends, recovers, replays or enables asks for a send now: the rest is lifted.
     const rest = () =>
       t.database.db.query(
         `update delivery_lease set next_start_at = now() + interval '1 hour' where endpoint_id = $1`,
@@ -410,6 +410,23 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
     });
     assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
     assert.equal(await resting(), false, 'recovered');
+    // A replay, as a resend: its finished deliveries start again, and their endpoint's rest ends.
+    await waitFor('the recovered delivery to succeed', async () => {
+      const { rows: states } = await t.database.db.query<{ state: string }>(
+        'select state from delivery where id = $1',
+        [sent[1]!.id],
+      );
+      return states[0]!.state === 'succeeded';
+    });
+    await rest();
+    const replayed = await t.call('POST', '/api/v1/replay', {
+      status: 'succeeded',
+      cap: 10,
+      messageIds: [sent[1]!.message],
+    });
+    assert.equal(replayed.status, 202, JSON.stringify(replayed.body));
+    assert.equal(replayed.body.count, 1, JSON.stringify(replayed.body));
+    assert.equal(await resting(), false, 'replayed');
     await rest();
     for (const disabled of [true, false]) {
       const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled });

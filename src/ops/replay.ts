@@ -7,7 +7,7 @@
 
 import { z } from 'zod';
 import { recordAudit } from '../db/audit.ts';
-import { restartDeliveries } from '../db/deliveries.ts';
+import { liftEndpointPause, restartDeliveries } from '../db/deliveries.ts';
 import type { Queryable } from '../db/port.ts';
 import {
   countPayloadGone,
@@ -165,6 +165,13 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
       },
     },
   });
+  // A send now, as a resend or a recovery asks for one: the rests of the endpoints replayed to are
+  // lifted. Last, in endpoint order: each locks its endpoint's slot until the commit.
+  if (!dryRun) {
+    for (const endpointId of [...new Set(pairs.map((p) => p.endpointId))].sort()) {
+      await liftEndpointPause(tx, endpointId);
+    }
+  }
   return {
     id,
     dryRun,

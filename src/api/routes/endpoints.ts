@@ -240,12 +240,13 @@ export const endpointRoutes =
             new Date(input.since),
             input.until ? new Date(input.until) : null,
           );
-          if (n > 0) await liftEndpointPause(tx, endpoint.id);
           await audit(tx, request.actor, 'endpoint.recovered', endpoint, {
             since: input.since,
             until: input.until ?? null,
             deliveries: n,
           });
+          // Last: it locks the endpoint's slot until the commit (see the resend's).
+          if (n > 0) await liftEndpointPause(tx, endpoint.id);
           // Recovery is done by the time we answer: Svix's background task, finished. Its id is
           // this call's own (there is no task to look up later).
           return {

@@ -131,8 +131,6 @@ export const messageRoutes =
         return answerOnce(core, request, reply, async (tx) => {
           const resend = await resendDelivery(tx, application.id, message.id, endpoint.id);
           if (resend === 'payload_gone') throw payloadExpired();
-          // A send now, asked for: the endpoint's rest after failures does not hold it back.
-          await liftEndpointPause(tx, endpoint.id);
           await recordAudit(tx, {
             actor: request.actor.id,
             action: 'message.resent',
@@ -142,6 +140,9 @@ export const messageRoutes =
             // Queued: behind an attempt in flight, which ends first.
             details: { endpointId: endpoint.id, ...(resend === 'queued' && { queued: true }) },
           });
+          // A send now, asked for: the endpoint's rest after failures does not hold it back. Last,
+          // as it locks the endpoint's slot until the commit, which claims of it wait for.
+          await liftEndpointPause(tx, endpoint.id);
           // Svix answers with an EmptyResponse (`{}`); the SDKs JSON-parse any non-204 body.
           return { status: 202, body: {} };
         });
