@@ -9,6 +9,7 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import {
+  type ClaimedDelivery,
   claimDeliveries,
   recordOutcomes,
   recoverExpiredLeases,
@@ -25,6 +26,7 @@ import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { attemptResult, noWaits } from './support/outcomes.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
 import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
+import { waitForLockWaiter } from './support/wait.ts';
 
 let database: TestDatabase;
 
@@ -385,4 +387,76 @@ test('a resend queued behind an attempt in flight starts its cycle whatever ends
   }
   // Due now: the next claim takes all four again.
   assert.equal((await claimDeliveries(db, { batch: 4, leaseSeconds: 600, afterEndpoint: '' })).length, 4);
+});
+
+test('a slot another writer changes while its attempt ends (a lift, tending clearing a mark) is still emptied: the endpoint is not blocked for good', async () => {
+  // Its own database: every claim here is of this test's endpoints.
+  const own = await freshDatabase('slot_changed');
+  const holder = new pg.Client({ connectionString: own.url });
+  await holder.connect();
+  try {
+    const db = own.db;
+    const enders = {
+      outcome: {
+        statement: 'herald_record_outcomes',
+        end: (d: ClaimedDelivery) => recordOutcomes(db, [attemptResult(d)], 5),
+      },
+      'give-back': { statement: 'herald_release_unsent', end: (d: ClaimedDelivery) => releaseUnsent(db, d) },
+      // Its lease run out (the slot's too, which recovery looks for) before the lift below.
+      recovery: {
+        statement: 'herald_recover_expired_leases',
+        end: (_d: ClaimedDelivery) => recoverExpiredLeases(db, noWaits(5)),
+      },
+    };
+    for (const [name, { statement, end }] of Object.entries(enders)) {
+      // An app each: a message goes to every endpoint of its app.
+      const app = await seedApp(db, `slot-changed-${name}`);
+      const endpoint = await seedEndpoint(db, app.id, `http://127.0.0.1:1/${name}`);
+      await seedMessage(db, app.id);
+      await seedMessage(db, app.id);
+      const [claimed] = await claimDeliveries(db, { batch: 1, leaseSeconds: 600, afterEndpoint: '' });
+      assert.equal(claimed?.endpointId, endpoint.id, name);
+      if (name === 'recovery') {
+        await db.query(`update delivery set lease_expires_at = now() - interval '1 minute' where id = $1`, [
+          claimed!.deliveryId,
+        ]);
+        await db.query(
+          `update delivery_lease set lease_expires_at = now() - interval '1 minute' where endpoint_id = $1`,
+          [endpoint.id],
+        );
+      }
+      // A lift of the endpoint's rest under way: the filled slot is updated, and locked, meanwhile.
+      await holder.query('begin');
+      await holder.query('update delivery_lease set next_start_at = now() where endpoint_id = $1', [
+        endpoint.id,
+      ]);
+      const ending = end(claimed!);
+      await waitForLockWaiter(db, statement);
+      await holder.query('commit');
+      await ending;
+      const { rows } = await db.query<{ delivery_id: string | null }>(
+        'select delivery_id from delivery_lease where endpoint_id = $1',
+        [endpoint.id],
+      );
+      assert.deepEqual(rows, [{ delivery_id: null }], `${name}: the slot is empty`);
+      // The endpoint's next delivery (or this one again) is claimed.
+      const next = await claimDeliveries(db, { batch: 5, leaseSeconds: 600, afterEndpoint: '' });
+      assert.ok(
+        next.some((d) => d.endpointId === endpoint.id),
+        `${name}: the endpoint is served again`,
+      );
+      // Its work delivered, for the next case's claims to be of its own endpoint.
+      for (let batch = next; batch.length > 0; ) {
+        await recordOutcomes(
+          db,
+          batch.map((d) => attemptResult(d)),
+          5,
+        );
+        batch = await claimDeliveries(db, { batch: 5, leaseSeconds: 600, afterEndpoint: '' });
+      }
+    }
+  } finally {
+    await holder.end();
+    await own.drop();
+  }
 });
