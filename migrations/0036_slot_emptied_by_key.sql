@@ -7,6 +7,12 @@
 -- finished with its slot still filled: no claim took the endpoint again, and lease recovery, which
 -- goes by the deliveries' leases, never freed it. Matched by (endpoint, delivery), the update
 -- re-checks the new version and empties it. Otherwise as in 0030 and 0034.
+--
+-- Lease recovery empties a slot that such a write left filled: its lease has run out, and its
+-- delivery, locked, is no longer sending. That mends the databases this happened to before, and any
+-- slot left so however it came about: recovery walks the slots whose lease ran out, and one whose
+-- delivery is finished no longer keeps its endpoint from every claim, nor stays at the head of that
+-- walk (by expiry) for good.
 
 create or replace function herald_follow_deliveries()
 returns trigger
@@ -238,4 +244,58 @@ begin
          x.delivery_id = any(disabled_by)
     from jsonb_to_recordset(items) as x(delivery_id text, lease_token uuid, outcome text, response_class text);
 end
+$$;
+
+create or replace function herald_recover_expired_leases(schedule double precision[], jitter double precision, batch int)
+returns table (delivery_id text, endpoint_id text, lease_token uuid)
+language sql volatile
+-- As in 0016: the lookups' estimates must not cost a plan past jit_above_cost.
+set jit = off
+as $$
+  with ran_out as (
+    select l.endpoint_id, d.id, d.lease_token, d.state = 'sending' as expired, d.state <> 'sending' as left_filled
+      from delivery_lease l
+      cross join lateral (
+        -- A live lease (whatever the slot says) is neither, and is not locked.
+        select d.id, d.lease_token, d.state from delivery d
+         where d.id = l.delivery_id and (d.state <> 'sending' or d.lease_expires_at < now())
+         limit 1
+         for update of d skip locked
+      ) d
+     where l.lease_expires_at < now()
+     order by l.lease_expires_at
+     limit batch
+  ), expired as (
+    select r.id, r.lease_token from ran_out r where r.expired
+  ), emptied as (
+    -- Its delivery locked and finished: no lease of it is live, and no writer will empty the slot.
+    update delivery_lease l set delivery_id = null, lease_expires_at = null
+      from ran_out r
+     where r.left_filled and l.endpoint_id = r.endpoint_id and l.delivery_id = r.id
+  ), released as (
+    update delivery d
+       set state = case when d.attempts_in_cycle > cardinality(schedule) or not e.idempotent then 'failed'
+                        else 'pending' end,
+           -- The step after attempt n is schedule[n] (arrays count from 1 here).
+           next_attempt_at = case when d.attempts_in_cycle > cardinality(schedule) or not e.idempotent then null
+                                  else now() + make_interval(
+                                    secs => coalesce(schedule[d.attempts_in_cycle], 0) * (1 + jitter * (2 * random() - 1)))
+                             end,
+           lease_token = null, lease_expires_at = null, trigger = 'scheduled', updated_at = now()
+      from expired, endpoint e
+     where d.id = expired.id and e.id = d.endpoint_id
+    returning d.id, d.endpoint_id, expired.lease_token
+  ), marked as (
+    update attempt a
+       set outcome = 'unknown', finished_at = now(), response_class = 'lease_expired'
+     where a.ctid = any(array(
+       select k.ctid from released r
+        cross join lateral (
+          select a.ctid from attempt a
+           where a.delivery_id = r.id and a.lease_token = r.lease_token and a.outcome is null
+           limit 1
+        ) k))
+    returning a.id
+  )
+  select released.id, released.endpoint_id, released.lease_token from released
 $$;

@@ -460,3 +460,54 @@ test('a slot another writer changes while its attempt ends (a lift, tending clea
     await own.drop();
   }
 });
+
+test('lease recovery empties a slot left filled by a finished delivery (as the write before 0036 could leave one): its endpoint is claimed again', async () => {
+  const app = await seedApp(database.db, 'left-filled');
+  const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/left-filled');
+  await seedMessage(database.db, app.id);
+  await seedMessage(database.db, app.id);
+  const { rows: deliveries } = await database.db.query<{ id: string }>(
+    'select id from delivery where endpoint_id = $1 order by id',
+    [endpoint.id],
+  );
+  // The first finished (succeeded, as the outcome write left it) with its slot still filled, its
+  // lease run out.
+  await database.db.query(`update delivery set state = 'succeeded', next_attempt_at = null where id = $1`, [
+    deliveries[0]!.id,
+  ]);
+  await database.db.query(
+    `insert into delivery_lease (endpoint_id, delivery_id, lease_expires_at)
+     values ($1, $2, now() - interval '1 minute')
+     on conflict (endpoint_id) do update set delivery_id = excluded.delivery_id, lease_expires_at = excluded.lease_expires_at`,
+    [endpoint.id, deliveries[0]!.id],
+  );
+  const blocked = await claimDeliveries(database.db, { batch: 50, leaseSeconds: 600, afterEndpoint: '' });
+  assert.ok(
+    !blocked.some((d) => d.endpointId === endpoint.id),
+    'a filled slot keeps its endpoint from claims',
+  );
+  await recordOutcomes(
+    database.db,
+    blocked.map((d) => attemptResult(d)),
+    5,
+  );
+
+  // Nothing to recover (the delivery is finished: no attempt becomes unknown); the slot is emptied.
+  const recovered = await recoverExpiredLeases(database.db, noWaits(5));
+  assert.ok(!recovered.some((r) => r.endpointId === endpoint.id), JSON.stringify(recovered));
+  const { rows: slot } = await database.db.query(
+    'select delivery_id from delivery_lease where endpoint_id = $1',
+    [endpoint.id],
+  );
+  assert.deepEqual(slot, [{ delivery_id: null }]);
+  const claimed = await claimDeliveries(database.db, { batch: 50, leaseSeconds: 600, afterEndpoint: '' });
+  assert.deepEqual(
+    claimed.filter((d) => d.endpointId === endpoint.id).map((d) => d.deliveryId),
+    [deliveries[1]!.id],
+  );
+  await recordOutcomes(
+    database.db,
+    claimed.map((d) => attemptResult(d)),
+    5,
+  );
+});
