@@ -102,17 +102,16 @@ const SNAPSHOT_SQL = `
        where not e.disabled and ${UNSERVED_SINCE} <= now()
     )), 0)::float8 as "oldestDueSeconds",
     f.unknown::float8 as "unknownParked",
-    -- Awaiting review since its delivery was parked (its last change); only deliveries that
-    -- counted unknown attempts are looked up, each by key.
-    coalesce(extract(epoch from now() - (
-      select min(d.updated_at) from delivery_failed u
-       cross join lateral (select d.updated_at from delivery d where d.id = u.delivery_id limit 1) d
-       where u.unknown_attempts > 0
-    )), 0)::float8 as "oldestUnknownSeconds",
+    coalesce(extract(epoch from now() - f.parked_since), 0)::float8 as "oldestUnknownSeconds",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled",
     l.resting::float8 as "endpointsResting"
-    -- One read of the failed deliveries for both of their gauges, and one of the slots.
-    from (select count(*) as failed, coalesce(sum(unknown_attempts), 0) as unknown from delivery_failed) f,
+    -- One read of the failed deliveries for their three gauges, and one of the slots. Awaiting
+    -- review since its delivery was parked (its last change): looked up by key, and only for the
+    -- deliveries that counted unknown attempts (the filter comes before the aggregate's argument).
+    from (select count(*) as failed, coalesce(sum(unknown_attempts), 0) as unknown,
+                 min((select d.updated_at from delivery d where d.id = u.delivery_id limit 1))
+                   filter (where u.unknown_attempts > 0) as parked_since
+            from delivery_failed u) f,
          (select count(*) filter (where s.delivery_id is not null) as sending,
                  count(*) filter (where ${SLOT_RESTING}) as resting
             from delivery_lease s) l`;
