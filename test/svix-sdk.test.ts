@@ -309,6 +309,10 @@ describe('svix SDK against herald', () => {
     assert.equal(enabled.disabled, false);
     assert.equal(enabled.rateLimit, 25);
     assert.equal(enabled.throttleRate, 25);
+    // A PATCH may lift the throttle with 0 under either name, as Svix's contract allows.
+    const unthrottled = await svix.endpoint.patch('ep-app', 'crud-ep', { rateLimit: 0 });
+    assert.equal(unthrottled.throttleRate, 0);
+    assert.equal(unthrottled.rateLimit, 0);
     // The secret survives every update.
     assert.equal((await svix.endpoint.getSecret(app.id, created.id)).key, secret);
 

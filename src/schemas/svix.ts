@@ -113,7 +113,8 @@ export const EndpointPatch = z.object({
   disabled: z.boolean().optional(),
   idempotent: z.boolean().optional(),
   clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
-  rateLimit: z.number().int().min(1).max(65535).nullish(),
+  // As throttleRate: a PATCH may set 0 (no throttle), as Svix's contract allows.
+  rateLimit: z.number().int().min(0).max(65535).nullish(),
   secret: notSupported(
     'a secret is changed by POST …/secret/rotate, which keeps the old one valid for a while',
   ),
