@@ -277,6 +277,15 @@ describe('svix SDK against herald', () => {
       [created.id, second.id],
     );
     await svix.endpoint.delete('ep-app', second.id);
+    // A uid that is another endpoint's id does not hide that endpoint: the id wins. (The older
+    // endpoint takes the uid, so that it comes first in the app's index of endpoints.)
+    const older = await svix.endpoint.create('ep-app', { url: `${receiver.url}/older`, uid: 'older' });
+    const target = await svix.endpoint.create('ep-app', { url: `${receiver.url}/target` });
+    await svix.endpoint.patch('ep-app', 'older', { uid: target.id });
+    assert.equal((await svix.endpoint.get('ep-app', target.id)).id, target.id);
+    await svix.endpoint.delete('ep-app', target.id);
+    assert.equal((await svix.endpoint.get('ep-app', target.id)).id, older.id, 'then the uid finds its own');
+    await svix.endpoint.delete('ep-app', older.id);
 
     // herald's own fields, which the SDK cannot send: set through the HTTP API, kept by a PUT.
     const own = { idempotent: false, clientErrorPolicy: 'dead-letter' };
@@ -299,6 +308,17 @@ describe('svix SDK against herald', () => {
       own,
       'a PUT that does not name them keeps them',
     );
+    // An upsert repeated by uid, its body without `uid`, keeps the uid: one endpoint, not two.
+    for (let i = 0; i < 2; i++) {
+      const again = await t.call('PUT', '/api/v1/app/ep-app/endpoint/crud-ep', {
+        url: `${url}/v2`,
+        description: 'updated',
+        filterTypes: ['invoice.paid', 'invoice.voided'],
+      });
+      assert.equal(again.status, 200);
+      assert.deepEqual({ id: again.body.id, uid: again.body.uid }, { id: created.id, uid: 'crud-ep' });
+    }
+    assert.equal((await svix.endpoint.list(app.id)).data.length, 1);
 
     const patched = await svix.endpoint.patch('ep-app', 'crud-ep', { disabled: true, metadata: { a: 'b' } });
     assert.equal(patched.disabled, true);

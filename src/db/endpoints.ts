@@ -92,7 +92,8 @@ export async function findEndpoint(
   idOrUid: string,
 ): Promise<EndpointRow | null> {
   const result = await db.query<EndpointRow>(
-    `select ${COLUMNS} from endpoint where app_id = $1 and (id = $2 or uid = $2) limit 1`,
+    // The endpoint whose id it is, else whose uid: a uid may look like another endpoint's id.
+    `select ${COLUMNS} from endpoint where app_id = $1 and (id = $2 or uid = $2) order by id = $2 desc limit 1`,
     [appId, idOrUid],
   );
   return result.rows[0] ?? null;
