@@ -606,6 +606,20 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
 });
 
 describe('malformed requests', () => {
+  test('a path that is not valid percent-encoded UTF-8 → 400 in the catalogue’s shape', async () => {
+    assertError(await rejected(() => send('GET', '/api/v1/app/%E0%A4%A')), 400, 'bad_request');
+  });
+
+  test('a 256-character uid, as bodies accept, addresses its object', async () => {
+    const uid = `u${'x'.repeat(255)}`;
+    const created = await send('POST', '/api/v1/app', { name: 'long uid', uid });
+    assert.equal(created.status, 201);
+    const found = await send('GET', `/api/v1/app/${uid}`);
+    assert.equal(found.status, 200);
+    assert.equal(found.body.id, created.body.id);
+    assert.equal((await send('DELETE', `/api/v1/app/${uid}`)).status, 204);
+  });
+
   test('malformed JSON → 400', async () => {
     assertError(await rejected(() => send('POST', '/api/v1/app', '{"name": "x"')), 400, 'bad_request');
     assertError(
@@ -703,6 +717,7 @@ describe('not found: 404 with code not_found', () => {
     ['unknown route under /api/v1', 'GET', '/api/v1/nope'],
     ['unknown route elsewhere', 'GET', '/nope'],
     ['a method the route does not have', 'DELETE', '/api/v1/app'],
+    ['an identifier longer than any herald accepts', 'GET', `/api/v1/app/${'a'.repeat(4000)}`],
   ];
   for (const [name, method, path, body] of cases) {
     test(name, async () => {

@@ -6,6 +6,7 @@ import Fastify, {
   type FastifyBaseLogger,
   type FastifyError,
   type FastifyInstance,
+  type FastifyReply,
   LogController,
 } from 'fastify';
 import { listSources } from '../db/sources.ts';
@@ -37,6 +38,13 @@ declare module 'fastify' {
 }
 
 const PUBLIC_PATHS = new Set(['/api/v1/health', '/api/v1/health/ping']);
+
+/**
+ * Characters of one path segment, as sent: a 256-character uid, event id or event type name,
+ * each character percent-encoded (up to 12 for one outside the BMP). Fastify's default (100)
+ * would refuse identifiers that the API accepts in bodies.
+ */
+const MAX_PATH_PARAM_LENGTH = 256 * 12;
 
 /**
  * Errors that mean the database could not do it now: it could not be reached, or it rolled the
@@ -128,7 +136,16 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     loggerInstance: core.log as FastifyBaseLogger,
     bodyLimit: core.config.maxBodyBytes,
     logController: new LogController({ disableRequestLogging: true }),
-    routerOptions: { ignoreTrailingSlash: true },
+    routerOptions: { ignoreTrailingSlash: true, maxParamLength: MAX_PATH_PARAM_LENGTH },
+    // The router's own refusals answer in the catalogue's shape, as every other error does.
+    frameworkErrors: (error, _request, routerReply) => {
+      const reply = routerReply as FastifyReply;
+      const herald =
+        error.code === 'FST_ERR_MAX_PARAM_LENGTH'
+          ? new HeraldError('not_found', 'no object has an identifier this long')
+          : new HeraldError('bad_request', 'the path is not valid percent-encoded UTF-8');
+      return reply.status(herald.status).send(herald.toBody());
+    },
   });
   app.decorateRequest('actor', null as unknown as Actor);
   // The API speaks JSON only: anything else is 415, not a string that fails validation later.
