@@ -208,6 +208,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       if (outcome instanceof Error) throw outcome;
       return outcome;
     },
+    appChanged: apps.forget,
   };
   try {
     // Set-up belongs with migrating: the commands that open herald without migrating (doctor,

@@ -199,6 +199,23 @@ describe('application changes made anywhere', () => {
     await waitFor('the deleted app to be unknown', async () => (await publishTo(app)).status === 404, 2000);
   });
 
+  test('a uid moved through this API to a new app takes effect on its next publish, announced or not', async () => {
+    const first = await createApp(t, 'moving-app');
+    await publishVia(t, 'moving-app', { eventType: 'e', payload: { n: 1 } });
+    // Unannounced, only the API's own eviction keeps the cached app from taking the publish.
+    await t.database.db.query('alter table app disable trigger app_changed');
+    try {
+      assert.equal((await t.call('PATCH', `/api/v1/app/${first}`, { uid: 'moved-away' })).status, 200);
+      const second = await createApp(t, 'moving-app');
+      const published = await t.call('POST', '/api/v1/app/moving-app/msg', { eventType: 'e', payload: {} });
+      assert.equal(published.status, 202);
+      assert.equal((await t.call('GET', `/api/v1/app/${second}/msg/${published.body.id}`)).status, 200);
+      assert.equal((await t.call('GET', `/api/v1/app/${first}/msg/${published.body.id}`)).status, 404);
+    } finally {
+      await t.database.db.query('alter table app enable trigger app_changed');
+    }
+  });
+
   test('a publish to an app deleted before its deletion was announced is not found (404, not 500)', async () => {
     const app = await createApp(t, 'vanishing-app');
     await publishVia(t, 'vanishing-app', { eventType: 'e', payload: { n: 1 } });

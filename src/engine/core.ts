@@ -23,6 +23,11 @@ export interface Core {
    * being published at that moment (see db/group-commit.ts).
    */
   publishGrouped: (publish: GroupedPublish) => Promise<PublishResult>;
+  /**
+   * Evicts an app from the publishes' cache at once: a change this process just committed, which
+   * its next publish must see even before the database announces it (a uid moved to a new app).
+   */
+  appChanged: (appId: string) => void;
   metrics: Metrics;
 }
 

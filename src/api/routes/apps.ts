@@ -22,9 +22,9 @@ export const appRoutes =
   async (app) => {
     const { db } = core;
     // The audit names the fields that changed, never their values (metadata may hold anything).
-    const updateAudited = (actor: Actor, current: AppRow, fields: AppFields) => {
+    const updateAudited = async (actor: Actor, current: AppRow, fields: AppFields) => {
       assertUidAllowed(actor, fields.uid, current);
-      return db.transaction(async (tx) => {
+      const updated = await db.transaction(async (tx) => {
         const row = await updateApp(tx, current.id, fields);
         const changed = (['uid', 'name', 'throttleRate', 'metadata', 'retentionDays'] as const).filter(
           (f) => JSON.stringify(current[f]) !== JSON.stringify(row[f]),
@@ -39,6 +39,8 @@ export const appRoutes =
         });
         return row;
       });
+      core.appChanged(current.id);
+      return updated;
     };
 
     app.get('/api/v1/app', async (request) => {
@@ -140,6 +142,7 @@ export const appRoutes =
           targetId: current.id,
         });
       });
+      core.appChanged(current.id);
       return reply.status(204).send();
     });
   };
