@@ -19,6 +19,9 @@ import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { waitFor } from './support/wait.ts';
 
 const SLOW_NAME = 'slow-dns.herald.test';
+/** Resolves to the loopback receiver's address until `nameMoved`; then to the cloud metadata address. */
+const MOVING_NAME = 'moving-dns.herald.test';
+let nameMoved = false;
 
 let t: TestHerald;
 const originalLookup = dnsPromises.lookup;
@@ -28,6 +31,8 @@ let slowLookups = 0;
 before(async () => {
   t = await startTestHerald('endpoint_dns', { worker: false });
   const held = (async (hostname: string, options: unknown) => {
+    if (hostname === MOVING_NAME)
+      return [{ address: nameMoved ? '169.254.169.254' : '127.0.0.1', family: 4 }];
     if (hostname !== SLOW_NAME) return originalLookup(hostname, options as never);
     slowLookups++;
     await new Promise<void>((resolve) => pending.push(resolve));
@@ -103,4 +108,25 @@ test('concurrent lookups of one name make one system lookup; the next one asks a
   assert.equal(slowLookups, 2);
   for (const release of pending) release();
   await again;
+});
+
+test('a repeated endpoint creation gets its kept answer even when its URL would be refused now', async () => {
+  const app = await createApp(t, 'dns-repeat');
+  const url = `http://${MOVING_NAME}:9/hook`;
+  const create = () =>
+    t.call('POST', `/api/v1/app/${app}/endpoint`, { url }, { 'idempotency-key': 'ep-create-1' });
+  nameMoved = false;
+  const first = await create();
+  assert.equal(first.status, 201, JSON.stringify(first.body));
+  nameMoved = true;
+  try {
+    const repeat = await create();
+    assert.equal(repeat.status, 201, JSON.stringify(repeat.body));
+    assert.equal(repeat.body.id, first.body.id);
+    // The check itself is live: a new request for that URL is refused (a forbidden address).
+    const fresh = await t.call('POST', `/api/v1/app/${app}/endpoint`, { url });
+    assert.equal(fresh.status, 422, JSON.stringify(fresh.body));
+  } finally {
+    nameMoved = false;
+  }
 });

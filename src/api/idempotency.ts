@@ -22,18 +22,24 @@ class KeyTaken extends Error {}
 
 /**
  * Runs `work` in one transaction and answers what it returns — once per caller and key when the
- * request carries an `idempotency-key`.
+ * request carries an `idempotency-key`. `prepare` runs first, outside the transaction (a check of
+ * the network, say), and only when there is no kept answer to replay: a repeat gets its answer
+ * even when the check would fail now.
  */
-export async function answerOnce(
+export async function answerOnce<P = undefined>(
   core: Pick<Core, 'db' | 'box'>,
   request: FastifyRequest,
   reply: FastifyReply,
-  work: (tx: Queryable) => Promise<Answer>,
+  work: (tx: Queryable, prepared: P) => Promise<Answer>,
+  prepare: () => Promise<P> = async () => undefined as P,
 ): Promise<FastifyReply> {
   const { db } = core;
   const header = request.headers['idempotency-key'];
   const key = typeof header === 'string' && header !== '' ? header : null;
-  if (key === null) return send(reply, await db.transaction(work));
+  if (key === null) {
+    const prepared = await prepare();
+    return send(reply, await db.transaction((tx) => work(tx, prepared)));
+  }
   assertIdempotencyKeyLength(key);
   // Per caller, method and URL, as in Svix: one business key (`order-42`) may create an app and
   // then its endpoint; only a repeat at the same URL is the same request.
@@ -47,10 +53,11 @@ export async function answerOnce(
   const kept =
     (await findKeptAnswer(db, scope, key)) ?? (await keptPerCaller(db, request.actor.id, key, requestSha256));
   if (kept) return replay(reply, kept, requestSha256);
+  const prepared = await prepare();
   try {
     const answer = await db.transaction(async (tx) => {
       if (!(await takeKey(tx, scope, key, requestSha256))) throw new KeyTaken();
-      const done = await work(tx);
+      const done = await work(tx, prepared);
       await keepAnswer(tx, scope, key, done.status, done.body);
       return done;
     });

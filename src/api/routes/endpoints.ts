@@ -75,12 +75,18 @@ export const endpointRoutes =
       const headers = input.headers ?? {};
       validateHeaders(headers);
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const checkedUrl = await checkNewUrl(core, null, input.url);
-      return answerOnce(core, request, reply, async (tx) => {
-        const endpoint = await createEndpoint(core, tx, request.actor, application, input, checkedUrl);
-        if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
-        return { status: 201, body: presentEndpoint(endpoint) };
-      }).catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
+      return answerOnce(
+        core,
+        request,
+        reply,
+        async (tx, checkedUrl) => {
+          const endpoint = await createEndpoint(core, tx, request.actor, application, input, checkedUrl);
+          if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
+          return { status: 201, body: presentEndpoint(endpoint) };
+        },
+        // Its name looked up: a repeat is answered even while the name does not resolve.
+        () => checkNewUrl(core, null, input.url),
+      ).catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
     });
 
     app.get<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request) =>
