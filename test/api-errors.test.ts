@@ -554,6 +554,20 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['query', 'with_content'],
     },
     {
+      name: 'get_if_exists that is no boolean',
+      method: 'POST',
+      path: '/api/v1/app?get_if_exists=yes',
+      body: { name: 'not created' },
+      loc: ['query', 'get_if_exists'],
+    },
+    {
+      name: 'expunge that is no boolean (it must not archive instead)',
+      method: 'DELETE',
+      path: '/api/v1/event-type/invoice.paid?expunge=1',
+      body: undefined,
+      loc: ['query', 'expunge'],
+    },
+    {
       name: 'attempt status out of range',
       method: 'GET',
       path: '/api/v1/app/acme/attempt/endpoint/ep-1?status=9',

@@ -59,14 +59,18 @@ function withEventTypesFolded(query: unknown): unknown {
   return { ...rest, event_types: folded.flat() };
 }
 
-const WithContentQuery = z.object({ with_content: flag.default(true) });
-
 /**
- * `with_content` of a single message (its publish and its read), as the lists read it: true,
- * false, or absent (with content); anything else is refused, naming it.
+ * A true/false flag of the query string (`get_if_exists`, `expunge`): `absent` when it is not
+ * there; anything but true or false is refused, naming it — a mistyped `expunge=1` must not
+ * quietly archive instead.
  */
+export function parseFlag(query: unknown, name: string, absent: boolean): boolean {
+  return parseOrThrow(z.object({ [name]: flag.default(absent) }), query, 'query')[name] === true;
+}
+
+/** `with_content` of a single message (its publish and its read), as the lists read it. */
 export function parseWithContent(query: unknown): boolean {
-  return parseOrThrow(WithContentQuery, query, 'query').with_content;
+  return parseFlag(query, 'with_content', true);
 }
 
 /**

@@ -10,7 +10,7 @@ import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentApp, presentPage } from '../present.ts';
-import { parseListQuery } from '../query.ts';
+import { parseFlag, parseListQuery } from '../query.ts';
 import { conflictOnTakenUid, isUniqueViolation } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
@@ -50,7 +50,7 @@ export const appRoutes =
 
     app.post('/api/v1/app', async (request, reply) => {
       const input = parseOrThrow(ApplicationIn, request.body);
-      const getIfExists = (request.query as { get_if_exists?: string }).get_if_exists === 'true';
+      const getIfExists = parseFlag(request.query, 'get_if_exists', false);
       // The existing app is shown only to a key allowed to see it: get_if_exists is no way round
       // a key's restriction to some applications, nor a way to learn which uids are taken (such
       // a key cannot create applications: it is refused below as for a uid nobody has).

@@ -17,7 +17,7 @@ import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEventType, presentPage } from '../present.ts';
-import { parseListQuery } from '../query.ts';
+import { parseFlag, parseListQuery } from '../query.ts';
 
 type Params = { event_type_name: string };
 
@@ -101,17 +101,14 @@ export const eventTypeRoutes =
       return presentEventType(row);
     });
 
-    app.delete<{ Params: Params; Querystring: { expunge?: string } }>(
-      '/api/v1/event-type/:event_type_name',
-      async (request, reply) => {
-        const name = request.params.event_type_name;
-        const expunge = request.query.expunge === 'true';
-        await db.transaction(async (tx) => {
-          const done = expunge ? await expungeEventType(tx, name) : await archiveEventType(tx, name);
-          if (!done) throw notFound('event type');
-          await audit(tx, request.actor.id, expunge ? 'event_type.expunged' : 'event_type.archived', name);
-        });
-        return reply.status(204).send();
-      },
-    );
+    app.delete<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request, reply) => {
+      const name = request.params.event_type_name;
+      const expunge = parseFlag(request.query, 'expunge', false);
+      await db.transaction(async (tx) => {
+        const done = expunge ? await expungeEventType(tx, name) : await archiveEventType(tx, name);
+        if (!done) throw notFound('event type');
+        await audit(tx, request.actor.id, expunge ? 'event_type.expunged' : 'event_type.archived', name);
+      });
+      return reply.status(204).send();
+    });
   };
