@@ -9,6 +9,7 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import {
+  acknowledgeUnknownOutcomes,
   type ClaimedDelivery,
   claimDeliveries,
   recordOutcomes,
@@ -510,4 +511,107 @@ test('lease recovery empties a slot left filled by a finished delivery (as the w
     claimed.map((d) => attemptResult(d)),
     5,
   );
+});
+
+test('a failed row changed while a resend reads it is removed all the same (by key): the delivery parks again later', async () => {
+  const own = await freshDatabase('delivery_queue_failed_changed');
+  const holder = new pg.Client({ connectionString: own.url });
+  await holder.connect();
+  try {
+    const db = own.db;
+    const app = await seedApp(db, 'failed-changed');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:1/failed-changed');
+    const messageId = await seedMessage(db, app.id);
+    const park = () =>
+      db.query(`update delivery set state = 'failed', next_attempt_at = null where message_id = $1`, [
+        messageId,
+      ]);
+    await park();
+    const failedRows = async () =>
+      (await db.query('select 1 from delivery_failed where endpoint_id = $1', [endpoint.id])).rowCount;
+    assert.equal(await failedRows(), 1);
+    // An acknowledgment of its unknown attempts under way: the failed row is rewritten, and locked.
+    await holder.query('begin');
+    await holder.query('update delivery_failed set unknown_attempts = 0 where endpoint_id = $1', [
+      endpoint.id,
+    ]);
+    const resent = resendDelivery(db, app.id, messageId, endpoint.id);
+    await waitForLockWaiter(db, 'sendable');
+    await holder.query('commit');
+    assert.equal(await resent, 'resent');
+    assert.equal(await failedRows(), 0, 'the resend removed the failed row');
+    // Parked again (as its next cycle's last failure would), it has one failed row, not a clash.
+    await park();
+    assert.equal(await failedRows(), 1);
+  } finally {
+    await holder.end();
+    await own.drop();
+  }
+});
+
+test('lease recovery empties an expired slot whose delivery no longer exists: its endpoint is claimed again', async () => {
+  const app = await seedApp(database.db, 'slot-of-gone');
+  const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/slot-of-gone');
+  await seedMessage(database.db, app.id);
+  // As a write before 0036 could leave it, and history retention then removed its delivery.
+  await database.db.query(
+    `insert into delivery_lease (endpoint_id, delivery_id, lease_expires_at)
+     values ($1, 'dlv_removed_by_retention', now() - interval '1 minute')
+     on conflict (endpoint_id) do update set delivery_id = excluded.delivery_id, lease_expires_at = excluded.lease_expires_at`,
+    [endpoint.id],
+  );
+  await recoverExpiredLeases(database.db, noWaits(5));
+  const { rows: slot } = await database.db.query(
+    'select delivery_id from delivery_lease where endpoint_id = $1',
+    [endpoint.id],
+  );
+  assert.deepEqual(slot, [{ delivery_id: null }]);
+  const claimed = await claimDeliveries(database.db, { batch: 50, leaseSeconds: 600, afterEndpoint: '' });
+  assert.ok(
+    claimed.some((d) => d.endpointId === endpoint.id),
+    'the endpoint is served again',
+  );
+  await recordOutcomes(
+    database.db,
+    claimed.map((d) => attemptResult(d)),
+    5,
+  );
+});
+
+test('an acknowledgment beside a parking waits for it, and leaves nothing counted as awaiting review', async () => {
+  const own = await freshDatabase('delivery_queue_acknowledged_parking');
+  const parker = new pg.Client({ connectionString: own.url });
+  await parker.connect();
+  try {
+    const db = own.db;
+    const app = await seedApp(db, 'acknowledged-parking');
+    const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:1/acknowledged-parking');
+    const messageId = await seedMessage(db, app.id);
+    // An attempt whose outcome is unknown, on the delivery about to be parked.
+    await db.query(
+      `insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                            finished_at, outcome)
+       select d.app_id, d.id, d.message_id, d.endpoint_id, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/x',
+              now(), 'unknown'
+         from delivery d where d.message_id = $1`,
+      [messageId],
+    );
+    // The parking under way: the delivery is failed and its failed row counts the unknown attempt.
+    await parker.query('begin');
+    await parker.query(`update delivery set state = 'failed', next_attempt_at = null where message_id = $1`, [
+      messageId,
+    ]);
+    const acknowledged = db.transaction((tx) => acknowledgeUnknownOutcomes(tx, messageId));
+    await waitForLockWaiter(db, 'for no key update');
+    await parker.query('commit');
+    assert.equal((await acknowledged).length, 1);
+    const { rows } = await db.query<{ unknown_attempts: number }>(
+      'select unknown_attempts from delivery_failed where endpoint_id = $1',
+      [endpoint.id],
+    );
+    assert.deepEqual(rows, [{ unknown_attempts: 0 }]);
+  } finally {
+    await parker.end();
+    await own.drop();
+  }
 });

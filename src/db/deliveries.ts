@@ -475,6 +475,13 @@ export async function acknowledgeUnknownOutcomes(
   db: Queryable,
   messageId: string,
 ): Promise<{ deliveryId: string; appId: string; unknownAttempts: number }[]> {
+  // The message's deliveries first, locked as the writes that park, resend or recover one lock
+  // it: an acknowledgment made beside a parking would miss the failed row the parking is adding
+  // (and the parking's count, this acknowledgment), leaving the delivery counted as awaiting
+  // review for good. The statement after this one sees what such a write committed.
+  await db.query('select 1 from delivery d where d.message_id = $1 order by d.id for no key update', [
+    messageId,
+  ]);
   const result = await db.query<{ deliveryId: string; appId: string; unknownAttempts: number }>(
     `with acknowledged as (
        update attempt a set acknowledged_at = now()
