@@ -263,6 +263,11 @@ test('with the database unreachable, counters are served and the gauges say "unk
     metrics.published('api');
     const samples = parse(await metrics.scrape());
     assert.equal(value(samples, 'herald_messages_published_total', { via: 'api' }), 1);
+    // The failures an alert watches are there at 0 before the first, so that increase() sees it.
+    for (const responseClass of ['no_signing_secret', 'payload_expired']) {
+      const series = key('herald_attempts_total', { outcome: 'failure', response_class: responseClass });
+      assert.equal(samples.get(series), 0, series);
+    }
     assert.equal(value(samples, 'herald_metrics_database_up'), 0);
     assert.ok(Number.isNaN(value(samples, 'herald_endpoints_disabled')));
     assert.ok(Number.isNaN(value(samples, 'herald_deliveries', { state: 'pending' })));

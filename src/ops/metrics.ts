@@ -167,6 +167,10 @@ export function createMetrics(
     labelNames: ['outcome', 'response_class'] as const,
     registers,
   });
+  // The failures that are herald's own, which an alert watches (a worker with the wrong master
+  // key), from the start: its first scrape may come after the first of them.
+  for (const response_class of ['no_signing_secret', 'payload_expired'] as const)
+    attempts.inc({ outcome: 'failure', response_class }, 0);
   const duration = new Histogram({
     name: 'herald_attempt_duration_seconds',
     help: 'Time one attempt took: DNS, connect, request and response.',
