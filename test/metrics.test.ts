@@ -334,6 +334,34 @@ test('an API process serves every source’s intake series from its start, at 0 
     const text = await other.core.metrics.scrape();
     for (const outcome of ['claimed', 'joined', 'duplicate', 'rejected'])
       assert.match(text, zeroIntakeSeries('metrics-src', outcome));
+
+    // A source made elsewhere (another process, the CLI) gets its series once it is announced;
+    // renamed, then deleted, its series go: their number stays the number of sources.
+    const seriesOf = async (source: string) =>
+      (await other.core.metrics.scrape()).split('\n').filter((l) => l.includes(`source="${source}"`)).length;
+    const made = await t.call('POST', '/api/v1/source', {
+      uid: 'made-elsewhere',
+      scheme: 'standard-webhooks',
+      secret: SOURCE_SECRET,
+      app: 'metrics-shop',
+      eventType: 'order.relayed',
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    await waitFor('the new source’s series at 0', async () => (await seriesOf('made-elsewhere')) === 4);
+    assert.match(await other.core.metrics.scrape(), zeroIntakeSeries('made-elsewhere', 'rejected'));
+    assert.equal(
+      (await t.call('PATCH', `/api/v1/source/${made.body.id}`, { uid: 'renamed-elsewhere' })).status,
+      200,
+    );
+    await waitFor('the renamed source’s series only', async () => {
+      return (await seriesOf('made-elsewhere')) === 0 && (await seriesOf('renamed-elsewhere')) === 4;
+    });
+    assert.equal((await t.call('DELETE', `/api/v1/source/${made.body.id}`)).status, 204);
+    await waitFor(
+      'the deleted source’s series gone',
+      async () => (await seriesOf('renamed-elsewhere')) === 0,
+    );
+    assert.equal(await seriesOf('metrics-src'), 4, 'the other sources keep theirs');
   } finally {
     await api.close();
     await other.close();

@@ -9,7 +9,8 @@ import Fastify, {
   type FastifyReply,
   LogController,
 } from 'fastify';
-import { listSources } from '../db/sources.ts';
+import { coalesced } from '../db/group-commit.ts';
+import { listSources, SOURCE_CHANGED_CHANNEL } from '../db/sources.ts';
 import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
@@ -118,6 +119,29 @@ function refuseNul(location: 'path' | 'query', values: unknown): void {
       ]);
     }
   }
+}
+
+/**
+ * Each source's intake series from the start, and from a source's creation wherever it is made (its
+ * announcement): at 0, so that increase() sees a first refusal. A deleted or renamed source's
+ * series go. A database away now is not a reason to refuse to start: those series then begin with
+ * their first delivery, or the next announcement.
+ */
+async function followSourcesInMetrics(app: FastifyInstance, core: Core): Promise<void> {
+  const sync = coalesced(() =>
+    listSources(core.db, null).then(
+      (sources) => core.metrics.sourcesAre(sources.map(sourceLabel)),
+      (error: Error) => core.log.warn({ err: error.message }, 'metrics: the sources could not be listed'),
+    ),
+  );
+  await sync();
+  const unlisten = await core.db
+    .listen(SOURCE_CHANGED_CHANNEL, () => void sync())
+    .catch((error: Error) => {
+      core.log.warn({ err: error.message }, 'metrics: source changes cannot be followed');
+      return null;
+    });
+  if (unlisten) app.addHook('onClose', () => unlisten());
 }
 
 /** Just /metrics and the liveness check: what a worker-only process serves. */
@@ -241,11 +265,6 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   });
   app.addHook('onClose', () => ingestor.close());
   await app.register(ingestRoutes(core, ingestor));
-  // Each source's intake series from the start (Metrics.sourcesKnown). A database away now is
-  // not a reason to refuse to start: those series then begin with their first delivery.
-  await listSources(core.db, null).then(
-    (sources) => core.metrics.sourcesKnown(sources.map(sourceLabel)),
-    (error: Error) => core.log.warn({ err: error.message }, 'metrics: the sources could not be listed'),
-  );
+  await followSourcesInMetrics(app, core);
   return app;
 }

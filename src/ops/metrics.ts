@@ -47,6 +47,11 @@ export interface Metrics {
    * process was down) instead of a series that begins at 1.
    */
   sourcesKnown(sources: readonly string[]): void;
+  /**
+   * Every source there is, by label: as sourcesKnown, and the series of a source no longer among
+   * them (deleted, or renamed) go, so that their number stays the number of sources.
+   */
+  sourcesAre(sources: readonly string[]): void;
   /** An attempt's outcome was recorded under its lease. */
   attemptRecorded(attempt: AttemptSample): void;
   /** Seconds from the message's creation to the start of its first attempt at one endpoint. */
@@ -318,6 +323,15 @@ export function createMetrics(
     },
     sourcesKnown(sources) {
       for (const source of sources) knowSource(source);
+    },
+    sourcesAre(sources) {
+      const there = new Set(sources);
+      for (const source of seenSources) {
+        if (there.has(source)) continue;
+        seenSources.delete(source);
+        for (const outcome of INTAKE_OUTCOMES) intake.remove({ source, outcome });
+      }
+      for (const source of there) knowSource(source);
     },
     attemptRecorded(a) {
       attempts.inc({ outcome: a.outcome, response_class: a.responseClass });
