@@ -1,7 +1,8 @@
 // The embedded database's data directory is one process's at a time (src/db/pglite.ts): a lock
-// file holds its owner's pid. A live owner's lock refuses another opener; a dead owner's is
-// taken over — also when the dead owner had this process's pid, as a restarted container's
-// pid 1 does.
+// file holds its owner's pid and host name. A live owner's lock refuses another opener; a dead
+// owner's is taken over — also when the dead owner had this process's pid, as a restarted
+// container's pid 1 does. A lock taken on another host (a container on a shared volume, pid 1
+// too) is held: its owner cannot be checked from here.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -35,7 +36,34 @@ test("a live process's lock refuses; a dead one's, and one with this process's o
     // This process's own pid, left by a process that had it before (a container's pid 1).
     fs.writeFileSync(lockFile, String(process.pid));
     const unlock = lockDataDir(dir);
-    assert.equal(fs.readFileSync(lockFile, 'utf8'), String(process.pid));
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} ${os.hostname()}`);
     unlock();
+  });
+});
+
+test('a lock taken on another host refuses, whatever its pid, and says how to clear it', () => {
+  withDir((dir, lockFile) => {
+    // This process's own pid, as another container's herald (pid 1 in its own namespace) would have.
+    fs.writeFileSync(lockFile, `${process.pid} other-container-7f3a`);
+    assert.throws(
+      () => lockDataDir(dir),
+      (error: Error) => {
+        assert.ok(error instanceof DataDirBusyError);
+        assert.match(error.message, /host other-container-7f3a/);
+        assert.ok(error.message.includes(lockFile), 'names the file to remove');
+        return true;
+      },
+    );
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} other-container-7f3a`, 'left as it was');
+  });
+});
+
+test('the lock names its host; one written without a host is taken as this host’s', () => {
+  withDir((dir, lockFile) => {
+    const unlock = lockDataDir(dir);
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} ${os.hostname()}`);
+    unlock();
+    fs.writeFileSync(lockFile, String(process.ppid));
+    assert.throws(() => lockDataDir(dir), DataDirBusyError);
   });
 });

@@ -269,7 +269,10 @@ test('embedded mode: the data dir survives a restart and is never opened twice',
   assert.match(busy.stderr, /in use by another herald process/);
   assert.match(busy.stderr, new RegExp(`pid ${first.proc.pid}\\b`));
   assert.deepEqual(printed(busy.stdout), [], 'no key was printed');
-  assert.equal(fs.readFileSync(path.join(dataDir, 'herald.lock'), 'utf8'), String(first.proc.pid));
+  assert.equal(
+    fs.readFileSync(path.join(dataDir, 'herald.lock'), 'utf8'),
+    `${first.proc.pid} ${os.hostname()}`,
+  );
   assert.equal(fs.readFileSync(path.join(dataDir, 'master.key'), 'utf8'), masterKey);
   // The running server is unharmed.
   await expectStatus('list apps while busy', call(first.base, adminKey, 'GET', '/api/v1/app'), 200);

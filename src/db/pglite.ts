@@ -2,6 +2,7 @@
 // connection, so one process owns the directory: `openEmbedded` takes an exclusive lock file.
 
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { PGlite } from '@electric-sql/pglite';
 import type { Db, Transaction } from './port.ts';
@@ -13,14 +14,14 @@ const LOCK_FILE = 'herald.lock';
 
 /**
  * Takes the data directory's lock, or explains who holds it. The lock file appears with the
- * owner's pid already in it (written aside, then hard-linked into place in one step), so another
- * opener never reads an empty lock; an unreadable or empty lock counts as held.
+ * owner's pid and host name already in it (written aside, then hard-linked into place in one
+ * step), so another opener never reads an empty lock; an unreadable or empty lock counts as held.
  */
 export function lockDataDir(dataDir: string): () => void {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
   const lockPath = path.join(dataDir, LOCK_FILE);
   const staging = `${lockPath}.${process.pid}`;
-  fs.writeFileSync(staging, String(process.pid), { mode: 0o600 });
+  fs.writeFileSync(staging, `${process.pid} ${os.hostname()}`, { mode: 0o600 });
   try {
     for (let tries = 0; tries < 3; tries++) {
       try {
@@ -30,18 +31,23 @@ export function lockDataDir(dataDir: string): () => void {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       }
       const holder = readHolder(lockPath);
+      if (holder === null) throw busy(dataDir, 'another herald process');
+      // A lock taken on another host (another container on a shared volume, where herald is pid 1
+      // as well) cannot be checked from here: it is held until someone who knows removes it.
+      if (holder.host !== os.hostname()) {
+        throw busy(
+          dataDir,
+          `herald on host ${holder.host} (pid ${holder.pid}); if that process is gone, remove ${lockPath}`,
+        );
+      }
       // A holder with this process's pid is a dead process's lock: in a container herald is often
       // pid 1 again after a crash, and that pid is alive — it is this one.
-      if (holder === null || (holder !== process.pid && isAlive(holder))) {
-        throw new DataDirBusyError(
-          `the embedded database in ${dataDir} is in use by another herald process` +
-            `${holder ? ` (pid ${holder})` : ''}. PGlite allows one process per data directory: use the ` +
-            'running server’s API, stop it first, or set DATABASE_URL to share a PostgreSQL server.',
-        );
+      if (holder.pid !== process.pid && isAlive(holder.pid)) {
+        throw busy(dataDir, `another herald process (pid ${holder.pid})`);
       }
       // The holder died without cleaning up. Remove its lock only if it is still that same
       // stale lock (another opener may have replaced it meanwhile), then try again.
-      if (readHolder(lockPath) === holder) fs.rmSync(lockPath, { force: true });
+      if (readHolder(lockPath)?.text === holder.text) fs.rmSync(lockPath, { force: true });
     }
     throw new DataDirBusyError(`could not lock ${lockPath}`);
   } finally {
@@ -49,10 +55,20 @@ export function lockDataDir(dataDir: string): () => void {
   }
 }
 
-function readHolder(lockPath: string): number | null {
+const busy = (dataDir: string, holder: string) =>
+  new DataDirBusyError(
+    `the embedded database in ${dataDir} is in use by ${holder}. PGlite allows one process per ` +
+      'data directory: use the running server’s API, stop it first, or set DATABASE_URL to share a ' +
+      'PostgreSQL server.',
+  );
+
+/** The lock's owner: `pid host` (a lock written before host names were, `pid`, is this host's). */
+function readHolder(lockPath: string): { pid: number; host: string; text: string } | null {
   try {
-    const pid = Number(fs.readFileSync(lockPath, 'utf8'));
-    return Number.isInteger(pid) && pid > 0 ? pid : null;
+    const text = fs.readFileSync(lockPath, 'utf8');
+    const [pidText, host = os.hostname()] = text.split(' ');
+    const pid = Number(pidText);
+    return Number.isInteger(pid) && pid > 0 ? { pid, host, text } : null;
   } catch {
     return null;
   }
