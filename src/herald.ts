@@ -42,7 +42,10 @@ export interface HeraldOptions {
   /** A ready configuration; wins over `env`. */
   config?: Readonly<HeraldConfig>;
   logger?: Logger;
-  /** Apply pending migrations on open (default true). */
+  /**
+   * Apply pending migrations on open (default true). Without, herald opens a database that exists:
+   * an embedded data directory without one is refused, not made.
+   */
   migrate?: boolean;
 }
 
@@ -142,6 +145,10 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const config = options.config ?? loadConfig(options.env);
   const log = options.logger ?? createLogger(config.logLevel);
   const embedded = !config.databaseUrl;
+  if (embedded && options.migrate === false) {
+    const { assertEmbeddedDatabase } = await import('./db/pglite.ts');
+    assertEmbeddedDatabase(config.dataDir);
+  }
   // Without a master key on PostgreSQL (a config loaded for a command that opens no secret).
   const box =
     config.masterKey || embedded

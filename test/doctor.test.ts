@@ -4,6 +4,9 @@
 // ages are made by moving timestamps back, so the default thresholds are the ones tested.
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { recoverExpiredLeases } from '../src/db/deliveries.ts';
 import { pruneFinishedHistory } from '../src/db/retention.ts';
@@ -374,4 +377,20 @@ test('a schema behind this build: migrations pending, the other checks skipped',
     await sql(`insert into herald_migration (version, name) values ($1, $2)`, [version, name]);
   }
   await assertHealthy();
+});
+
+test('in a directory with no embedded database, the read-only commands refuse (exit 1) and make nothing there', async () => {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-nodb-'));
+  const missing = path.join(dataDir, 'not-here');
+  try {
+    const env = { HERALD_DATA_DIR: missing, LOG_LEVEL: 'silent' };
+    for (const args of [['doctor'], ['keys', 'list'], ['reconcile', '--since', '2026-01-01T00:00:00Z']]) {
+      const ran = await runHerald(args, env);
+      assert.equal(ran.code, 1, `${args.join(' ')}\n${ran.stderr}`);
+      assert.match(ran.stderr, /no embedded database in .*not-here/);
+      assert.equal(fs.existsSync(missing), false, `${args.join(' ')} made nothing`);
+    }
+  } finally {
+    fs.rmSync(dataDir, { recursive: true, force: true });
+  }
 });

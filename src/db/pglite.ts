@@ -11,6 +11,21 @@ import { asQueryable } from './port.ts';
 export class DataDirBusyError extends Error {}
 
 const LOCK_FILE = 'herald.lock';
+const PGDATA = 'pgdata';
+
+/**
+ * Refuses a data directory that holds no embedded database yet, for a command that only reads or
+ * changes one (doctor, keys, replay, reconcile, sources): run in the wrong directory, it would
+ * otherwise make a new empty database there, and a master key, and report on that.
+ */
+export function assertEmbeddedDatabase(dataDir: string): void {
+  if (!fs.existsSync(path.join(dataDir, PGDATA))) {
+    throw new Error(
+      `no embedded database in ${path.resolve(dataDir)}: start herald there first (npm start), ` +
+        'or point HERALD_DATA_DIR (or DATABASE_URL) at the database to use',
+    );
+  }
+}
 
 /**
  * Takes the data directory's lock, or explains who holds it. The lock file appears with the
@@ -87,7 +102,7 @@ export async function openEmbeddedDb(dataDir: string): Promise<Db> {
   const unlock = lockDataDir(dataDir);
   let pglite: PGlite;
   try {
-    pglite = await PGlite.create(path.join(dataDir, 'pgdata'));
+    pglite = await PGlite.create(path.join(dataDir, PGDATA));
   } catch (error) {
     unlock();
     throw error;
