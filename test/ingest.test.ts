@@ -137,6 +137,42 @@ describe('verification happens before anything is stored', () => {
 });
 
 describe('claim and outbox', () => {
+  test('a redelivery of a claimed id is a duplicate (2xx) even when the changed template makes no key of it', async () => {
+    const made = await t.call('POST', '/api/v1/source', {
+      uid: 'rekeyed',
+      scheme: 'standard-webhooks',
+      secret: SOURCE_SECRET,
+      app: 'tickets',
+      eventType: 'ticket.changed',
+      businessKey: '{{body.ticket}}:{{body.action}}',
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const body = '{"ticket":"rk","action":"opened"}';
+    const first = signed('evt_rekeyed', body);
+    assert.equal((await deliver(first, body, 'rekeyed')).status, 204);
+    // The template now reads a header that the provider's retries do not carry.
+    const patched = await t.call('PATCH', '/api/v1/source/rekeyed', {
+      businessKey: '{{header.x-first-try}}',
+    });
+    assert.equal(patched.status, 200, JSON.stringify(patched.body));
+    let n = 0;
+    await waitFor('the new template to be in effect', async () => {
+      const fresh = `{"ticket":"rk${++n}","action":"opened"}`;
+      return (await deliver(signed(`evt_rekeyed_${n}`, fresh), fresh, 'rekeyed')).status === 400;
+    });
+    const again = await deliver(signed('evt_rekeyed', body), body, 'rekeyed');
+    assert.equal(again.status, 204, again.body);
+    const observed = await t.database.db.query<{ duplicate: boolean }>(
+      `select o.duplicate from intake_observation o join intake i on i.id = o.intake_id
+        where i.source_id = $1 and i.delivery_id = 'evt_rekeyed' order by o.id`,
+      [made.body.id],
+    );
+    assert.deepEqual(
+      observed.rows.map((r) => r.duplicate),
+      [false, true],
+    );
+  });
+
   test('an accepted delivery becomes one message, relayed with the business key as Idempotency-Key', async () => {
     const body = '{"ticket":42,"action":"closed","by":"grace hopper"}';
     assert.equal((await deliver(signed('evt_42', body), body)).status, 204);

@@ -68,6 +68,19 @@ export async function recordReceipts(
   return inOrder(receipts.length, result.rows, 'receipt');
 }
 
+/** The business key a delivery id of a source was claimed under, if it was claimed. */
+export async function claimedBusinessKey(
+  db: Queryable,
+  sourceId: string,
+  deliveryId: string,
+): Promise<string | null> {
+  const result = await db.query<{ businessKey: string }>(
+    'select business_key as "businessKey" from intake where source_id = $1 and delivery_id = $2',
+    [sourceId, deliveryId],
+  );
+  return result.rows[0]?.businessKey ?? null;
+}
+
 export interface IntakeEvidence {
   intakeId: string;
   sourceId: string;

@@ -8,7 +8,7 @@ import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { createGroupCommit } from '../db/group-commit.ts';
-import { type IntakeReceipt, recordReceipts } from '../db/intake.ts';
+import { claimedBusinessKey, type IntakeReceipt, recordReceipts } from '../db/intake.ts';
 import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
 import { findSource, liveSourceSecrets, SOURCE_CHANGED_CHANNEL, type SourceRow } from '../db/sources.ts';
@@ -234,14 +234,19 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         rawBody: request.rawBody,
         bodySha256,
       });
-      if (rendered.key === null) {
+      // A redelivery of a claimed id is a duplicate whatever the template makes of it now (the
+      // template changed since, or reads a header retries do not carry): it keeps its claim's key.
+      const missingKey = (why: string): never => {
         deps.metrics?.intake(label, 'rejected');
         throw new HeraldError(
           'missing_business_key',
-          `no business key from the template ${source.businessKey}: ${rendered.why}`,
+          `no business key from the template ${source.businessKey}: ${why}`,
         );
-      }
-      const businessKey = rendered.key;
+      };
+      const businessKey =
+        rendered.key ??
+        (await claimedBusinessKey(deps.db, source.id, verdict.deliveryId)) ??
+        missingKey(rendered.why);
       failpoint('ingest.before_claim');
       const recorded = await submitIntake({
         sourceId: source.id,
