@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { mkdtemp, writeFile } from 'node:fs/promises';
+import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -110,6 +111,38 @@ describe('verification happens before anything is stored', () => {
     assert.equal((await deliver(noId, body)).status, 400);
     assert.equal((await deliver({ ...good, 'webhook-signature': 'v1,!!!not-base64' }, body)).status, 401);
     assert.deepEqual(await tableCounts(), before);
+  });
+
+  test('an unknown source is refused before its body is read', async () => {
+    // 2 MiB announced, a few bytes sent, the rest never: only an answer made before reading the
+    // body can come back.
+    const { port } = new URL(t.url);
+    const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const request = http.request(
+        {
+          host: '127.0.0.1',
+          port,
+          method: 'POST',
+          path: '/ingest/no-such-source',
+          headers: { 'content-type': 'application/json', 'content-length': String(2 * 1024 * 1024) },
+        },
+        (response) => {
+          let body = '';
+          response.on('data', (chunk) => {
+            body += chunk;
+          });
+          response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+        },
+      );
+      request.on('error', reject);
+      request.setTimeout(5_000, () => {
+        request.destroy();
+        reject(new Error('no answer before the body was sent'));
+      });
+      request.write('{"a":');
+    });
+    assert.equal(answer.status, 404);
+    assert.equal(JSON.parse(answer.body).code, 'not_found');
   });
 
   test('unknown source 404, wrong method 405, body over HERALD_INGEST_MAX_BODY_BYTES 413 — and a missing business-key field 400', async () => {

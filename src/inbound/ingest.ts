@@ -43,6 +43,8 @@ export type IngestResult =
   | { kind: 'notice' };
 
 export interface Ingestor {
+  /** Whether a source of this id or uid exists: asked before a request's body is read. */
+  knows(sourceIdOrUid: string): Promise<boolean>;
   ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
   close(): Promise<void>;
 }
@@ -185,6 +187,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   }
 
   return {
+    knows: async (sourceIdOrUid) => (await sources.get(sourceIdOrUid)) !== null,
     async ingest(sourceIdOrUid, request) {
       const source = await sources.get(sourceIdOrUid);
       if (!source) throw notFound('source');

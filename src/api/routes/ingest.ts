@@ -34,27 +34,40 @@ export const ingestRoutes =
       request.headers['content-type'] = 'application/octet-stream';
     });
 
-    app.post<{ Params: Params }>('/ingest/:source', async (request, reply) => {
+    // An unknown source is refused before its body is read: the path is anyone's to send to, and
+    // each such request would otherwise hold up to HERALD_INGEST_MAX_BODY_BYTES for nothing.
+    const refuseUnknownSource = async (request: FastifyRequest<{ Params: Params }>) => {
       // A name no source can have is simply unknown: never let it reach a query.
-      if (!SOURCE_NAME.test(request.params.source)) throw notFound('source');
-      const headers: Record<string, string | undefined> = {};
-      for (const [name, value] of Object.entries(request.headers)) {
-        headers[name] = Array.isArray(value) ? value.join(', ') : value;
-      }
-      headers['content-type'] = sentContentType.get(request);
-      const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
-      let result: IngestResult;
-      try {
-        result = await ingestor.ingest(request.params.source, { method: request.method, headers, rawBody });
-      } catch (error) {
-        if (error instanceof HeraldError) throw error;
-        // Past verification, any failure is the store's: the sender must retry, never give up.
-        request.log.error({ err: (error as Error).message, source: request.params.source }, 'ingest failed');
-        throw new HeraldError('store_unavailable', 'the delivery could not be recorded; retry later');
-      }
-      if (result.kind === 'challenge') return reply.status(200).send({ challenge: result.challenge });
-      return reply.status(204).send();
-    });
+      if (!SOURCE_NAME.test(request.params.source) || !(await ingestor.knows(request.params.source)))
+        throw notFound('source');
+    };
+
+    app.post<{ Params: Params }>(
+      '/ingest/:source',
+      { preParsing: refuseUnknownSource },
+      async (request, reply) => {
+        const headers: Record<string, string | undefined> = {};
+        for (const [name, value] of Object.entries(request.headers)) {
+          headers[name] = Array.isArray(value) ? value.join(', ') : value;
+        }
+        headers['content-type'] = sentContentType.get(request);
+        const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+        let result: IngestResult;
+        try {
+          result = await ingestor.ingest(request.params.source, { method: request.method, headers, rawBody });
+        } catch (error) {
+          if (error instanceof HeraldError) throw error;
+          // Past verification, any failure is the store's: the sender must retry, never give up.
+          request.log.error(
+            { err: (error as Error).message, source: request.params.source },
+            'ingest failed',
+          );
+          throw new HeraldError('store_unavailable', 'the delivery could not be recorded; retry later');
+        }
+        if (result.kind === 'challenge') return reply.status(200).send({ challenge: result.challenge });
+        return reply.status(204).send();
+      },
+    );
 
     app.route<{ Params: Params }>({
       method: ['GET', 'PUT', 'PATCH', 'DELETE'],
