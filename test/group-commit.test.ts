@@ -77,6 +77,27 @@ describe('group commit', () => {
     assert.deepEqual(await Promise.all(rest), [20, 30, 40, 50]);
   });
 
+  test('a batch takes items within batchSize, and one item at least whatever its size', async () => {
+    const gated = gatedWrite((items: string[]) => items.map((s) => s.length));
+    const submit = createGroupCommit(gated.write, {
+      ...ONE_WRITER,
+      batchSize: { of: (s) => s.length, max: 10 },
+    });
+    const first = submit('x');
+    await settle();
+    const rest = ['aaaa', 'bbbb', 'cccc', 'dddddddddddddddd', 'e'].map((s) => submit(s));
+    await settle();
+    const written = async (count: number) => {
+      gated.releaseAll();
+      await waitFor(`${count} writes`, () => gated.batches.length >= count);
+    };
+    for (let count = 2; count <= 5; count++) await written(count);
+    gated.releaseAll();
+    assert.equal(await first, 1);
+    assert.deepEqual(await Promise.all(rest), [4, 4, 4, 16, 1]);
+    assert.deepEqual(gated.batches, [['x'], ['aaaa', 'bbbb'], ['cccc'], ['dddddddddddddddd'], ['e']]);
+  });
+
   test('a further writer starts only when splitAt callers wait, on the pipeline', async () => {
     const gated = gatedWrite((items: number[]) => items);
     const submit = createGroupCommit(gated.write, {

@@ -18,7 +18,7 @@
  */
 export type WriteLane = 'pipelined' | 'beside';
 
-export interface GroupCommitOptions<O = unknown> {
+export interface GroupCommitOptions<O = unknown, I = unknown> {
   /** Items per statement at most. */
   maxBatch: number;
   /**
@@ -62,6 +62,13 @@ export interface GroupCommitOptions<O = unknown> {
    */
   maxQueued?: number;
   overloaded: () => Error;
+  /**
+   * A bound on a batch's size besides `maxBatch`: items are taken while their `of` adds up to
+   * `max` at most (one item at least, whatever its size). Where items may be large (inbound bodies
+   * up to 8 MiB), a batch of `maxBatch` of them could pass what one statement's text can hold, and
+   * the whole batch would fail for no item's fault.
+   */
+  batchSize?: { of: (item: I) => number; max: number };
 }
 
 export type Write<I, O> = (items: I[], lane: WriteLane) => Promise<O[]>;
@@ -72,7 +79,7 @@ const MAX_QUEUED_WRITES = 2048;
 /** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
 export function createGroupCommit<I, O>(
   untimedWrite: Write<I, O>,
-  options: GroupCommitOptions<O>,
+  options: GroupCommitOptions<O, I>,
 ): (item: I) => Promise<O> {
   if (!(options.splitAt >= 1 && options.splitAt <= options.maxBatch)) {
     throw new RangeError(`group commit: splitAt must be 1..maxBatch, got ${options.splitAt}`);
@@ -144,6 +151,20 @@ export function createGroupCommit<I, O>(
     }
   }
 
+  /** How many of the queue's first items the next batch takes: maxBatch, within batchSize. */
+  function nextBatchLength(): number {
+    const { batchSize } = options;
+    if (batchSize === undefined) return options.maxBatch;
+    let total = 0;
+    let taken = 0;
+    while (taken < queue.length && taken < options.maxBatch) {
+      total += batchSize.of(queue[taken]!.item);
+      if (taken > 0 && total > batchSize.max) break;
+      taken++;
+    }
+    return taken;
+  }
+
   /**
    * A pipelined writer takes the queue as long as there is one, unless the pipeline is held up by
    * a long write; a writer beside, one batch unless `besideStays`.
@@ -156,7 +177,7 @@ export function createGroupCommit<I, O>(
           clearTimeout(waitTimer);
           waitTimer = null;
         }
-        await writeBatch(queue.splice(0, options.maxBatch), lane);
+        await writeBatch(queue.splice(0, nextBatchLength()), lane);
         if (lane === 'beside' && !options.besideStays) break;
       }
     } finally {

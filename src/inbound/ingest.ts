@@ -59,6 +59,9 @@ interface CachedSource {
   businessKey: BusinessKeyTemplate;
 }
 
+/** Characters of relayed payloads in one write of receipts, at most (one receipt whatever its size). */
+const MAX_INTAKE_BATCH_CHARS = 32 * 1024 * 1024;
+
 export function createIngestor(deps: IngestDeps): Ingestor {
   // The source of every request, without a query per request: evicted when a change is announced.
   const sources = createNotifiedCache<SourceRow>({
@@ -99,6 +102,9 @@ export function createIngestor(deps: IngestDeps): Ingestor {
           'too many deliveries are waiting for the database; deliver again later',
         ),
       written: (results, seconds) => deps.metrics?.batchWritten('intake', results.length, seconds),
+      // 64 bodies of up to 8 MiB (more with a larger HERALD_INGEST_MAX_BODY_BYTES), escaped into
+      // one JSON parameter, could pass what a string can hold: large ones go in smaller batches.
+      batchSize: { of: (receipt) => receipt.payload.length, max: MAX_INTAKE_BATCH_CHARS },
     },
   );
 
