@@ -349,6 +349,16 @@ describe('svix SDK against herald', () => {
     assert.deepEqual(merged.sensitive, ['authorization']);
     await svix.endpoint.patchHeaders('ep-app', 'crud-ep', { headers: {}, deleteHeaders: ['x-tenant'] });
     assert.deepEqual((await svix.endpoint.getHeaders('ep-app', 'crud-ep')).headers, { 'x-region': 'eu' });
+    // Header names are case-insensitive: another spelling replaces or removes the header, and
+    // two spellings of one in a body are refused (both would go out).
+    await svix.endpoint.patchHeaders('ep-app', 'crud-ep', { headers: { 'X-Region': 'us' } });
+    assert.deepEqual((await svix.endpoint.getHeaders('ep-app', 'crud-ep')).headers, { 'X-Region': 'us' });
+    await svix.endpoint.patchHeaders('ep-app', 'crud-ep', { headers: {}, deleteHeaders: ['x-REGION'] });
+    assert.deepEqual((await svix.endpoint.getHeaders('ep-app', 'crud-ep')).headers, {});
+    await rejectsWith(422, () =>
+      svix.endpoint.updateHeaders('ep-app', 'crud-ep', { headers: { 'X-A': '1', 'x-a': '2' } }),
+    );
+    await svix.endpoint.updateHeaders('ep-app', 'crud-ep', { headers: { 'x-region': 'eu' } });
     await rejectsWith(422, () =>
       svix.endpoint.updateHeaders('ep-app', 'crud-ep', { headers: { 'webhook-id': 'forged' } }),
     );

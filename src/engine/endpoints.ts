@@ -232,12 +232,34 @@ export async function rotateEndpointSecret(
 }
 
 export function validateHeaders(headers: Record<string, string | null>): void {
+  const names = new Set<string>();
   for (const [name, value] of Object.entries(headers)) {
     if (!HEADER_NAME.test(name)) throw invalidField(['headers', name], 'not a valid header name');
+    // Header names are case-insensitive: two spellings of one would both go out.
+    if (names.has(name.toLowerCase()))
+      throw invalidField(['headers', name], 'this header is named twice (names are case-insensitive)');
+    names.add(name.toLowerCase());
     if (RESERVED_HEADER.test(name)) throw invalidField(['headers', name], 'this header is set by herald');
     if (value !== null && !HEADER_VALUE.test(value))
       throw invalidField(['headers', name], 'only visible ASCII characters, spaces and tabs');
   }
+}
+
+/**
+ * An endpoint's headers with a PATCH's applied: a name set or removed replaces every spelling of
+ * it (`authorization` replaces `Authorization`), as header names are case-insensitive on the wire.
+ */
+export function mergeHeaders(
+  current: Record<string, string>,
+  changes: Record<string, string | null>,
+  deletions: readonly string[],
+): Record<string, string> {
+  const removed = new Set([...Object.keys(changes), ...deletions].map((name) => name.toLowerCase()));
+  const merged = Object.fromEntries(
+    Object.entries(current).filter(([name]) => !removed.has(name.toLowerCase())),
+  );
+  for (const [name, value] of Object.entries(changes)) if (value !== null) merged[name] = value;
+  return merged;
 }
 
 export async function replaceHeaders(

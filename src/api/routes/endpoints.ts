@@ -11,6 +11,7 @@ import {
   checkNewUrl,
   createEndpoint,
   keepHeraldOwn,
+  mergeHeaders,
   patchToUpdate,
   replaceEndpoint,
   replaceHeaders,
@@ -223,12 +224,7 @@ export const endpointRoutes =
         const input = parseOrThrow(EndpointHeadersPatchIn, request.body);
         validateHeaders(input.headers);
         const { endpoint } = await load(request.actor, request.params);
-        const merged: Record<string, string> = { ...endpoint.headers };
-        for (const [name, value] of Object.entries(input.headers)) {
-          if (value === null) delete merged[name];
-          else merged[name] = value;
-        }
-        for (const name of input.deleteHeaders ?? []) delete merged[name];
+        const merged = mergeHeaders(endpoint.headers, input.headers, input.deleteHeaders ?? []);
         await db.transaction((tx) => replaceHeaders(tx, request.actor, endpoint, merged));
         return reply.status(204).send();
       },
