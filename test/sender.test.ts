@@ -7,6 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import net from 'node:net';
 import { after, before, describe, it } from 'node:test';
+import { judgeAttempt } from '../src/domain/outcome-policy.ts';
 import { parseRetryAfter } from '../src/sender/retry-after.ts';
 import { createSender, RESPONSE_CLASSES, type Resolver, type SenderOptions } from '../src/sender/send.ts';
 
@@ -159,7 +160,7 @@ describe('sender: request and status', () => {
     const url = `http://receiver.test:${port}/`;
     try {
       const stalled = await single.send({ url, headers: {}, body: '' });
-      assert.equal(stalled.responseClass, 'timeout');
+      assert.equal(stalled.responseClass, 'dns_failure');
       assert.equal(stalled.requestSent, false);
       const refused = await single.send({ url, headers: { 'x-bad': 'a\r\nb: 1' }, body: '' });
       assert.equal(refused.responseClass, 'invalid_request');
@@ -496,11 +497,20 @@ describe('sender: sent or not sent', () => {
     await sender.close();
   });
 
-  it('calls a deadline that passes before any connection a failure, within about timeoutMs', async () => {
+  it('calls a deadline that passes while the name is still looked up a failure of DNS (EAI_AGAIN, not the endpoint’s), within about timeoutMs', async () => {
     const sender = senderFor({ timeoutMs: 200, resolve: () => new Promise(() => {}) });
     const result = await sender.send({ url: 'http://silent-dns.test/', headers: {}, body: '{}' });
     assert.equal(result.outcome, 'failure');
-    assert.equal(result.responseClass, 'timeout');
+    assert.equal(result.responseClass, 'dns_failure');
+    assert.equal(result.errorCode, 'EAI_AGAIN');
+    assert.equal(
+      judgeAttempt(
+        { outcome: result.outcome, statusCode: result.statusCode, errorCode: result.errorCode },
+        { idempotent: true, clientErrorPolicy: 'retry' },
+      ).endpointAtFault,
+      false,
+      'the sending host’s resolver, not held against the endpoint',
+    );
     assert.equal(result.requestSent, false);
     assert.ok(result.durationMs >= 190 && result.durationMs < 1200, `took ${result.durationMs} ms`);
     await sender.close();

@@ -6,11 +6,13 @@ import { getCACertificates } from 'node:tls';
 import { buildConnector } from 'undici';
 import type { AddressPolicy } from './destination.ts';
 import { TlsHandshakeError } from './errors.ts';
-import { createPinnedLookup, type Resolver } from './resolve.ts';
+import { createLookupsUnderway, createPinnedLookup, type LookupsUnderway, type Resolver } from './resolve.ts';
 
 export interface PinnedConnectorOptions {
   policy: AddressPolicy;
   resolve: Resolver;
+  /** Where the lookups under way are kept, for a sender that tells them apart (send.ts). */
+  lookups?: LookupsUnderway;
   /** Bounds a connection attempt that outlives the attempt that asked for it. */
   timeoutMs: number;
   extraCaPem?: string | undefined;
@@ -18,7 +20,7 @@ export interface PinnedConnectorOptions {
 
 export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnector.connector {
   const connect = buildConnector({
-    lookup: createPinnedLookup(opts.policy, opts.resolve),
+    lookup: createPinnedLookup(opts.policy, opts.resolve, opts.lookups ?? createLookupsUnderway()),
     timeout: opts.timeoutMs,
     // HTTP/1.1 only: there undici writes a request right after onRequestStart, which is what
     // exchange.ts relies on to tell "sent" from "not sent".

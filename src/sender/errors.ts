@@ -9,7 +9,16 @@ export class DestinationForbiddenError extends Error {
 
 /** The host name did not resolve (NXDOMAIN, no usable answer, resolver error). */
 export class DnsFailureError extends Error {
-  override readonly name = 'DnsFailureError';
+  override readonly name: string = 'DnsFailureError';
+}
+
+/**
+ * The attempt's deadline passed while its host name was still being looked up: reported as the
+ * resolver's "try again" (EAI_AGAIN), a failure of the sending host's name resolution.
+ */
+export class DnsTimeoutError extends DnsFailureError {
+  override readonly name = 'DnsTimeoutError';
+  readonly code = 'EAI_AGAIN';
 }
 
 /** The TCP connection was up but the TLS handshake failed (certificate or protocol). */

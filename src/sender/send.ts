@@ -12,10 +12,10 @@ import {
 } from './classify.ts';
 import { createPinnedConnector } from './connector.ts';
 import { type AddressPolicy, checkUrlOffline, createAddressPolicy } from './destination.ts';
-import { DeadlineExceededError } from './errors.ts';
+import { DeadlineExceededError, DnsTimeoutError } from './errors.ts';
 import { decodeStoredBody, Exchange } from './exchange.ts';
 import { createOriginGate, type OriginGate } from './origin-gate.ts';
-import { type Resolver, systemResolver } from './resolve.ts';
+import { createLookupsUnderway, type LookupsUnderway, type Resolver, systemResolver } from './resolve.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
 export { checkDestination } from './check-destination.ts';
@@ -121,6 +121,7 @@ const MAX_HEADER_BYTES = 16 * 1024;
 interface Settings {
   agent: Agent;
   gate: OriginGate;
+  lookups: LookupsUnderway;
   policy: AddressPolicy;
   /** Each URL's route (routeOf), oldest dropped first beyond MAX_ROUTES. */
   routes: Map<string, Route>;
@@ -145,6 +146,7 @@ export function createSender(opts: SenderOptions): Sender {
     'connectionsPerOrigin',
     opts.connectionsPerOrigin ?? DEFAULT_CONNECTIONS_PER_ORIGIN,
   );
+  const lookups = createLookupsUnderway();
   const settings: Settings = {
     // One Agent per Sender: keep-alive connections are reused across attempts, at most
     // connectionsPerOrigin per receiver. undici follows no redirects unless told to.
@@ -154,6 +156,7 @@ export function createSender(opts: SenderOptions): Sender {
       connect: createPinnedConnector({
         policy,
         resolve: opts.resolve ?? systemResolver,
+        lookups,
         timeoutMs,
         extraCaPem: opts.extraCaPem,
       }),
@@ -161,6 +164,7 @@ export function createSender(opts: SenderOptions): Sender {
     // As many requests of one origin inside undici as it has connections to it: none waits in
     // undici's pool queue, where its deadline would run although it cannot be sent.
     gate: createOriginGate(connectionsPerOrigin),
+    lookups,
     policy,
     routes: new Map(),
     timeoutMs,
@@ -191,7 +195,7 @@ export function createSender(opts: SenderOptions): Sender {
 
 /** Where a URL sends an attempt, or why nothing may be sent to it. */
 type Route =
-  | { ok: true; origin: string; path: string }
+  | { ok: true; origin: string; hostname: string; path: string }
   | { ok: false; responseClass: 'invalid_url' | 'destination_forbidden' };
 
 /** URLs whose route a sender remembers: the endpoints in use, not every URL ever seen. */
@@ -207,7 +211,12 @@ function routeOf(settings: Settings, raw: string): Route {
   if (known !== undefined) return known;
   const verdict = checkUrlOffline(raw, settings.policy);
   const route: Route = verdict.ok
-    ? { ok: true, origin: verdict.url.origin, path: verdict.url.pathname + verdict.url.search }
+    ? {
+        ok: true,
+        origin: verdict.url.origin,
+        hostname: verdict.url.hostname,
+        path: verdict.url.pathname + verdict.url.search,
+      }
     : { ok: false, responseClass: verdict.forbidden ? 'destination_forbidden' : 'invalid_url' };
   if (settings.routes.size >= MAX_ROUTES) settings.routes.delete(settings.routes.keys().next().value!);
   settings.routes.set(raw, route);
@@ -266,7 +275,12 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   // ended the attempt (a connection still being made runs on until it is made, or fails).
   void exchange.finished.then(entry.leave);
   const timer = setTimeout(
-    () => exchange.abort(new DeadlineExceededError('attempt deadline passed')),
+    () =>
+      exchange.abort(
+        settings.lookups.has(route.hostname)
+          ? new DnsTimeoutError(`${route.hostname} was still being looked up when the deadline passed`)
+          : new DeadlineExceededError('attempt deadline passed'),
+      ),
     settings.timeoutMs,
   );
   try {
