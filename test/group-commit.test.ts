@@ -243,23 +243,27 @@ describe('group commit', () => {
     assert.ok(Math.max(...sizes) <= 3, `batches of ${sizes.join(', ')}`);
   });
 
-  test('when the database rejects a batch, each item is written alone and only the bad one fails', async () => {
-    const calls: string[][] = [];
-    const submit = createGroupCommit(async (items: string[]) => {
-      calls.push(items);
-      if (items.includes('bad'))
-        throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
-      return items.map((s) => s.toUpperCase());
-    }, ONE_WRITER);
-    const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
-    assert.deepEqual(
-      results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
-      ['A', 'violates a constraint', 'C'],
-    );
-    assert.ok(
-      calls.some((c) => c.length === 1 && c[0] === 'a'),
-      'a was retried on its own',
-    );
+  test('when the database rejects a batch, each item is written alone and only the bad one fails, whatever the language of its severity', async () => {
+    // A server with lc_messages other than English names its severity in that language.
+    for (const severity of ['ERROR', 'FEHLER', 'ERREUR']) {
+      const calls: string[][] = [];
+      const submit = createGroupCommit(async (items: string[]) => {
+        calls.push(items);
+        if (items.includes('bad'))
+          throw Object.assign(new Error('violates a constraint'), { severity, code: '23503' });
+        return items.map((s) => s.toUpperCase());
+      }, ONE_WRITER);
+      const results = await Promise.allSettled(['a', 'bad', 'c'].map(submit));
+      assert.deepEqual(
+        results.map((r) => (r.status === 'fulfilled' ? r.value : (r.reason as Error).message)),
+        ['A', 'violates a constraint', 'C'],
+        severity,
+      );
+      assert.ok(
+        calls.some((c) => c.length === 1 && c[0] === 'a'),
+        `${severity}: a was retried on its own`,
+      );
+    }
   });
 
   test('a batch that timed out, or that the server was shutting down for or had no resources for, fails whole: its items are not written alone', async () => {
@@ -286,7 +290,7 @@ describe('group commit', () => {
     const reported: { items: number; seconds: number }[] = [];
     const gated = gatedWrite((items: string[]) => {
       if (items.includes('bad'))
-        throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR' });
+        throw Object.assign(new Error('violates a constraint'), { severity: 'ERROR', code: '23505' });
       return items;
     });
     const submit = createGroupCommit(gated.write, {

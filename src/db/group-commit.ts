@@ -9,6 +9,8 @@
 // retrying could write twice, so every caller of the batch gets that error, as a caller of a
 // single write would.
 
+import { refusedStatementCode } from './server-error.ts';
+
 /**
  * Where a write goes. `pipelined`: on the group commit's own connection in pipeline mode
  * (Db.pipeline), right behind the write under way there, which the database runs as soon as that
@@ -243,7 +245,6 @@ const NOT_AN_ITEMS_FAULT = /^(57|53|58|08)/;
  * items are worth writing alone, so that one bad item fails alone.
  */
 function rejectedForAnItem(error: unknown): boolean {
-  const { severity, code } = (error ?? {}) as { severity?: unknown; code?: unknown };
-  if (severity !== 'ERROR') return false;
-  return !(typeof code === 'string' && NOT_AN_ITEMS_FAULT.test(code));
+  const code = refusedStatementCode(error);
+  return code !== null && !NOT_AN_ITEMS_FAULT.test(code);
 }

@@ -9,6 +9,7 @@
 
 import pg from 'pg';
 import { type Naming, type Pipeline, preparingQueryable, type Queryable } from './port.ts';
+import { refusedStatementCode } from './server-error.ts';
 
 /**
  * Connected on first use, and again after the connection broke. The statements on the wire when
@@ -90,6 +91,6 @@ export function createPgPipeline(
  * result changed under a migration). Its successor prepares them afresh.
  */
 function unfitForMore(error: unknown): boolean {
-  const { severity, code } = error as { severity?: string; code?: string };
-  return severity !== 'ERROR' || code === '26000' || code === '42P05' || code === '0A000';
+  const code = refusedStatementCode(error);
+  return code === null || code === '26000' || code === '42P05' || code === '0A000';
 }

@@ -1,0 +1,19 @@
+// What the database server said of a failed statement, told apart without its words: the
+// severity PostgreSQL sends (node-postgres and PGlite read its field S) is translated with the
+// server's lc_messages — "FEHLER", "ERREUR" — where its SQLSTATE is not.
+
+const SQLSTATE = /^[0-9A-Z]{5}$/;
+/** SQLSTATEs of the errors after which the server ends the session: shutdown, connection. */
+const ENDS_SESSION = /^(57P0|08)/;
+
+/**
+ * The SQLSTATE of a statement the server refused with the session still open (an ERROR, in any
+ * language), or null: no answer from the server at all (a socket error, the client's own
+ * deadline), or one that ended the session (FATAL, PANIC).
+ */
+export function refusedStatementCode(error: unknown): string | null {
+  const { severity, code } = (error ?? {}) as { severity?: unknown; code?: unknown };
+  if (typeof severity !== 'string' || typeof code !== 'string' || !SQLSTATE.test(code)) return null;
+  if (severity === 'FATAL' || severity === 'PANIC' || ENDS_SESSION.test(code)) return null;
+  return code;
+}
