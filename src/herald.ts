@@ -8,7 +8,7 @@ import { type HeraldConfig, loadConfig } from './config.ts';
 import { loadMasterKeys, secretBoxWithoutKey } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
-import { coalesced, createGroupCommit } from './db/group-commit.ts';
+import { coalesced, createGroupCommit, MAX_BATCH_CHARS } from './db/group-commit.ts';
 import { wakeWorkers } from './db/messages.ts';
 import { migrate } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
@@ -187,6 +187,8 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       publishGroup(lane === 'pipelined' ? publishPipeline : db, batch, apps.getMany),
     {
       maxBatch: 256,
+      // 256 payloads of up to HERALD_MAX_BODY_BYTES could pass what one parameter holds.
+      batchSize: { of: (publish) => publish.size, max: MAX_BATCH_CHARS },
       pipelined: 2,
       beside: 1,
       besideStays: false,

@@ -504,11 +504,11 @@ describe('publishGroup: the apps of a batch looked up together', () => {
     const outcomes = await publishGroup(
       db,
       [
-        { appRef: 'grp-a', actor: admin, messageFor },
-        { appRef: a.id, actor: admin, messageFor },
-        { appRef: 'grp-missing', actor: admin, messageFor },
-        { appRef: 'grp-a', actor: onlyB, messageFor },
-        { appRef: 'grp-b', actor: onlyB, messageFor },
+        { appRef: 'grp-a', actor: admin, messageFor, size: 2 },
+        { appRef: a.id, actor: admin, messageFor, size: 2 },
+        { appRef: 'grp-missing', actor: admin, messageFor, size: 2 },
+        { appRef: 'grp-a', actor: onlyB, messageFor, size: 2 },
+        { appRef: 'grp-b', actor: onlyB, messageFor, size: 2 },
       ],
       (refs) => findApps(db, refs),
     );

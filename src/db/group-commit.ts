@@ -75,6 +75,12 @@ export interface GroupCommitOptions<O = unknown, I = unknown> {
 
 export type Write<I, O> = (items: I[], lane: WriteLane) => Promise<O[]>;
 
+/**
+ * Characters of payload in one batch, at most (publishes, receipts: GroupCommitOptions.batchSize):
+ * far below what one statement's parameter and a string can hold, whatever the body limits.
+ */
+export const MAX_BATCH_CHARS = 32 * 1024 * 1024;
+
 /** Callers of a group commit waiting at most (publishes, receipts): several batches' worth. */
 const MAX_QUEUED_WRITES = 2048;
 

@@ -76,7 +76,7 @@ export async function publish(
   // with the others'. In a caller's transaction it runs there, and commits with the caller's work.
   // Creating a missing app (`application` in the body) is rare: it takes the one-by-one path.
   const result = await (db === core.db && !input.application
-    ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor })
+    ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
     : publishMessage(db, messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)), actor.id, {
         wake: options.wake,
       })
@@ -106,6 +106,8 @@ export interface GroupedPublish {
   appRef: string;
   actor: Actor;
   messageFor: (app: AppRow) => NewMessage;
+  /** Characters of its payload: what its share of a batch's statement is (batchSize). */
+  size: number;
 }
 
 /** Apps by the ids or uids their publishers named (findApps, or a cache in front of it). */

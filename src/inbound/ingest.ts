@@ -7,7 +7,7 @@ import { isUtf8 } from 'node:buffer';
 import crypto from 'node:crypto';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
-import { createGroupCommit } from '../db/group-commit.ts';
+import { createGroupCommit, MAX_BATCH_CHARS } from '../db/group-commit.ts';
 import { claimedBusinessKey, type IntakeReceipt, recordReceipts } from '../db/intake.ts';
 import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
@@ -59,9 +59,6 @@ interface CachedSource {
   businessKey: BusinessKeyTemplate;
 }
 
-/** Characters of relayed payloads in one write of receipts, at most (one receipt whatever its size). */
-const MAX_INTAKE_BATCH_CHARS = 32 * 1024 * 1024;
-
 export function createIngestor(deps: IngestDeps): Ingestor {
   // The source of every request, without a query per request: evicted when a change is announced.
   const sources = createNotifiedCache<SourceRow>({
@@ -104,7 +101,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       written: (results, seconds) => deps.metrics?.batchWritten('intake', results.length, seconds),
       // 64 bodies of up to 8 MiB (more with a larger HERALD_INGEST_MAX_BODY_BYTES), escaped into
       // one JSON parameter, could pass what a string can hold: large ones go in smaller batches.
-      batchSize: { of: (receipt) => receipt.payload.length, max: MAX_INTAKE_BATCH_CHARS },
+      batchSize: { of: (receipt) => receipt.payload.length, max: MAX_BATCH_CHARS },
     },
   );
 
