@@ -97,8 +97,8 @@ function integer(env: Env, name: string, fallback: number, min: number, max: num
 function retrySchedule(env: Env): number[] {
   const raw = env['HERALD_RETRY_SCHEDULE'] || DEFAULT_RETRY_SCHEDULE;
   const parts = raw.split(',').map((part) => part.trim());
-  // An empty step (`5,,300`) would read as 0 seconds: refused, as any other non-number.
-  const steps = parts.map((part) => (part === '' ? Number.NaN : Number(part)));
+  // Decimal seconds only: an empty step (`5,,300`) would read as 0, and Number() takes 0x1f or 1e3.
+  const steps = parts.map((part) => (/^\d+(\.\d+)?$/.test(part) ? Number(part) : Number.NaN));
   if (steps.length > 50 || steps.some((s) => !Number.isFinite(s) || s < 0 || s > 7 * 24 * 3600)) {
     throw new ConfigError(
       'HERALD_RETRY_SCHEDULE',

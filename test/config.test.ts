@@ -41,8 +41,8 @@ test('an operator webhook URL in an error shows its scheme and host only', () =>
   );
 });
 
-test('a retry schedule with an empty step is refused, not read as a 0 s wait', () => {
-  for (const schedule of ['5,,300', '5,300,', ' , 5']) {
+test('a retry schedule with an empty step, or a step that is no decimal number of seconds, is refused', () => {
+  for (const schedule of ['5,,300', '5,300,', ' , 5', '5,0x1f', '5,1e3', '5,-1', '5,.5']) {
     assert.throws(
       () => loadConfig({ ...base, HERALD_RETRY_SCHEDULE: schedule }),
       /HERALD_RETRY_SCHEDULE/,
