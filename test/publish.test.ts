@@ -216,6 +216,37 @@ describe('application changes made anywhere', () => {
     }
   });
 
+  test('a publish held by a lock (its app being deleted) is answered 503 within the lock timeout, and holds up no other', async () => {
+    const held = await createApp(t, 'locked-app');
+    await createApp(t, 'free-app');
+    await publishVia(t, 'locked-app', { eventType: 'e', payload: { n: 1 } });
+    // As a deletion of the app cascading through its history: its row locked until it commits.
+    const deleter = new pg.Client({ connectionString: t.database.url });
+    await deleter.connect();
+    try {
+      await deleter.query('begin');
+      await deleter.query('select 1 from app where id = $1 for update', [held]);
+      const publishTo = (app: string) =>
+        fetch(`${t.url}/api/v1/app/${app}/msg`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ eventType: 'e', payload: {} }),
+          signal: AbortSignal.timeout(15_000),
+        }).then(async (r) => ({ status: r.status, body: (await r.json()) as { code?: string } }));
+      const [blocked, free] = await Promise.all([publishTo('locked-app'), publishTo('free-app')]);
+      assert.equal(free.status, 202);
+      assert.equal(blocked.status, 503, JSON.stringify(blocked.body));
+      assert.equal(blocked.body.code, 'store_unavailable');
+    } finally {
+      await deleter.query('rollback');
+      await deleter.end();
+    }
+    assert.equal(
+      (await t.call('POST', '/api/v1/app/locked-app/msg', { eventType: 'e', payload: {} })).status,
+      202,
+    );
+  });
+
   test('a publish to an app deleted before its deletion was announced is not found (404, not 500)', async () => {
     const app = await createApp(t, 'vanishing-app');
     await publishVia(t, 'vanishing-app', { eventType: 'e', payload: { n: 1 } });

@@ -60,6 +60,7 @@ function isStoreUnavailable(error: unknown): boolean {
       'ECONNRESET',
       'ETIMEDOUT',
       'EPIPE',
+      '55P03', // lock_not_available: a publish waited past its lock timeout (migration 0038)
       '57014',
       '57P01',
       '57P03',

@@ -76,6 +76,14 @@ export interface WakeOption {
   wake?: boolean;
 }
 
+export interface PublishOptions extends WakeOption {
+  /**
+   * A batch of herald's group commit: it waits at most 2 s for a lock (migration 0038), where a
+   * publish in a caller's transaction waits as that transaction does.
+   */
+  grouped?: boolean;
+}
+
 /**
  * Publishes several messages in ONE call — each with its deliveries and audit entry, each with its
  * own idempotency outcome — so that they share one commit (group commit). Results come back in
@@ -91,7 +99,7 @@ export interface WakeOption {
 export async function publishMessages(
   db: Queryable,
   messages: readonly (NewMessage & { actor: string })[],
-  { wake = true }: WakeOption = {},
+  { wake = true, grouped = false }: PublishOptions = {},
 ): Promise<PublishResult[]> {
   if (messages.length === 0) return [];
   const items = messages.map((m, ord) => ({
@@ -122,9 +130,9 @@ export async function publishMessages(
   >(
     `select ord, created, ${columns('case when created then null else payload end')},
             request_hash as "requestHash", deliveries, event_id_taken as "eventIdTaken"
-       from herald_publish_messages($1::jsonb, $2::boolean)`,
+       from ${grouped ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean)`,
     [JSON.stringify(items, wellFormed), wake],
-    'publish_messages',
+    grouped ? 'publish_grouped' : 'publish_messages',
   );
   return inOrder(messages.length, rows.rows, 'message').map(
     ({ created, requestHash, deliveries, eventIdTaken, ...message }, ord) => {

@@ -139,6 +139,7 @@ export async function publishGroup(
   const published = await publishMessages(
     db,
     ready.map((r) => r.message),
+    { grouped: true },
   );
   for (const [i, { at }] of ready.entries()) outcomes[at] = published[i]!;
   return outcomes;
