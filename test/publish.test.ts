@@ -247,6 +247,50 @@ describe('application changes made anywhere', () => {
     );
   });
 
+  test('an app a publish creates (`application`) commits with its message and its audit entry, or not at all', async () => {
+    // The message of this event type is refused by the database, after the app was made.
+    await t.database.db.query(
+      `create function test_refuse_message() returns trigger language plpgsql as $$
+       begin
+         if new.event_type = 'refused.by.test' then raise exception 'refused for the test' using errcode = '23514'; end if;
+         return new;
+       end $$`,
+    );
+    await t.database.db.query(
+      'create trigger test_refuse_message before insert on message for each row execute function test_refuse_message()',
+    );
+    const appsCreatedInAudit = async () =>
+      (
+        await t.database.db.query<{ n: number }>(
+          `select count(*)::int as n from audit_entry where action = 'app.created'`,
+        )
+      ).rows[0]!.n;
+    const auditedBefore = await appsCreatedInAudit();
+    try {
+      const answer = await t.call('POST', '/api/v1/app/born-with-message/msg', {
+        eventType: 'refused.by.test',
+        payload: {},
+        application: { name: 'Born with its message' },
+      });
+      assert.notEqual(answer.status, 202);
+      assert.equal(
+        (await t.call('GET', '/api/v1/app/born-with-message')).status,
+        404,
+        'no app without its message',
+      );
+      assert.equal(await appsCreatedInAudit(), auditedBefore, 'no audit entry of an app that is not');
+    } finally {
+      await t.database.db.query('drop trigger test_refuse_message on message');
+      await t.database.db.query('drop function test_refuse_message()');
+    }
+    const made = await t.call('POST', '/api/v1/app/born-with-message/msg', {
+      eventType: 'e',
+      payload: {},
+      application: { name: 'Born with its message' },
+    });
+    assert.equal(made.status, 202, JSON.stringify(made.body));
+  });
+
   test('a publish to an app deleted before its deletion was announced is not found (404, not 500)', async () => {
     const app = await createApp(t, 'vanishing-app');
     await publishVia(t, 'vanishing-app', { eventType: 'e', payload: { n: 1 } });

@@ -75,11 +75,16 @@ export async function publish(
   // On herald's own pool the publish joins a group commit, which also looks its app up together
   // with the others'. In a caller's transaction it runs there, and commits with the caller's work.
   // Creating a missing app (`application` in the body) is rare: it takes the one-by-one path.
-  const result = await (db === core.db && !input.application
-    ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
-    : publishMessage(db, messageFor(await resolveOrCreateApp(db, actor, appIdOrUid, input)), actor.id, {
-        wake: options.wake,
-      })
+  const publishAlone = (tx: Queryable) =>
+    resolveOrCreateApp(tx, actor, appIdOrUid, input).then((app) =>
+      publishMessage(tx, messageFor(app), actor.id, { wake: options.wake }),
+    );
+  const result = await (db !== core.db
+    ? publishAlone(db)
+    : !input.application
+      ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
+      : // The app it creates, its audit entry and the message commit together, or none of them.
+        core.db.transaction(publishAlone)
   ).catch(rethrowAppGone);
   if (result.kind === 'conflict') {
     throw new HeraldError(
