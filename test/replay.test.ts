@@ -47,7 +47,7 @@ async function deliveriesOf(endpointId: string): Promise<DeliveryRow[]> {
 
 async function replayAuditEntries(): Promise<AuditRow[]> {
   const ids = await t.database.db.query<{ target_id: string }>(
-    `select target_id from audit_entry where action = 'replay.started' order by id`,
+    `select target_id from audit_entry where action in ('replay.planned', 'replay.started') order by id`,
   );
   const rows: AuditRow[] = [];
   for (const { target_id } of ids.rows) rows.push(...(await listAuditForTarget(t.database.db, target_id)));
@@ -172,7 +172,9 @@ describe('replay', () => {
       // Ids and counts only: no payload reaches the audit log.
       assert.doesNotMatch(JSON.stringify(entry.details), /order/);
     }
+    assert.equal(dryEntry!.action, 'replay.planned', 'a dry run starts nothing');
     assert.equal(dryEntry!.details['dryRun'], true);
+    assert.equal(realEntry!.action, 'replay.started');
     assert.equal(realEntry!.details['dryRun'], false);
     assert.equal(realEntry!.targetId, real.body.id);
   });

@@ -146,7 +146,8 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
   // The selection as the caller gave it, and how many it matched: never payloads.
   await recordAudit(tx, {
     actor: actor.id,
-    action: 'replay.started',
+    // A dry run is on record too (who looked at what), as what it is: a plan, nothing started.
+    action: dryRun ? 'replay.planned' : 'replay.started',
     appId,
     targetType: 'replay',
     targetId: id,
