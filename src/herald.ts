@@ -279,16 +279,29 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       workers.push(worker);
       return worker;
     },
-    async close() {
+    close: onlyOnce(async () => {
       const stopping = workers.splice(0);
-      await Promise.all(stopping.map((w) => w.stop(config.shutdownGraceMs)));
-      // A sender closes once its requests have ended, those that outlived the grace too: their
-      // outcomes are then written before the database closes.
-      await Promise.all(senders.splice(0).map((s) => s.close()));
-      await Promise.all(stopping.map((w) => w.finish()));
-      await apps.close();
-      await db.close();
-    },
+      try {
+        await Promise.all(stopping.map((w) => w.stop(config.shutdownGraceMs)));
+        // A sender closes once its requests have ended, those that outlived the grace too: their
+        // outcomes are then written before the database closes.
+        await Promise.all(senders.splice(0).map((s) => s.close()));
+        await Promise.all(stopping.map((w) => w.finish()));
+      } finally {
+        // A worker that failed to stop cleanly must not leave the pool and its connections open.
+        await apps.close();
+        await db.close();
+      }
+    }),
+  };
+}
+
+/** `run` once: later calls share the first one's end (a second close() closes nothing twice). */
+function onlyOnce(run: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | null = null;
+  return () => {
+    running ??= run();
+    return running;
   };
 }
 

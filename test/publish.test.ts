@@ -4,8 +4,10 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { Webhook } from 'svix';
+import { loadConfig } from '../src/config.ts';
+import { createHerald, createLogger } from '../src/herald.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
-import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+import { ADMIN_KEY, startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
@@ -164,6 +166,15 @@ describe('the library face', () => {
         },
       );
     }
+  });
+
+  test('close() may be called more than once, at once or after: the first closes, the others wait for it', async () => {
+    const config = loadConfig(testEnv(t.database.url));
+    const herald = await createHerald({ config, logger: createLogger('silent'), migrate: false });
+    await herald.startWorker();
+    await Promise.all([herald.close(), herald.close()]);
+    await herald.close();
+    await assert.rejects(herald.publish('nobody', { eventType: 'e', payload: {} }), 'its pool is closed');
   });
 
   test('the library validates like the API', async () => {
