@@ -65,6 +65,22 @@ async function assertFollows(
   assert.deepEqual(counts, { misqueued: 0, ...expected }, `after ${step}`);
 }
 
+/**
+ * A database of the test's own (every claim there is of its endpoints), with a second connection
+ * to hold locks from as another writer would; both closed after `run`.
+ */
+async function withOwnDatabase(name: string, run: (own: TestDatabase, other: pg.Client) => Promise<void>) {
+  const own = await freshDatabase(name);
+  const other = new pg.Client({ connectionString: own.url });
+  await other.connect();
+  try {
+    await run(own, other);
+  } finally {
+    await other.end();
+    await own.drop();
+  }
+}
+
 test('every writer keeps the queue tables equal to the deliveries’ states', async () => {
   const db = database.db;
   const app = await seedApp(db, 'queue');
@@ -392,10 +408,7 @@ test('a resend queued behind an attempt in flight starts its cycle whatever ends
 
 test('a slot another writer changes while its attempt ends (a lift, tending clearing a mark) is still emptied: the endpoint is not blocked for good', async () => {
   // Its own database: every claim here is of this test's endpoints.
-  const own = await freshDatabase('slot_changed');
-  const holder = new pg.Client({ connectionString: own.url });
-  await holder.connect();
-  try {
+  await withOwnDatabase('slot_changed', async (own, holder) => {
     const db = own.db;
     const enders = {
       outcome: {
@@ -456,10 +469,7 @@ test('a slot another writer changes while its attempt ends (a lift, tending clea
         batch = await claimDeliveries(db, { batch: 5, leaseSeconds: 600, afterEndpoint: '' });
       }
     }
-  } finally {
-    await holder.end();
-    await own.drop();
-  }
+  });
 });
 
 test('lease recovery empties a slot left filled by a finished delivery (as the write before 0036 could leave one): its endpoint is claimed again', async () => {
@@ -514,10 +524,7 @@ test('lease recovery empties a slot left filled by a finished delivery (as the w
 });
 
 test('a failed row changed while a resend reads it is removed all the same (by key): the delivery parks again later', async () => {
-  const own = await freshDatabase('delivery_queue_failed_changed');
-  const holder = new pg.Client({ connectionString: own.url });
-  await holder.connect();
-  try {
+  await withOwnDatabase('delivery_queue_failed_changed', async (own, holder) => {
     const db = own.db;
     const app = await seedApp(db, 'failed-changed');
     const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:1/failed-changed');
@@ -543,10 +550,7 @@ test('a failed row changed while a resend reads it is removed all the same (by k
     // Parked again (as its next cycle's last failure would), it has one failed row, not a clash.
     await park();
     assert.equal(await failedRows(), 1);
-  } finally {
-    await holder.end();
-    await own.drop();
-  }
+  });
 });
 
 test('lease recovery empties an expired slot whose delivery no longer exists: its endpoint is claimed again', async () => {
@@ -579,10 +583,7 @@ test('lease recovery empties an expired slot whose delivery no longer exists: it
 });
 
 test('an acknowledgment beside a parking waits for it, and leaves nothing counted as awaiting review', async () => {
-  const own = await freshDatabase('delivery_queue_acknowledged_parking');
-  const parker = new pg.Client({ connectionString: own.url });
-  await parker.connect();
-  try {
+  await withOwnDatabase('delivery_queue_acknowledged_parking', async (own, parker) => {
     const db = own.db;
     const app = await seedApp(db, 'acknowledged-parking');
     const endpoint = await seedEndpoint(db, app.id, 'http://127.0.0.1:1/acknowledged-parking');
@@ -590,10 +591,10 @@ test('an acknowledgment beside a parking waits for it, and leaves nothing counte
     // An attempt whose outcome is unknown, on the delivery about to be parked.
     await db.query(
       `insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
-                            finished_at, outcome)
-       select d.app_id, d.id, d.message_id, d.endpoint_id, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/x',
-              now(), 'unknown'
-         from delivery d where d.message_id = $1`,
+                          finished_at, outcome)
+     select d.app_id, d.id, d.message_id, d.endpoint_id, 1, gen_random_uuid(), 'scheduled', 'http://127.0.0.1:1/x',
+            now(), 'unknown'
+       from delivery d where d.message_id = $1`,
       [messageId],
     );
     // The parking under way: the delivery is failed and its failed row counts the unknown attempt.
@@ -610,8 +611,5 @@ test('an acknowledgment beside a parking waits for it, and leaves nothing counte
       [endpoint.id],
     );
     assert.deepEqual(rows, [{ unknown_attempts: 0 }]);
-  } finally {
-    await parker.end();
-    await own.drop();
-  }
+  });
 });
