@@ -43,9 +43,10 @@ export type IngestResult =
   | { kind: 'notice' };
 
 export interface Ingestor {
-  /** Whether a source of this id or uid exists: asked before a request's body is read. */
-  knows(sourceIdOrUid: string): Promise<boolean>;
-  ingest(sourceIdOrUid: string, request: InboundRequest): Promise<IngestResult>;
+  /** The source of this id or uid, if there is one: asked before a request's body is read. */
+  find(sourceIdOrUid: string): Promise<SourceRow | null>;
+  /** `found`: what find() answered for this request, so that the source is not looked up twice. */
+  ingest(sourceIdOrUid: string, request: InboundRequest, found?: SourceRow): Promise<IngestResult>;
   close(): Promise<void>;
 }
 
@@ -190,9 +191,9 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   }
 
   return {
-    knows: async (sourceIdOrUid) => (await sources.get(sourceIdOrUid)) !== null,
-    async ingest(sourceIdOrUid, request) {
-      const source = await sources.get(sourceIdOrUid);
+    find: (sourceIdOrUid) => sources.get(sourceIdOrUid),
+    async ingest(sourceIdOrUid, request, found) {
+      const source = found ?? (await sources.get(sourceIdOrUid));
       if (!source) throw notFound('source');
       // Counted per source only once the source exists: the path is the sender's to choose, and
       // unknown names must not grow the metric set.

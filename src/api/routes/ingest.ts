@@ -4,6 +4,7 @@
 // store failure is 503, so the sender delivers again later.
 
 import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
+import type { SourceRow } from '../../db/sources.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import type { Ingestor, IngestResult } from '../../inbound/ingest.ts';
@@ -12,6 +13,8 @@ type Params = { source: string };
 
 /** The content type each request was sent with, before the plugin's hook replaced it. */
 const sentContentType = new WeakMap<FastifyRequest, string | undefined>();
+/** The source each POST names, found before its body was read. */
+const sourceOf = new WeakMap<FastifyRequest, SourceRow>();
 
 /** Source ids and uids: herald ids, or uids of letters, digits, '-', '_' and '.'. */
 const SOURCE_NAME = /^[A-Za-z0-9._-]{1,256}$/;
@@ -32,42 +35,39 @@ export const ingestRoutes =
     app.addHook('onRequest', async (request) => {
       sentContentType.set(request, request.headers['content-type']);
       request.headers['content-type'] = 'application/octet-stream';
+      if (request.method !== 'POST') return;
+      // An unknown source is refused before its body is read: the path is anyone's to send to,
+      // and each such request would otherwise hold up to HERALD_INGEST_MAX_BODY_BYTES for nothing.
+      // A name no source can have is simply unknown: never let it reach a query.
+      const name = (request.params as Params).source;
+      const source = SOURCE_NAME.test(name) ? await ingestor.find(name) : null;
+      if (source === null) throw notFound('source');
+      sourceOf.set(request, source);
     });
 
-    // An unknown source is refused before its body is read: the path is anyone's to send to, and
-    // each such request would otherwise hold up to HERALD_INGEST_MAX_BODY_BYTES for nothing.
-    const refuseUnknownSource = async (request: FastifyRequest<{ Params: Params }>) => {
-      // A name no source can have is simply unknown: never let it reach a query.
-      if (!SOURCE_NAME.test(request.params.source) || !(await ingestor.knows(request.params.source)))
-        throw notFound('source');
-    };
-
-    app.post<{ Params: Params }>(
-      '/ingest/:source',
-      { preParsing: refuseUnknownSource },
-      async (request, reply) => {
-        const headers: Record<string, string | undefined> = {};
-        for (const [name, value] of Object.entries(request.headers)) {
-          headers[name] = Array.isArray(value) ? value.join(', ') : value;
-        }
-        headers['content-type'] = sentContentType.get(request);
-        const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
-        let result: IngestResult;
-        try {
-          result = await ingestor.ingest(request.params.source, { method: request.method, headers, rawBody });
-        } catch (error) {
-          if (error instanceof HeraldError) throw error;
-          // Past verification, any failure is the store's: the sender must retry, never give up.
-          request.log.error(
-            { err: (error as Error).message, source: request.params.source },
-            'ingest failed',
-          );
-          throw new HeraldError('store_unavailable', 'the delivery could not be recorded; retry later');
-        }
-        if (result.kind === 'challenge') return reply.status(200).send({ challenge: result.challenge });
-        return reply.status(204).send();
-      },
-    );
+    app.post<{ Params: Params }>('/ingest/:source', async (request, reply) => {
+      const headers: Record<string, string | undefined> = {};
+      for (const [name, value] of Object.entries(request.headers)) {
+        headers[name] = Array.isArray(value) ? value.join(', ') : value;
+      }
+      headers['content-type'] = sentContentType.get(request);
+      const rawBody = Buffer.isBuffer(request.body) ? request.body : Buffer.alloc(0);
+      let result: IngestResult;
+      try {
+        result = await ingestor.ingest(
+          request.params.source,
+          { method: request.method, headers, rawBody },
+          sourceOf.get(request),
+        );
+      } catch (error) {
+        if (error instanceof HeraldError) throw error;
+        // Past verification, any failure is the store's: the sender must retry, never give up.
+        request.log.error({ err: (error as Error).message, source: request.params.source }, 'ingest failed');
+        throw new HeraldError('store_unavailable', 'the delivery could not be recorded; retry later');
+      }
+      if (result.kind === 'challenge') return reply.status(200).send({ challenge: result.challenge });
+      return reply.status(204).send();
+    });
 
     app.route<{ Params: Params }>({
       method: ['GET', 'PUT', 'PATCH', 'DELETE'],
