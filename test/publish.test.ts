@@ -171,10 +171,16 @@ describe('the library face', () => {
   test('close() may be called more than once, at once or after: the first closes, the others wait for it', async () => {
     const config = loadConfig(testEnv(t.database.url));
     const herald = await createHerald({ config, logger: createLogger('silent'), migrate: false });
+    await createApp(t, 'closing-app');
+    await herald.publish('closing-app', { eventType: 'e', payload: {} });
     await herald.startWorker();
     await Promise.all([herald.close(), herald.close()]);
     await herald.close();
-    await assert.rejects(herald.publish('nobody', { eventType: 'e', payload: {} }), 'its pool is closed');
+    // To an app that exists: only a closed pool refuses it.
+    await assert.rejects(
+      herald.publish('closing-app', { eventType: 'e', payload: {} }),
+      'its pool is closed',
+    );
   });
 
   test('the library validates like the API', async () => {

@@ -135,7 +135,7 @@ async function followSourcesInMetrics(app: FastifyInstance, core: Core): Promise
       (error: Error) => core.log.warn({ err: error.message }, 'metrics: the sources could not be listed'),
     ),
   );
-  await sync();
+  // Listening first: a source made between the list and the LISTEN would go unheard.
   const unlisten = await core.db
     .listen(SOURCE_CHANGED_CHANNEL, () => void sync())
     .catch((error: Error) => {
@@ -143,6 +143,7 @@ async function followSourcesInMetrics(app: FastifyInstance, core: Core): Promise
       return null;
     });
   if (unlisten) app.addHook('onClose', () => unlisten());
+  await sync();
 }
 
 /** Just /metrics and the liveness check: what a worker-only process serves. */

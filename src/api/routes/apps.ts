@@ -10,8 +10,10 @@ import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentApp, presentPage } from '../present.ts';
-import { parseFlag, parseListQuery } from '../query.ts';
+import { flagReader, parseListQuery } from '../query.ts';
 import { conflictOnTakenUid, isUniqueViolation } from '../uid-conflict.ts';
+
+const readGetIfExists = flagReader('get_if_exists', false);
 
 type AppParams = { app_id: string };
 
@@ -50,7 +52,7 @@ export const appRoutes =
 
     app.post('/api/v1/app', async (request, reply) => {
       const input = parseOrThrow(ApplicationIn, request.body);
-      const getIfExists = parseFlag(request.query, 'get_if_exists', false);
+      const getIfExists = readGetIfExists(request.query);
       // The existing app is shown only to a key allowed to see it: get_if_exists is no way round
       // a key's restriction to some applications, nor a way to learn which uids are taken (such
       // a key cannot create applications: it is refused below as for a uid nobody has).

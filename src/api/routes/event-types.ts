@@ -17,7 +17,9 @@ import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEventType, presentPage } from '../present.ts';
-import { parseFlag, parseListQuery } from '../query.ts';
+import { flagReader, parseListQuery } from '../query.ts';
+
+const readExpunge = flagReader('expunge', false);
 
 type Params = { event_type_name: string };
 
@@ -103,7 +105,7 @@ export const eventTypeRoutes =
 
     app.delete<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request, reply) => {
       const name = request.params.event_type_name;
-      const expunge = parseFlag(request.query, 'expunge', false);
+      const expunge = readExpunge(request.query);
       await db.transaction(async (tx) => {
         const done = expunge ? await expungeEventType(tx, name) : await archiveEventType(tx, name);
         if (!done) throw notFound('event type');
