@@ -368,3 +368,49 @@ test("history pruning takes a message's old claims and their observations; a you
     { id: joined, message_id: null, marked: true, observed: 1 },
   ]);
 });
+
+test('a batch of history pruning is bounded by its messages’ deliveries too, and never splits a message', async () => {
+  const appId = await createApp(t, 'fanned');
+  for (let i = 0; i < 5; i++) {
+    await createEndpoint(t, 'fanned', { url: `${receiver.url}/fanned/${i}`, disabled: true });
+  }
+  // Six finished messages of five deliveries each, older than every other message of this file,
+  // so that the walk in id order meets them first.
+  const fiftyDays = Date.now() - 50 * 86_400_000;
+  const messages = [1, 2, 3, 4, 5, 6].map((n) => idMintedAt('msg', fiftyDays, n));
+  await t.database.db.query(
+    `with m as (
+       insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+       select id, $1, 'e', '{}', now() + interval '1 day', now() - interval '50 days' from unnest($2::text[]) id
+       returning id
+     )
+     insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+     select $1, m.id, e.id, 'succeeded', 1, 1 from m cross join endpoint e where e.app_id = $1`,
+    [appId, messages],
+  );
+  const left = async () =>
+    (
+      await t.database.db.query<{ id: string }>('select id from message where id = any($1) order by id', [
+        messages,
+      ])
+    ).rows.map((r) => r.id);
+
+  // 5 + 5 deliveries are under 12; the third message takes the batch to 15, and the walk stops.
+  const prune = (deliveries: number) =>
+    t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30, { messages: 100, deliveries }));
+  assert.equal(await prune(12), 3);
+  assert.deepEqual(await left(), messages.slice(3));
+  // A message with more deliveries than the bound goes alone, whole.
+  assert.equal(await prune(3), 1);
+  assert.deepEqual(await left(), messages.slice(4));
+  const deliveries = await t.database.db.query('select 1 from delivery where message_id = any($1)', [
+    messages.slice(0, 4),
+  ]);
+  assert.equal(deliveries.rowCount, 0, 'the pruned messages’ deliveries went with them');
+
+  // A pass goes on batch after batch while they prune something, though none came back full.
+  const pass = await retentionPass(t.database.db, { historyRetentionDays: 30, budgetMs: 60_000, batch: 1 });
+  assert.ok(pass.pruned >= 2, JSON.stringify(pass));
+  assert.equal(pass.behind, false);
+  assert.deepEqual(await left(), []);
+});

@@ -112,7 +112,7 @@ export async function memory(ctx: Context): Promise<void> {
       await db.query(`update message set payload_expires_at = now() - interval '1 second'`, []);
       while ((await expireOldPayloads(db)) > 0) {}
       const payloadRetention = await vacuumed();
-      while ((await pruneFinishedHistory(db, 0, 100)) > 0) {}
+      while ((await db.transaction((tx) => pruneFinishedHistory(tx, 0))) > 0) {}
       const historyRetention = await vacuumed();
       ctx.results.memory = {
         pending,
