@@ -9,12 +9,12 @@ import { type ConfigUse, type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp } from './db/apps.ts';
-import { migrate, migrationState } from './db/migrate.ts';
+import { migrationState } from './db/migrate.ts';
 import { listSources } from './db/sources.ts';
 import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
 import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
-import { createHerald, createLogger, type Herald } from './herald.ts';
+import { createHerald, createLogger, type Herald, migrateDatabase } from './herald.ts';
 import { DOCTOR_CHECKS, type DoctorCheck, formatFindings, runDoctor } from './ops/doctor.ts';
 import {
   acknowledgeUnknown,
@@ -167,14 +167,12 @@ for (const [name, role, text] of [
 program
   .command('migrate')
   .description('apply pending database migrations')
-  .action(() =>
-    withOpenHerald(async (herald) => {
-      const applied = await migrate(herald.core.db);
-      console.log(
-        applied.length > 0 ? `applied migrations ${applied.join(', ')}` : 'migrations are up to date',
-      );
-    }, OPENS_NO_SECRET),
-  );
+  .action(async () => {
+    const applied = await migrateDatabase(loadConfig(process.env, OPENS_NO_SECRET));
+    console.log(
+      applied.length > 0 ? `applied migrations ${applied.join(', ')}` : 'migrations are up to date',
+    );
+  });
 
 const keys = program.command('keys').description('manage API keys and the master key');
 keys

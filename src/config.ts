@@ -43,6 +43,8 @@ export interface HeraldConfig {
    * in transaction mode).
    */
   dbPrepare: boolean;
+  /** How long a database statement may take before the pool gives its connection up; migrations have none. */
+  dbQueryTimeoutMs: number;
   /**
    * The connection LISTEN uses (the workers' wake-ups, the caches' evictions), where DATABASE_URL's
    * cannot hear NOTIFY: behind a transaction-mode pooler, PostgreSQL itself or a session-mode pool.
@@ -244,6 +246,7 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
     connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     dbPrepare: flag(env, 'HERALD_DB_PREPARE', true),
+    dbQueryTimeoutMs: integer(env, 'HERALD_DB_QUERY_TIMEOUT_MS', 60_000, 1_000, 3_600_000),
     listenDatabaseUrl,
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     ingestMaxBodyBytes: integer(env, 'HERALD_INGEST_MAX_BODY_BYTES', 8 * 1024 * 1024, 1024, 64 * 1024 * 1024),

@@ -10,7 +10,7 @@ import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
 import { coalesced, createGroupCommit, MAX_BATCH_CHARS } from './db/group-commit.ts';
 import { wakeWorkers } from './db/messages.ts';
-import { migrate } from './db/migrate.ts';
+import { type Migration, migrate } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import {
@@ -116,6 +116,7 @@ export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promi
       listenConnectionString: config.listenDatabaseUrl,
       max: config.dbPoolSize,
       prepare: config.dbPrepare,
+      queryTimeoutMs: config.dbQueryTimeoutMs,
       checkHearing: true,
       onListenState: (state, error) => {
         if (state === 'lost')
@@ -136,9 +137,41 @@ export async function openDb(config: Readonly<HeraldConfig>, log: Logger): Promi
       },
     });
   }
-  // Loaded only here: a process on PostgreSQL never needs the embedded database's code.
+  return openEmbedded(config.dataDir);
+}
+
+/**
+ * Applies the pending migrations (`herald migrate`, and the start of a server); returns the
+ * versions applied. On PostgreSQL they run on a connection of their own with no query deadline: a
+ * migration that builds an index over a large table, or waits for the lock of another process's
+ * migration, takes as long as it takes, where the pool's deadline would give it up every time
+ * (and roll its work back). The embedded database is made in the data directory if it is not
+ * there yet.
+ */
+export async function migrateDatabase(
+  config: Readonly<HeraldConfig>,
+  migrations?: Migration[],
+): Promise<number[]> {
+  const db = config.databaseUrl
+    ? createPgDb({
+        connectionString: config.databaseUrl,
+        max: 1,
+        prepare: config.dbPrepare,
+        applicationName: 'herald migrate',
+        queryTimeoutMs: 0,
+      })
+    : await openEmbedded(config.dataDir);
+  try {
+    return await migrate(db, migrations);
+  } finally {
+    await db.close();
+  }
+}
+
+// Loaded only here: a process on PostgreSQL never needs the embedded database's code.
+async function openEmbedded(dataDir: string): Promise<Db> {
   const { openEmbeddedDb } = await import('./db/pglite.ts');
-  return openEmbeddedDb(config.dataDir);
+  return openEmbeddedDb(dataDir);
 }
 
 export async function createHerald(options: HeraldOptions = {}): Promise<Herald> {
@@ -162,9 +195,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       'destinations may resolve to these private networks',
     );
   }
+  if (options.migrate !== false && !embedded) await migrateDatabase(config);
   const db = await openDb(config, log);
   try {
-    if (options.migrate !== false) await migrate(db);
+    // The embedded database is one process's: its migrations run on the Db it opened.
+    if (options.migrate !== false && embedded) await migrate(db);
   } catch (error) {
     await db.close();
     throw error;

@@ -2,8 +2,14 @@
 // stops and says which, and `herald migrate` says what it applied.
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { test } from 'node:test';
-import { readMigrations } from '../src/db/migrate.ts';
+import pino from 'pino';
+import { loadConfig } from '../src/config.ts';
+import { migrate, readMigrations } from '../src/db/migrate.ts';
+import { migrateDatabase, openDb } from '../src/herald.ts';
 import { freshDatabase } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import { runHerald } from './support/processes.ts';
@@ -109,5 +115,42 @@ test('commands that open no secret run without HERALD_MASTER_KEY; one that does,
     assert.match(worker.stderr, /HERALD_MASTER_KEY/);
   } finally {
     await fresh.drop();
+  }
+});
+
+test('a migration that outlasts the pool’s query deadline is applied, not given up and rolled back', async () => {
+  const empty = await freshDatabase('cli_migrate_slow', { upTo: 0 });
+  try {
+    const config = loadConfig(testEnv(empty.url, { HERALD_DB_QUERY_TIMEOUT_MS: '1000' }));
+    const slow = (version: number) => [
+      { version, name: `slow_${version}`, sql: 'select pg_sleep(1.5); create table slow_done (n int)' },
+    ];
+    // What the pool would do with it: give the connection up after its deadline, the work undone.
+    const pool = await openDb(config, pino({ level: 'silent' }));
+    try {
+      await assert.rejects(migrate(pool, slow(1)), /timeout/i);
+    } finally {
+      await pool.close();
+    }
+    assert.deepEqual(await migrateDatabase(config, slow(1)), [1]);
+    const done = await empty.db.query(`select 1 from pg_tables where tablename = 'slow_done'`);
+    assert.equal(done.rowCount, 1);
+  } finally {
+    await empty.drop();
+  }
+});
+
+test('herald migrate makes the embedded database in a directory that has none', async () => {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-migrate-'));
+  try {
+    const env = { HERALD_DATA_DIR: path.join(dataDir, 'new'), LOG_LEVEL: 'silent' };
+    const migrated = await runHerald(['migrate'], env);
+    assert.equal(migrated.code, 0, migrated.stderr);
+    assert.match(migrated.stdout, /^applied migrations 1, 2, /);
+    // The read-only commands find it there now.
+    const listed = await runHerald(['keys', 'list'], env);
+    assert.equal(listed.code, 0, listed.stderr);
+  } finally {
+    fs.rmSync(dataDir, { recursive: true, force: true });
   }
 });

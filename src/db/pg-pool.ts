@@ -25,10 +25,14 @@ export interface PgDbOptions {
   onListenState?: (state: 'lost' | 'restored' | 'hearing' | 'deaf', error?: Error) => void;
   /** Each time the LISTEN connection is made, check that it hears a NOTIFY sent through the pool. */
   checkHearing?: boolean;
+  /** Each query's deadline (QUERY_TIMEOUT_MS by default); 0: none (migrations). */
+  queryTimeoutMs?: number;
 }
 
 // A server that stops answering without closing the connection must not hang herald forever:
-// connecting, and every query, has a deadline; TCP keep-alive notices a dead peer.
+// connecting, and every query, has a deadline; TCP keep-alive notices a dead peer. The query's is
+// the client's own: when it passes, pg gives up on the connection, and the server may still be
+// running the statement.
 const CONNECT_TIMEOUT_MS = 5_000;
 const QUERY_TIMEOUT_MS = 60_000;
 const LISTEN_RETRY_MAX_MS = 5_000;
@@ -41,7 +45,7 @@ export function createPgDb(options: PgDbOptions): Db {
     connectionString: options.connectionString,
     application_name: options.applicationName ?? 'herald',
     connectionTimeoutMillis: CONNECT_TIMEOUT_MS,
-    query_timeout: QUERY_TIMEOUT_MS,
+    query_timeout: options.queryTimeoutMs ?? QUERY_TIMEOUT_MS,
     // Probes after 10 s of silence, not the system's 2 hours: the listening connection sends
     // nothing, and a peer gone without a reset (a NAT's timeout, a failover) would otherwise take
     // its notifications with it unnoticed.
