@@ -11,6 +11,7 @@ import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp } from './db/apps.ts';
 import { migrationState } from './db/migrate.ts';
 import { listSources } from './db/sources.ts';
+import { steadyNow } from './domain/steady-clock.ts';
 import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
 import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
@@ -43,6 +44,9 @@ function configWith(overrides: { port?: string; host?: string }): Readonly<Heral
     ...(overrides.host ? { HOST: overrides.host } : {}),
   });
 }
+
+/** How long a repeat of the signal that began a stop counts as the same one (see run's stop). */
+const SAME_SIGNAL_MS = 1000;
 
 async function run(role: Role, overrides: { port?: string; host?: string }): Promise<void> {
   const config = configWith(overrides);
@@ -81,14 +85,18 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
     'herald started',
   );
 
-  let stopping = false;
+  let first: { signal: string; at: number } | null = null;
   const stop = async (signal: string) => {
-    if (stopping) {
+    if (first) {
+      // Ctrl-C under `npm start` arrives twice within milliseconds: from the terminal, to the
+      // whole process group, and from npm, which passes it on to its child. The same signal again
+      // within a second is that one press, not a second one.
+      if (signal === first.signal && steadyNow() - first.at < SAME_SIGNAL_MS) return;
       // A second signal means "now": leases of attempts still in flight will be recovered.
       log.warn({ signal }, 'stopping at once');
       process.exit(1);
     }
-    stopping = true;
+    first = { signal, at: steadyNow() };
     log.info({ signal }, 'stopping: no new work; finishing attempts in flight');
     try {
       await api?.close();

@@ -208,3 +208,43 @@ test('the grace counts from the stop: a maintenance pass still running spends it
     await s.close();
   }
 });
+
+test('Ctrl-C under npm start (the signal twice at once) stops gracefully; a second signal a second later stops at once', async () => {
+  const slow = await startSlowReceiver(2500);
+  try {
+    const app = await createApp(t, 'double-signal');
+    await createEndpoint(t, app, { url: `${slow.origin}/slow` });
+    const start = () => startHerald('worker', testEnv(t.database.url, { LOG_LEVEL: 'info' }));
+    let worker = await start();
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor('the request to arrive', () => slow.arrived === 1);
+    // The terminal's SIGINT to the process group, and npm's copy of it to its child, which comes
+    // once npm has had it: after the first (two at the same instant would be one signal).
+    worker.proc.signal('SIGINT');
+    await worker.proc.waitForLog('stopping: no new work; finishing attempts in flight');
+    worker.proc.signal('SIGINT');
+    assert.deepEqual(await worker.proc.waitForExit(20_000), { code: 0, signal: null });
+    assert.ok(!worker.proc.logs.some((r) => r.msg === 'stopping at once'), worker.proc.describe());
+    const delivery = await t.database.db.query<{ state: string }>(
+      'select state from delivery where message_id = $1',
+      [msg],
+    );
+    assert.equal(delivery.rows[0]!.state, 'succeeded', 'the attempt in flight was finished and recorded');
+
+    // A second press, once a second has passed, means "now".
+    worker = await start();
+    await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor('the second request to arrive', () => slow.arrived === 2);
+    worker.proc.signal('SIGINT');
+    await worker.proc.waitForLog('stopping: no new work; finishing attempts in flight');
+    await sleep(1100);
+    worker.proc.signal('SIGINT');
+    assert.deepEqual(await worker.proc.waitForExit(5_000), { code: 1, signal: null });
+    assert.ok(
+      worker.proc.logs.some((r) => r.msg === 'stopping at once'),
+      worker.proc.describe(),
+    );
+  } finally {
+    await slow.close();
+  }
+});
