@@ -164,11 +164,12 @@ for (const [name, role, text] of [
   ['api', { api: true, worker: false }, 'run the HTTP API only (needs DATABASE_URL)'],
   ['worker', { api: false, worker: true }, 'run a delivery worker only (needs DATABASE_URL)'],
 ] as const) {
-  program
-    .command(name)
-    .description(text)
-    .option('-p, --port <port>', 'listen port (PORT)')
-    .option('--host <host>', 'listen address (HOST)')
+  const command = program.command(name).description(text);
+  // A worker serves no API: a --port it took would listen nowhere (its /metrics has
+  // HERALD_METRICS_PORT), so commander refuses it by name.
+  if (role.api) command.option('-p, --port <port>', 'listen port (PORT)');
+  command
+    .option('--host <host>', role.api ? 'listen address (HOST)' : 'listen address of /metrics (HOST)')
     .action((options) => run(role, options));
 }
 

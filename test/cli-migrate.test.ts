@@ -1,5 +1,6 @@
 // Only `herald migrate` changes the schema: another command on a database that lacks migrations
-// stops and says which, and `herald migrate` says what it applied.
+// stops and says which, and `herald migrate` says what it applied; the commands take the options
+// that do something in them.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -152,5 +153,15 @@ test('herald migrate makes the embedded database in a directory that has none', 
     assert.equal(listed.code, 0, listed.stderr);
   } finally {
     fs.rmSync(dataDir, { recursive: true, force: true });
+  }
+});
+
+test('herald worker refuses --port, which would listen nowhere, naming it; serve and api take it', async () => {
+  const refused = await runHerald(['worker', '--port', '9100'], testEnv('postgres://127.0.0.1:1/none'));
+  assert.equal(refused.code, 1);
+  assert.match(refused.stderr, /unknown option '--port'/);
+  for (const role of ['serve', 'api']) {
+    const help = await runHerald([role, '--help'], {});
+    assert.match(help.stdout, /-p, --port <port>/, role);
   }
 });
