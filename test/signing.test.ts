@@ -188,6 +188,12 @@ describe('verifySignature', () => {
     assert.ok(verifySignature({ ...base, signatureHeader }));
   });
 
+  test('finds the signature in the first of two webhook-signature headers, joined by ", "', () => {
+    const other = `v1,${randomBytes(32).toString('base64')}`;
+    assert.ok(verifySignature({ ...base, signatureHeader: `${signed.signature}, ${other}` }));
+    assert.ok(verifySignature({ ...base, signatureHeader: `${other}, ${signed.signature}` }));
+  });
+
   test('does not accept a valid signature under another version', () => {
     assert.ok(!verifySignature({ ...base, signatureHeader: `v2,${signatureBytes}` }));
     assert.ok(!verifySignature({ ...base, signatureHeader: signatureBytes }));

@@ -77,7 +77,10 @@ export function verifySignature(args: {
 
 function v1SignaturesIn(header: string): Buffer[] {
   const signatures: Buffer[] = [];
-  for (const entry of header.split(' ')) {
+  for (const spaced of header.split(' ')) {
+    // A header sent twice arrives joined by ", " (Node's way with repeated headers): the entry
+    // before the join ends in that comma, which base64 never holds.
+    const entry = spaced.endsWith(',') ? spaced.slice(0, -1) : spaced;
     const comma = entry.indexOf(',');
     // Other versions (e.g. the asymmetric v1a) are skipped, as the spec asks, not treated as failures.
     if (comma === -1 || entry.slice(0, comma) !== SIGNATURE_VERSION) continue;
