@@ -64,9 +64,11 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
     last = match.index + match[0].length;
   }
   if (last < template.length) parts.push({ literal: template.slice(last) });
-  if (!parts.some((p) => !('literal' in p))) {
+  const fields = parts.filter((p) => !('literal' in p)).length;
+  if (fields === 0) {
     throw new BusinessKeyTemplateError('the template names no field: every delivery would share one key');
   }
+  const asKeyPart = fields > 1 ? escaperOf(parts) : (value: string) => value;
   return {
     source: template,
     render(input) {
@@ -94,13 +96,43 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
         // U+FFFD, which two different keys could share: such a key is as good as missing.
         if (value.includes('\u0000') || !value.isWellFormed())
           return { key: null, why: `${spelled(part)} holds U+0000 or a lone UTF-16 surrogate` };
-        key += value;
+        key += 'literal' in part ? value : asKeyPart(value);
       }
       return key.length <= MAX_KEY_LENGTH
         ? { key }
         : { key: null, why: `the key is ${key.length} characters, over ${MAX_KEY_LENGTH}` };
     },
   };
+}
+
+/**
+ * With two fields or more, a value holding the template's own separators would read as another
+ * split of the same key: `{{body.a}}:{{body.b}}` renders `x:y:z` for a = "x:y", b = "z" and for
+ * a = "x", b = "y:z" — two events, one key, and the second joins the first and is never relayed.
+ * So each value has the characters of the template's literals, and `%`, percent-encoded (UTF-8):
+ * a key reads back to one tuple of values. A template of one field needs none of it (its literals
+ * are fixed around one value), and keeps its keys as they always were; so does every value
+ * without those characters.
+ */
+function escaperOf(parts: readonly Part[]): (value: string) => string {
+  const reserved = new Set(['%']);
+  for (const part of parts) if ('literal' in part) for (const c of part.literal) reserved.add(c);
+  return (value) => {
+    let escaped = '';
+    for (const c of value) {
+      if (!reserved.has(c)) escaped += c;
+      else {
+        const encoded = encodeURIComponent(c);
+        escaped += encoded === c ? percentOf(c) : encoded;
+      }
+    }
+    return escaped;
+  };
+}
+
+/** The %XX form of an ASCII character that encodeURIComponent leaves as it is (`-`, `!`, `.`, letters). */
+function percentOf(c: string): string {
+  return `%${c.charCodeAt(0).toString(16).toUpperCase().padStart(2, '0')}`;
 }
 
 /** Own properties only: `constructor` or `__proto__` must not resolve to something inherited. */
