@@ -236,12 +236,15 @@ describe('claim and outbox', () => {
       const found = receiver.requests.filter((r) => r.body === body);
       return found.length > 0 && found;
     });
-    assert.equal(request!.headers['idempotency-key'], encodeURIComponent('44:résolu ✓\r\nx-injected: 1'));
+    // Rendered with the value's `:` encoded (the template's separator: business-key.ts), then sent
+    // percent-encoded whole.
+    const rendered = '44:résolu ✓\r\nx-injected%3A 1';
+    assert.equal(request!.headers['idempotency-key'], encodeURIComponent(rendered));
     assert.equal(request!.headers['x-injected'], undefined);
     const intake = await t.database.db.query<{ business_key: string }>(
       `select business_key from intake where delivery_id = 'evt_44'`,
     );
-    assert.equal(intake.rows[0]!.business_key, '44:résolu ✓\r\nx-injected: 1', 'stored as rendered');
+    assert.equal(intake.rows[0]!.business_key, rendered, 'stored as rendered');
 
     // A key that reads like another one encoded is encoded too: two keys never go out alike.
     const lookalike = JSON.stringify({ ticket: 44, action: encodeURIComponent('résolu ✓\r\nx-injected: 1') });
@@ -253,7 +256,7 @@ describe('claim and outbox', () => {
     assert.notEqual(second!.headers['idempotency-key'], request!.headers['idempotency-key']);
     assert.equal(
       decodeURIComponent(second!.headers['idempotency-key'] as string),
-      `44:${encodeURIComponent('résolu ✓\r\nx-injected: 1')}`,
+      `44:${encodeURIComponent('résolu ✓\r\nx-injected: 1').replaceAll('%', '%25')}`,
     );
   });
 
