@@ -514,6 +514,27 @@ describe('aws-sns through the ingestor', () => {
       assert.equal(relayed.kind, 'accepted');
       assert.deepEqual(await stored(), { intake: 1, message: 1 });
 
+      // A genuine notification with a second Message put before the signed one: a parser that
+      // keeps the first would read "evil". The relayed envelope holds Message once, the verified one.
+      const genuine = signed(notification());
+      const doubled = `{"Message":"evil",${JSON.stringify(genuine).slice(1)}`;
+      const answer = await ingestor.ingest(
+        'orders-topic',
+        post(doubled, { 'x-amz-sns-message-type': 'Notification' }),
+      );
+      assert.equal(answer.kind, 'accepted');
+      const payload = await database.db.query<{ payload: string }>(
+        'select payload::text from message where id = $1',
+        [(answer as { messageId: string }).messageId],
+      );
+      const text = payload.rows[0]!.payload;
+      assert.equal(text.match(/"Message"/g)?.length, 1, text);
+      assert.equal(JSON.parse(text).Message, genuine['Message']);
+      await database.db.query('delete from intake where delivery_id = $1', [genuine['MessageId']]);
+      await database.db.query('delete from message where id = $1', [
+        (answer as { messageId: string }).messageId,
+      ]);
+
       // Neither is an event of the topic: SNS telling herald about its subscription.
       for (const type of ['SubscriptionConfirmation', 'UnsubscribeConfirmation'] as const) {
         const answer = await ingestor.ingest('orders-topic', post(signed(confirmation(type))));

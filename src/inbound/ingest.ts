@@ -260,7 +260,13 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         deliveryId: verdict.deliveryId,
         businessKey,
         bodySha256,
-        payload: relayedPayload(request.rawBody, verdict.payload),
+        // An SNS envelope is verified field by field, on its parsed object: relayed as that object,
+        // so that a key given twice (which parsers read apart: the last, or the first) reaches the
+        // receiver once, with the value whose signature was checked.
+        payload:
+          source.scheme === 'aws-sns'
+            ? JSON.stringify(verdict.payload)
+            : relayedPayload(request.rawBody, verdict.payload),
       });
       const { relayed, ...result } = recorded;
       failpoint('ingest.after_commit');
