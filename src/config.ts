@@ -144,7 +144,7 @@ function operatorWebhook(env: Env): { url: string | undefined; secret: string | 
   if (secret !== undefined && !isValidEndpointSecret(secret)) {
     throw new ConfigError(
       'HERALD_OPERATOR_WEBHOOK_SECRET',
-      'whsec_ followed by the base64 of 24 to 64 random bytes',
+      'whsec_ followed by the base64 of 24 to 75 random bytes',
     );
   }
   if (secret !== undefined && url === undefined) {

@@ -13,11 +13,11 @@ const NO_NUL = /^[^\0]*$/;
 const text = () => z.string().regex(NO_NUL, 'must not contain NUL characters');
 const metadata = z.record(text(), text());
 // The pattern alone lets through text that is not canonical base64 (e.g. 33 'A's), which no
-// worker could decode into a signing key: require what signing needs (24 to 64 bytes).
+// worker could decode into a signing key: require what signing needs (24 to 75 bytes).
 const secret = () =>
   z
     .string()
-    .refine(isValidEndpointSecret, 'expected whsec_ followed by the base64 of 24 to 64 random bytes')
+    .refine(isValidEndpointSecret, 'expected whsec_ followed by the base64 of 24 to 75 random bytes')
     .transform(withSecretPrefix);
 /**
  * A field the official SDKs send that herald does not do: refused by name when given (null is

@@ -8,7 +8,7 @@ const SIGNATURE_VERSION = 'v1';
 // The same bounds the Svix server applies, so any secret it accepts can be imported here and vice versa.
 const SVIX_SECRET_PATTERN = /^(whsec_)?[a-zA-Z0-9+/=]{32,100}$/;
 const MIN_SECRET_BYTES = 24;
-const MAX_SECRET_BYTES = 64;
+const MAX_SECRET_BYTES = 75;
 
 export function generateEndpointSecret(): string {
   return SECRET_PREFIX + randomBytes(MIN_SECRET_BYTES).toString('base64');
