@@ -863,6 +863,9 @@ describe("an endpoint's messages and attempts, filtered", () => {
     assert.deepEqual(await ids(`${messages}?status=2`), [sent['old']]);
     assert.deepEqual(await ids(`${messages}?status=1`), [sent['recent']]);
     assert.deepEqual(await ids(`${messages}?status=3`), []);
+    // Canceled, in the Svix SDKs' enum: no herald delivery is, on either list.
+    assert.deepEqual(await ids(`${messages}?status=4`), []);
+    assert.deepEqual(await ids(`/attempt/endpoint/${ep}?status=4`), []);
     assert.deepEqual(await ids(`${messages}?status=`), [sent['recent'], sent['middle'], sent['old']]);
     assert.deepEqual(await ids(`${messages}?event_types=invoice.paid`), [sent['recent'], sent['old']]);
     assert.deepEqual(await ids(`${messages}?channel=us`), [sent['recent'], sent['middle']]);

@@ -718,3 +718,60 @@ function assertSuccessfulAttempt(a: MessageAttemptOut, msgId: string, endpointId
   assert.equal(a.triggerType, trigger);
   assertDate(a.timestamp, 'attempt timestamp');
 }
+
+describe('edges of the contract the SDKs reach', () => {
+  test('lists without a time filter ignore before and after, and keep their walk', async () => {
+    await svix.application.create({ name: 'walk', uid: 'walk' });
+    const made: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      made.push((await svix.endpoint.create('walk', { url: `${receiver.url}/walk/${i}` })).id);
+    }
+    const ids = async (query: string) => {
+      const page = await t.call('GET', `/api/v1/app/walk/endpoint${query}`);
+      assert.equal(page.status, 200, JSON.stringify(page.body));
+      return { ids: page.body.data.map((e: { id: string }) => e.id), done: page.body.done };
+    };
+    const plain = await ids('?limit=2');
+    assert.deepEqual(plain, { ids: made.toReversed().slice(0, 2), done: false });
+    // `after` once turned this list's walk to start from its oldest endpoint.
+    assert.deepEqual(await ids('?limit=2&after=2030-01-01T00:00:00Z'), plain);
+    assert.deepEqual(await ids('?limit=2&before=2000-01-01T00:00:00Z'), plain);
+  });
+
+  test('an event type named with 256 characters has a prevIterator the list takes back', async () => {
+    for (const c of ['x', 'y']) await svix.eventType.create({ name: c.repeat(256), description: c });
+    const first = await svix.eventType.list({ limit: 1, iterator: 'x'.repeat(255) });
+    assert.deepEqual(
+      first.data.map((e) => e.name),
+      ['x'.repeat(256)],
+    );
+    const second = await svix.eventType.list({ limit: 1, iterator: first.iterator! });
+    assert.deepEqual(
+      second.data.map((e) => e.name),
+      ['y'.repeat(256)],
+    );
+    assert.equal(second.prevIterator?.length, 257);
+    const back = await svix.eventType.list({ limit: 1, iterator: second.prevIterator! });
+    assert.deepEqual(
+      back.data.map((e) => e.name),
+      ['x'.repeat(256)],
+    );
+  });
+
+  test('a secret of 75 bytes, the contract’s longest, can be imported and signs', async () => {
+    await svix.application.create({ name: 'long-secret', uid: 'long-secret' });
+    const secret = `whsec_${randomBytes(75).toString('base64')}`;
+    assert.equal(secret.length, 'whsec_'.length + 100);
+    const endpoint = await svix.endpoint.create('long-secret', {
+      url: `${receiver.url}/long-secret`,
+      secret,
+    });
+    assert.equal((await svix.endpoint.getSecret('long-secret', endpoint.id)).key, secret);
+    await svix.message.create('long-secret', { eventType: 'e', payload: { n: 1 } });
+    const [request] = await waitFor('the signed request', () => {
+      const found = requestsTo('/long-secret');
+      return found.length > 0 && found;
+    });
+    new Webhook(secret).verify(request!.body, request!.headers as Record<string, string>);
+  });
+});

@@ -11,7 +11,8 @@ const date = z.iso.datetime({ offset: true }).transform((v) => new Date(v));
 
 export const ListQuery = z.object({
   limit: z.coerce.number().int().min(1).max(250).default(50),
-  iterator: z.string().max(256).nullish(),
+  // An event type's name (up to 256 characters) is its list's iterator, and a prevIterator is `-` before it.
+  iterator: z.string().max(257).nullish(),
   order: z.enum(['ascending', 'descending']).optional(),
   before: date.optional(),
   after: date.optional(),
@@ -22,7 +23,8 @@ export const ListQuery = z.object({
   // Not in the OSS contract; the Svix SDKs send it on message and attempt lists.
   tag: z.string().max(128).optional(),
   endpoint_id: z.string().max(256).optional(),
-  status: numberIn(z.coerce.number().int().min(0).max(3).optional()),
+  // Svix MessageStatus: 0 to 3, and Canceled (4), which the Svix SDKs send and nothing in herald is.
+  status: numberIn(z.coerce.number().int().min(0).max(4).optional()),
   // Svix StatusCodeClass: 0 (no status code), 100, 200, 300, 400, 500.
   status_code_class: numberIn(
     z.coerce
@@ -78,15 +80,21 @@ export const parseWithContent = flagReader('with_content', true);
  * `after` alone starts the walk at its moment towards newer items (as a prevIterator walks): the
  * first page holds the oldest items after it, newest first, and its `prevIterator` goes on
  * towards newer ones — a client that tails a list from a moment misses nothing. (Both at once,
- * which Svix refuses, is a window walked from `before`.)
+ * which Svix refuses, is a window walked from `before`.) `byTime`: whether the list takes
+ * `before` and `after` (messages and attempts); the others ignore them, as Svix does — and their
+ * walk with them, which `after` would otherwise turn to start from the oldest item.
  */
-export function parseListQuery(query: unknown, naturalOrder: 'ascending' | 'descending'): ListQuery {
+export function parseListQuery(
+  query: unknown,
+  naturalOrder: 'ascending' | 'descending',
+  { byTime = false } = {},
+): ListQuery {
   const q = parseOrThrow(ListQuery, withEventTypesFolded(query), 'query');
   const eventTypes = q.event_types === undefined ? null : [q.event_types].flat().flatMap((t) => t.split(','));
   const order = q.order ?? naturalOrder;
   const iterator = q.iterator ?? null;
-  const before = iterator === null ? q.before : undefined;
-  const after = iterator === null ? q.after : undefined;
+  const before = iterator === null && byTime ? q.before : undefined;
+  const after = iterator === null && byTime ? q.after : undefined;
   // '-' with no id: a walk back from the very start, which `after` bounds.
   const fromAfter = after !== undefined && before === undefined && order === 'descending';
   return {

@@ -142,8 +142,8 @@ export interface AttemptedMessageRow {
 }
 
 export interface AttemptedMessageFilter {
-  /** The delivery's state (Svix MessageStatus). */
-  state: DeliveryState | null;
+  /** The delivery's state (Svix MessageStatus); `canceled` matches nothing (deliveryStateOf). */
+  state: DeliveryState | 'canceled' | null;
   eventTypes: string[] | null;
   channel: string | null;
   tag: string | null;

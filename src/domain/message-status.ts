@@ -17,8 +17,13 @@ const STATE_OF_STATUS = new Map(
   Object.entries(DELIVERY_STATUS).map(([state, s]) => [s.status as number, state as DeliveryState]),
 );
 
-/** The delivery state a Svix MessageStatus filter names. */
-export const deliveryStateOf = (status: number): DeliveryState | null => STATE_OF_STATUS.get(status) ?? null;
+/**
+ * The delivery state a Svix MessageStatus filter (0 to 4) names: `canceled` for Canceled (4, in
+ * the Svix SDKs' enum though not the OSS contract), which no herald delivery ever is — a filter
+ * on it matches nothing.
+ */
+export const deliveryStateOf = (status: number): DeliveryState | 'canceled' =>
+  STATE_OF_STATUS.get(status) ?? 'canceled';
 
 /**
  * An attempt still running is Sending; an `unknown` one is reported as Fail to Svix clients

@@ -39,7 +39,7 @@ export const attemptRoutes =
         const application = await requireApp(db, request.actor, request.params.app_id);
         const message = await findMessage(db, application.id, request.params.msg_id);
         if (!message) throw notFound('message');
-        const q = parseListQuery(request.query, 'descending');
+        const q = parseListQuery(request.query, 'descending', { byTime: true });
         const endpoint = q.endpoint_id ? await requireEndpoint(db, application, q.endpoint_id) : null;
         return presentPage(
           await listAttemptsByMessage(db, application.id, message.id, q.page, filterOf(q, endpoint?.id)),
@@ -53,7 +53,7 @@ export const attemptRoutes =
       async (request) => {
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
-        const q = parseListQuery(request.query, 'descending');
+        const q = parseListQuery(request.query, 'descending', { byTime: true });
         return presentPage(
           await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q)),
           (a) => presentAttempt(a, q.with_content ?? true),
@@ -78,7 +78,7 @@ export const attemptRoutes =
       async (request) => {
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
-        const q = parseListQuery(request.query, 'descending');
+        const q = parseListQuery(request.query, 'descending', { byTime: true });
         const page = await listAttemptedMessages(db, application.id, endpoint.id, q.page, {
           state: q.status === undefined ? null : deliveryStateOf(q.status),
           eventTypes: q.eventTypes,

@@ -54,7 +54,7 @@ export const messageRoutes =
 
     app.get<{ Params: AppParams }>('/api/v1/app/:app_id/msg', async (request) => {
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const q = parseListQuery(request.query, 'descending');
+      const q = parseListQuery(request.query, 'descending', { byTime: true });
       const page = await listMessages(db, application.id, q.page, {
         eventTypes: q.eventTypes,
         channel: q.channel ?? null,
