@@ -69,9 +69,13 @@ export class HeraldError extends Error {
 
 export const notFound = (what: string): HeraldError => new HeraldError('not_found', `${what} not found`);
 
-export const invalidField = (path: (string | number)[], msg: string): HeraldError =>
+export const invalidField = (
+  path: (string | number)[],
+  msg: string,
+  where: 'body' | 'query' = 'body',
+): HeraldError =>
   new HeraldError('validation', `${path.join('.')}: ${msg}`, [
-    { loc: ['body', ...path.map(String)], msg, type: 'value_error' },
+    { loc: [where, ...path.map(String)], msg, type: 'value_error' },
   ]);
 
 /** The idempotency-key header of any POST (a publish's is kept on its message, unique per app). */

@@ -758,6 +758,75 @@ describe('edges of the contract the SDKs reach', () => {
     );
   });
 
+  test('options the SDKs send are honoured or refused by name, never dropped', async () => {
+    await svix.application.create({ name: 'sdk-options', uid: 'sdk-options' });
+    await svix.application.create({ name: 'sdk-options-bare', uid: 'sdk-options-bare' });
+    const endpoint = await svix.endpoint.create('sdk-options', { url: `${receiver.url}/sdk-options` });
+
+    // listByEndpoint({ withMsg }): each attempt with its message.
+    const msg = await svix.message.create('sdk-options', { eventType: 'order.paid', payload: { n: 7 } });
+    await waitFor('the attempt', async () => {
+      const page = await svix.messageAttempt.listByEndpoint('sdk-options', endpoint.id);
+      return page.data.some((a) => a.status === 0);
+    });
+    const [attempt] = (
+      await svix.messageAttempt.listByEndpoint('sdk-options', endpoint.id, { withMsg: true })
+    ).data;
+    assert.equal(attempt?.msg?.id, msg.id);
+    assert.equal(attempt?.msg?.eventType, 'order.paid');
+    assert.deepEqual(attempt?.msg?.payload, { n: 7 });
+    const [plain] = (await svix.messageAttempt.listByEndpoint('sdk-options', endpoint.id)).data;
+    assert.equal(plain?.msg, undefined);
+
+    // sendExample({ exampleIndex }): that example of the newest schema; one past the list is a 422.
+    await svix.eventType.create({
+      name: 'order.shipped',
+      description: 'shipped',
+      schemas: { '1': { type: 'object', examples: [{ which: 'first' }, { which: 'second' }] } },
+    });
+    const second = await svix.endpoint.sendExample('sdk-options', endpoint.id, {
+      eventType: 'order.shipped',
+      exampleIndex: 1,
+    });
+    assert.deepEqual(second.payload, { which: 'second' });
+    const past = await t.call('POST', `/api/v1/app/sdk-options/endpoint/${endpoint.id}/send-example`, {
+      eventType: 'order.shipped',
+      exampleIndex: 2,
+    });
+    assert.equal(past.status, 422, JSON.stringify(past.body));
+    assert.deepEqual(past.body.detail[0].loc, ['body', 'exampleIndex']);
+
+    // eventType featureFlags and groupName: refused by name.
+    for (const field of ['featureFlags', 'groupName']) {
+      const refused = await t.call('POST', '/api/v1/event-type', {
+        name: `flagged.${field}`,
+        description: 'd',
+        [field]: field === 'featureFlags' ? ['beta'] : 'group',
+      });
+      assert.equal(refused.status, 422, JSON.stringify(refused.body));
+      assert.deepEqual(refused.body.detail[0].loc, ['body', field]);
+    }
+
+    // application.list({ excludeAppsWithNoEndpoints }).
+    const listed = async (options: Parameters<typeof svix.application.list>[0]) => {
+      const uids: string[] = [];
+      let iterator: string | null | undefined;
+      for (;;) {
+        const page = await svix.application.list({ ...options, limit: 250, iterator });
+        uids.push(...page.data.map((a) => a.uid ?? ''));
+        if (page.done) return uids;
+        iterator = page.iterator;
+      }
+    };
+    assert.ok((await listed({})).includes('sdk-options-bare'));
+    const withEndpoints = await listed({ excludeAppsWithNoEndpoints: true });
+    assert.ok(withEndpoints.includes('sdk-options'));
+    assert.ok(!withEndpoints.includes('sdk-options-bare'));
+    const disabled = await t.call('GET', '/api/v1/app?exclude_apps_with_disabled_endpoints=true');
+    assert.equal(disabled.status, 422, JSON.stringify(disabled.body));
+    assert.deepEqual(disabled.body.detail[0].loc, ['query', 'exclude_apps_with_disabled_endpoints']);
+  });
+
   test('a secret of 75 bytes, the contract’s longest, can be imported and signs', async () => {
     await svix.application.create({ name: 'long-secret', uid: 'long-secret' });
     const secret = `whsec_${randomBytes(75).toString('base64')}`;

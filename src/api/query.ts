@@ -23,6 +23,8 @@ export const ListQuery = z.object({
   // Not in the OSS contract; the Svix SDKs send it on message and attempt lists.
   tag: z.string().max(128).optional(),
   endpoint_id: z.string().max(256).optional(),
+  // Not in the OSS contract; the Svix SDKs' attempt list by endpoint sends it: each attempt with its message.
+  with_msg: flag.optional(),
   // Svix MessageStatus: 0 to 3, and Canceled (4), which the Svix SDKs send and nothing in herald is.
   status: numberIn(z.coerce.number().int().min(0).max(4).optional()),
   // Svix StatusCodeClass: 0 (no status code), 100, 200, 300, 400, 500.

@@ -71,12 +71,19 @@ export async function findApps(db: Queryable, idsOrUids: readonly string[]): Pro
   return found;
 }
 
-export async function listApps(db: Queryable, page: PageRequest, allowedAppIds: readonly string[] | null) {
+/** `withEndpointsOnly`: only apps that have an endpoint (Svix's exclude_apps_with_no_endpoints). */
+export async function listApps(
+  db: Queryable,
+  page: PageRequest,
+  allowedAppIds: readonly string[] | null,
+  withEndpointsOnly = false,
+) {
   const q = pageQuery('id', page, 1);
   const result = await db.query<AppRow>(
     `select ${COLUMNS} from app where ${q.condition} and ($2::text[] is null or id = any($2))
+        and (not $3 or exists (select 1 from endpoint e where e.app_id = app.id))
       order by ${q.orderBy} limit ${q.fetch}`,
-    [q.param, allowedAppIds],
+    [q.param, allowedAppIds, withEndpointsOnly],
   );
   return toPage(result.rows, page, q, (r) => r.id) satisfies Page<AppRow>;
 }

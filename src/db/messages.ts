@@ -212,6 +212,20 @@ export async function findMessage(
   return result.rows[0] ?? null;
 }
 
+/** The app's messages with these ids (those that exist), for a page of attempts (`with_msg`). */
+export async function findMessagesById(
+  db: Queryable,
+  appId: string,
+  ids: readonly string[],
+): Promise<MessageRow[]> {
+  if (ids.length === 0) return [];
+  const result = await db.query<MessageRow>(
+    `select ${COLUMNS} from message m where m.app_id = $1 and m.id = any($2)`,
+    [appId, ids],
+  );
+  return result.rows;
+}
+
 export interface MessageFilter {
   eventTypes: string[] | null;
   channel: string | null;

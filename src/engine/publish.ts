@@ -214,16 +214,18 @@ export async function publishExample(
   app: AppRow,
   endpointId: string,
   eventTypeName: string,
+  exampleIndex = 0,
 ): Promise<MessageRow> {
   const eventType = await findEventType(db, eventTypeName);
   if (!eventType) throw notFound('event type');
+  const example = exampleOf(eventType.schemas, exampleIndex);
   const result = await publishMessage(
     db,
     {
       appId: app.id,
       eventType: eventType.name,
       eventId: null,
-      payload: JSON.stringify(exampleOf(eventType.schemas)),
+      payload: JSON.stringify(example),
       channels: null,
       tags: null,
       idempotencyKey: null,
@@ -251,11 +253,19 @@ export async function publishExample(
 /** The audit action of a message sent as an example to one endpoint. */
 export const EXAMPLE_SENT = 'message.example_sent';
 
-/** The first example of the highest schema version ("1", "2", …), when there is one. */
-function exampleOf(schemas: Record<string, unknown> | null): Record<string, unknown> {
+/**
+ * Example `index` of the highest schema version ("1", "2", …): of its `examples`, or with index 0
+ * its `example` when it has no list; `{}` when it has neither. An index past the list is refused,
+ * naming it: a caller who asked for the third example must not be sent the first.
+ */
+function exampleOf(schemas: Record<string, unknown> | null, index: number): Record<string, unknown> {
   const versions = Object.keys(schemas ?? {}).sort((a, b) => Number(b) - Number(a));
   const newest = versions[0] === undefined ? undefined : (schemas![versions[0]] as Record<string, unknown>);
-  const example = (newest?.['examples'] as unknown[] | undefined)?.[0] ?? newest?.['example'];
+  const examples = Array.isArray(newest?.['examples']) ? (newest['examples'] as unknown[]) : [];
+  if (index > 0 && index >= examples.length) {
+    throw invalidField(['exampleIndex'], `the event type's schema has ${examples.length} examples`);
+  }
+  const example = examples[index] ?? newest?.['example'];
   return example !== null && typeof example === 'object' && !Array.isArray(example)
     ? (example as Record<string, unknown>)
     : {};

@@ -64,6 +64,9 @@ export const EventTypeIn = z.object({
   archived: z.boolean().optional(),
   deprecated: z.boolean().optional(),
   featureFlag: ident(256).nullish(),
+  // Newer SDKs' fields, refused by name rather than dropped.
+  featureFlags: notSupported('herald keeps one featureFlag per event type'),
+  groupName: notSupported('herald does not group event types'),
   schemas: z
     .record(z.string(), z.record(z.string(), z.unknown()))
     .refine((v) => !hasNul(v), 'must not contain NUL characters')
@@ -150,7 +153,11 @@ export const MessageIn = z.object({
 });
 export type MessageIn = z.infer<typeof MessageIn>;
 
-export const EventExampleIn = z.object({ eventType: ident(256) });
+export const EventExampleIn = z.object({
+  eventType: ident(256),
+  // Which of the newest schema's `examples` to send (Svix's default, 0: the first).
+  exampleIndex: z.number().int().min(0).max(1000).optional(),
+});
 
 export const ApiKeyIn = z.object({
   name: text().min(1).max(256),

@@ -131,6 +131,7 @@ const attemptFilters = page.extend({
   channel: ListQuery.shape.channel,
   tag: ListQuery.shape.tag,
   event_types: ListQuery.shape.event_types,
+  with_msg: ListQuery.shape.with_msg.describe('each attempt with its message (`msg`), as the Svix SDKs ask'),
 });
 /** Read by the handlers directly: `true` means yes, anything else no. */
 const yes = z.enum(['true', 'false']).optional();
@@ -215,7 +216,10 @@ export const OPERATIONS: Operation[] = [
     tag: 'Application',
     summary: 'List Applications',
     description: 'A key restricted to some applications sees only those.',
-    query: page,
+    query: page.extend({
+      exclude_apps_with_no_endpoints: yes.describe('only applications that have an endpoint'),
+      exclude_apps_with_disabled_endpoints: yes.describe('not supported: `true` is refused (422)'),
+    }),
     responses: { 200: one('A page of applications', out.ListResponse_ApplicationOut_) },
   },
   {
@@ -479,7 +483,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Endpoint',
     summary: 'Send Event Type Example Message',
     description:
-      'Publishes a message of the event type — the example of its newest schema, or `{}` — delivered to this endpoint only, whatever its filters.',
+      'Publishes a message of the event type — example `exampleIndex` (0: the first) of its newest schema, or `{}` — delivered to this endpoint only, whatever its filters.',
     body: EventExampleIn,
     headers: answerOnceKey,
     responses: { 200: one('The example message', out.MessageOut) },

@@ -108,6 +108,7 @@ export const MessageAttemptOut = z.object({
   responseClass: z.string().nullable().describe('herald: how the outcome was classified'),
   cycle: z.number().int().describe('herald: the replay cycle of the delivery this attempt belongs to'),
   finishedAt: nullableTimestamp,
+  msg: MessageOut.optional().describe('With `with_msg=true`: the attempt’s message'),
 });
 
 export const MessageEndpointOut = z.object({

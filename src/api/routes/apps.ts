@@ -5,7 +5,7 @@ import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } 
 import { recordAudit } from '../../db/audit.ts';
 import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Actor, Core } from '../../engine/core.ts';
-import { HeraldError, notFound } from '../../errors.ts';
+import { HeraldError, invalidField, notFound } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
@@ -14,6 +14,11 @@ import { flagReader, parseListQuery } from '../query.ts';
 import { conflictOnTakenUid, isUniqueViolation } from '../uid-conflict.ts';
 
 const readGetIfExists = flagReader('get_if_exists', false);
+// The Svix SDKs' filters of the app list. herald has no Svix Play endpoints: excluding apps with
+// them excludes none. Which apps "have disabled endpoints" is not said anywhere herald could
+// follow: refused by name rather than guessed.
+const readWithoutEndpoints = flagReader('exclude_apps_with_no_endpoints', false);
+const readWithoutDisabled = flagReader('exclude_apps_with_disabled_endpoints', false);
 
 type AppParams = { app_id: string };
 
@@ -47,7 +52,11 @@ export const appRoutes =
 
     app.get('/api/v1/app', async (request) => {
       const q = parseListQuery(request.query, 'ascending');
-      return presentPage(await listApps(db, q.page, request.actor.appIds), presentApp);
+      if (readWithoutDisabled(request.query)) {
+        throw invalidField(['exclude_apps_with_disabled_endpoints'], 'not supported', 'query');
+      }
+      const withEndpointsOnly = readWithoutEndpoints(request.query);
+      return presentPage(await listApps(db, q.page, request.actor.appIds, withEndpointsOnly), presentApp);
     });
 
     app.post('/api/v1/app', async (request, reply) => {

@@ -2,18 +2,20 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import {
+  type AttemptRow,
   findAttempt,
   listAttemptedMessages,
   listAttemptsByEndpoint,
   listAttemptsByMessage,
 } from '../../db/attempts.ts';
-import { findMessage } from '../../db/messages.ts';
+import { findMessage, findMessagesById } from '../../db/messages.ts';
+import type { Page } from '../../db/pagination.ts';
 import { deliveryStateOf } from '../../domain/message-status.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { requireEndpoint } from '../../engine/endpoints.ts';
 import { notFound } from '../../errors.ts';
-import { presentAttempt, presentAttemptedMessage, presentPage } from '../present.ts';
+import { presentAttempt, presentAttemptedMessage, presentMessage, presentPage } from '../present.ts';
 import { type ListQuery, parseListQuery } from '../query.ts';
 
 /** The list filters; `endpointId`, an endpoint's id that the caller may have named by its uid. */
@@ -33,6 +35,21 @@ export const attemptRoutes =
   async (app) => {
     const { db } = core;
 
+    /** A page of attempts, each with its message when `with_msg` asks (the Svix SDKs' `withMsg`). */
+    async function presentAttempts(appId: string, page: Page<AttemptRow>, q: ListQuery) {
+      const withContent = q.with_content ?? true;
+      if (!q.with_msg) return presentPage(page, (a) => presentAttempt(a, withContent));
+      const ids = [...new Set(page.data.map((a) => a.messageId))];
+      const messages = new Map((await findMessagesById(db, appId, ids)).map((m) => [m.id, m]));
+      return presentPage(page, (a) => {
+        const message = messages.get(a.messageId);
+        return {
+          ...presentAttempt(a, withContent),
+          ...(message ? { msg: presentMessage(message, withContent) } : {}),
+        };
+      });
+    }
+
     app.get<{ Params: { app_id: string; msg_id: string } }>(
       '/api/v1/app/:app_id/attempt/msg/:msg_id',
       async (request) => {
@@ -41,10 +58,14 @@ export const attemptRoutes =
         if (!message) throw notFound('message');
         const q = parseListQuery(request.query, 'descending', { byTime: true });
         const endpoint = q.endpoint_id ? await requireEndpoint(db, application, q.endpoint_id) : null;
-        return presentPage(
-          await listAttemptsByMessage(db, application.id, message.id, q.page, filterOf(q, endpoint?.id)),
-          (a) => presentAttempt(a, q.with_content ?? true),
+        const page = await listAttemptsByMessage(
+          db,
+          application.id,
+          message.id,
+          q.page,
+          filterOf(q, endpoint?.id),
         );
+        return presentAttempts(application.id, page, q);
       },
     );
 
@@ -54,10 +75,8 @@ export const attemptRoutes =
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
         const q = parseListQuery(request.query, 'descending', { byTime: true });
-        return presentPage(
-          await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q)),
-          (a) => presentAttempt(a, q.with_content ?? true),
-        );
+        const page = await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q));
+        return presentAttempts(application.id, page, q);
       },
     );
 

@@ -271,7 +271,14 @@ export const endpointRoutes =
         const input = parseOrThrow(EventExampleIn, request.body);
         const { application, endpoint } = await load(request.actor, request.params);
         return answerOnce(core, request, reply, async (tx) => {
-          const message = await publishExample(tx, request.actor, application, endpoint.id, input.eventType);
+          const message = await publishExample(
+            tx,
+            request.actor,
+            application,
+            endpoint.id,
+            input.eventType,
+            input.exampleIndex,
+          );
           return { status: 200, body: presentMessage(message) };
         });
       },
