@@ -78,6 +78,12 @@ describe('signing', () => {
         'Api-Key': 'downstream',
         'X-Shopify-Access-Token': 'downstream',
         X_API_KEY: 'downstream',
+        'X-AccessToken': 'downstream',
+        'x-apitoken': 'downstream',
+        ClientSecret: 'downstream',
+        'X-JWT': 'downstream',
+        'X-Passphrase': 'downstream',
+        apikey: 'downstream',
       },
     });
     assert.equal(put.status, 204);
@@ -98,10 +104,16 @@ describe('signing', () => {
     assert.deepEqual(got.body.sensitive.sort(), [
       'Api-Key',
       'Authorization',
+      'ClientSecret',
+      'X-AccessToken',
       'X-Auth-Token',
+      'X-JWT',
+      'X-Passphrase',
       'X-Shopify-Access-Token',
       'X-Webhook-Token',
       'X_API_KEY',
+      'apikey',
+      'x-apitoken',
     ]);
   });
 });

@@ -45,11 +45,15 @@ type EpParams = AppParams & { endpoint_id: string };
 /**
  * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
  * few; receivers name theirs every way (`X-Webhook-Token`, `Api-Key`, `X_API_KEY`,
- * `X-Shopify-Access-Token`), so any name with a credential's word among its words (split at `-`,
- * `_` and `.`) is withheld.
+ * `X-AccessToken`, `ClientSecret`, `X-JWT`, `X-Passphrase`, all in lower case as often), so a
+ * name with a credential's word anywhere in it is withheld: a harmless header withheld too
+ * (`X-Author`) costs a look with the value at hand, a credential shown to every `read` key costs
+ * the credential. The short words that end or hide inside others — `key` (`X-Monkey`), `sig`
+ * (`X-Design`), `pass` (`X-Passenger`) — count as words of their own (split at `-`, `_`, `.`), and
+ * `key` after api, access, private or client (`apikey`).
  */
 const SENSITIVE_HEADER =
-  /(^|[-_.])(authorization|authenticate|auth|token|secret|key|apikey|password|passwd|credentials?|signature|cookie|session)([-_.]|$)/i;
+  /auth|token|secret|passw|passphrase|jwt|bearer|credential|signature|cookie|session|(api|access|private|client)key|(^|[-_.])(key|sig|pass)([-_.]|$)/i;
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
