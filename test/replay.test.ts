@@ -6,12 +6,15 @@
 
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { type AuditRow, listAuditForTarget } from '../src/db/audit.ts';
+import { restartDeliveries } from '../src/db/deliveries.ts';
+import { asQueryable } from '../src/db/port.ts';
 import { attemptsOf, createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { killAll, runHerald } from './support/processes.ts';
 import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -259,6 +262,46 @@ describe('replay', () => {
     assert.equal(dry.status, 200);
     assert.equal(dry.body.count, 6);
     assert.equal(dry.body.exceedsCap, true);
+  });
+
+  test('rows restarted by another action while a replay locks its batch do not cut its selection short', async () => {
+    const app = await createApp(t, 'raced');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/raced`, disabled: true });
+    // Six failed deliveries, one per message, in id order.
+    const seeded = await t.database.db.query<{ id: string; message_id: string }>(
+      `with m as (
+         insert into message (app_id, event_type, payload, payload_expires_at)
+         select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, 6)
+         returning id
+       )
+       insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+       select $1, m.id, $2, 'failed', 2, 2 from m
+       returning id, message_id`,
+      [app, ep],
+    );
+    const ids = seeded.rows.toSorted((a, b) => (a.message_id < b.message_id ? -1 : 1)).map((r) => r.id);
+    // A resend of the second and third has restarted them and not committed when the replay runs.
+    const resend = new pg.Client({ connectionString: t.database.url });
+    await resend.connect();
+    try {
+      await resend.query('begin');
+      assert.equal((await restartDeliveries(asQueryable(resend), [ids[1]!, ids[2]!])).length, 2);
+      // Its first batch (the cap and one more: five) holds them; they are restarted by the time it
+      // locks its rows, so four are left to replay: the cap, and the sixth among them.
+      const replayed = asAdmin({ status: 'failed', app, cap: 4 });
+      await waitForLockWaiter(t.database.db, ['for key share of m', 'for update of d']);
+      await resend.query('commit');
+      const answer = await replayed;
+      assert.equal(answer.status, 202, JSON.stringify(answer.body));
+      assert.equal(answer.body.count, 4);
+    } finally {
+      await resend.end();
+    }
+    const states = await t.database.db.query<{ state: string }>(
+      'select state from delivery where id = any($1) and state = $2',
+      [ids, 'failed'],
+    );
+    assert.equal(states.rowCount, 0, 'every delivery the selection still named was restarted');
   });
 
   test('a delivery in flight is never restarted', async () => {

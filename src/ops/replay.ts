@@ -122,23 +122,33 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
     count = await countReplay(tx, selection);
     pairs = await listReplay(tx, selection, PAIRS_SHOWN);
   } else {
-    // One more than the cap tells "too many" without locking (or counting) a million rows.
-    const locked = await listReplay(tx, selection, input.cap + 1, true);
-    if (locked.length > input.cap) {
-      const total = await countReplay(tx, selection);
-      throw new HeraldError(
-        'validation',
-        `cap: the selection has ${total} deliveries, more than the cap of ${input.cap}; narrow the filters or raise the cap`,
-        [{ loc: ['body', 'cap'], msg: `the selection has ${total} deliveries`, type: 'value_error' }],
+    pairs = [];
+    // Batch after batch until nothing selected is left: a restarted delivery is pending, out of
+    // the selection. One pass is not enough: a row of the first batch that a resend or another
+    // replay restarted between its two reads (listReplay) is passed over, the batch comes back
+    // short of the cap, and the selection's rows beyond it would be left as they are, under an
+    // audit entry that says the selection was replayed. One more than the cap left tells "too
+    // many" without locking (or counting) a million rows.
+    for (;;) {
+      const locked = await listReplay(tx, selection, input.cap + 1 - pairs.length, true);
+      if (locked.length === 0) break;
+      if (pairs.length + locked.length > input.cap) {
+        const total = pairs.length + (await countReplay(tx, selection));
+        throw new HeraldError(
+          'validation',
+          `cap: the selection has ${total} deliveries, more than the cap of ${input.cap}; narrow the filters or raise the cap`,
+          [{ loc: ['body', 'cap'], msg: `the selection has ${total} deliveries`, type: 'value_error' }],
+        );
+      }
+      const restarted = await restartDeliveries(
+        tx,
+        locked.map((p) => p.deliveryId),
       );
+      // The rows were locked in a finished state, so every one restarts; count what really did.
+      const done = new Set(restarted.map((r) => r.deliveryId));
+      pairs.push(...locked.filter((p) => done.has(p.deliveryId)));
+      if (done.size === 0) break;
     }
-    const restarted = await restartDeliveries(
-      tx,
-      locked.map((p) => p.deliveryId),
-    );
-    // The rows were locked in a finished state, so every one restarts; count what really did.
-    const done = new Set(restarted.map((r) => r.deliveryId));
-    pairs = locked.filter((p) => done.has(p.deliveryId));
     count = pairs.length;
   }
   const payloadGone = await countPayloadGone(tx, selection);
