@@ -21,6 +21,7 @@ import {
   acknowledgeUnknown,
   formatReconciliation,
   isUncertain,
+  type Reconciliation,
   reconcileMessage,
   reconcileWindow,
 } from './ops/reconcile.ts';
@@ -362,21 +363,46 @@ program
           throw new Error('--until must be after --since');
         const app = options.app ? await findApp(db, options.app) : null;
         if (options.app && !app) throw new Error(`no app ${options.app}`);
-        const found = options.message
-          ? [await reconcileMessage(db, options.message)].filter((r) => r !== null)
-          : await reconcileWindow(db, {
-              since: options.since!,
-              until: options.until ?? null,
-              appId: app?.id ?? null,
-              uncertainOnly: options.unknownOnly ?? false,
-            });
-        if (options.message && found.length === 0) throw new Error(`no message ${options.message}`);
-        console.log(
-          options.json ? JSON.stringify(found, null, 2) : found.map(formatReconciliation).join('\n\n'),
+        if (options.message) {
+          const found = await reconcileMessage(db, options.message);
+          if (!found) throw new Error(`no message ${options.message}`);
+          return printReconciliations([found], options.json ?? false);
+        }
+        await printReconciliations(
+          reconcileWindow(db, {
+            since: options.since!,
+            until: options.until ?? null,
+            appId: app?.id ?? null,
+            uncertainOnly: options.unknownOnly ?? false,
+          }),
+          options.json ?? false,
         );
-        if (found.some(isUncertain)) process.exitCode = 3;
       }, OPENS_NO_SECRET),
   );
+
+/**
+ * Prints each reconciliation as it comes (a window's pages are not held whole): as text, blank
+ * lines between; with `json`, one JSON array, as JSON.stringify(all, null, 2) would print it.
+ * Exit code 3 when any is uncertain.
+ */
+async function printReconciliations(
+  found: Iterable<Reconciliation> | AsyncIterable<Reconciliation>,
+  json: boolean,
+): Promise<void> {
+  let printed = 0;
+  for await (const reconciliation of found) {
+    if (json) {
+      const item = JSON.stringify(reconciliation, null, 2).replaceAll('\n', '\n  ');
+      process.stdout.write(`${printed === 0 ? '[' : ','}\n  ${item}`);
+    } else {
+      process.stdout.write(`${printed === 0 ? '' : '\n'}${formatReconciliation(reconciliation)}\n`);
+    }
+    printed++;
+    if (isUncertain(reconciliation)) process.exitCode = 3;
+  }
+  if (json) process.stdout.write(printed === 0 ? '[]\n' : '\n]\n');
+  else if (printed === 0) process.stdout.write('\n');
+}
 
 /** `reconcile --message … --acknowledge`: see acknowledgeUnknown. */
 async function acknowledge(herald: Herald, messageId: string): Promise<void> {

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { claimDeliveries } from '../src/db/deliveries.ts';
-import { reconcileWindow } from '../src/ops/reconcile.ts';
+import { type Reconciliation, reconcileWindow } from '../src/ops/reconcile.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { killAll, runHerald } from './support/processes.ts';
@@ -226,13 +226,22 @@ test('an attempt with no outcome yet is not known either: in flight, or its leas
     // A window of more messages than a page holds is read whole.
     const more = [await publishVia(s, app, { eventType: 'order.paid', payload: { n: 2 } })];
     more.push(await publishVia(s, app, { eventType: 'order.paid', payload: { n: 3 } }));
-    const all = await reconcileWindow(
-      s.database.db,
-      { since: new Date(0), until: null, appId: app, uncertainOnly: false },
-      2,
-    );
+    const all: Reconciliation[] = [];
+    const everything = { since: new Date(0), until: null, appId: app, uncertainOnly: false };
+    for await (const found of reconcileWindow(s.database.db, everything, 2)) all.push(found);
     assert.deepEqual(
       all.map((r) => r.message.id),
+      [message, ...more],
+    );
+    // Printed as they come, the JSON is still one array, as JSON.stringify would print it whole.
+    const printed = await runHerald(
+      ['reconcile', '--since', '2000-01-01T00:00:00Z', '--app', 'open-shop', '--json'],
+      env,
+    );
+    assert.equal(printed.code, 3, printed.stderr);
+    assert.equal(printed.stdout, `${JSON.stringify(JSON.parse(printed.stdout), null, 2)}\n`);
+    assert.deepEqual(
+      JSON.parse(printed.stdout).map((r: { message: { id: string } }) => r.message.id),
       [message, ...more],
     );
   } finally {

@@ -44,19 +44,22 @@ export async function reconcileMessage(db: Queryable, messageId: string): Promis
 
 const WINDOW_PAGE = 500;
 
-/** Every message of the window, a page of ids at a time. */
-export async function reconcileWindow(
+/**
+ * Every message of the window, a page of ids at a time, each page given as it is read: a window
+ * of any length is printed without being held whole (a year of a busy app's evidence would not
+ * fit in the heap).
+ */
+export async function* reconcileWindow(
   db: Queryable,
   window: EvidenceWindow,
   pageSize = WINDOW_PAGE,
-): Promise<Reconciliation[]> {
-  const found: Reconciliation[] = [];
+): AsyncGenerator<Reconciliation> {
   for (let after = ''; ; ) {
     const ids = await messageIdsInWindow(db, window, after, pageSize);
     for (const reconciled of await Promise.all(ids.map((id) => reconcileMessage(db, id)))) {
-      if (reconciled) found.push(reconciled);
+      if (reconciled) yield reconciled;
     }
-    if (ids.length < pageSize) return found;
+    if (ids.length < pageSize) return;
     after = ids.at(-1)!;
   }
 }
