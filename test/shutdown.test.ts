@@ -117,13 +117,15 @@ test('an attempt that outlives the grace period still has its outcome recorded b
   assert.deepEqual(await attempts(delivery.id), ['unknown']);
 
   receiver.respond = () => ({ status: 204 });
-  await startHerald('worker', env, { name: 'second worker' });
+  const second = await startHerald('worker', env, { name: 'second worker' });
   await waitFor(
     'the delivery to complete',
     async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
     20_000,
   );
   assert.deepEqual(await attempts(delivery.id), ['unknown', 'success']);
+  // Stopped here: left running, it would claim the deliveries of the tests after this one.
+  assert.deepEqual(await second.proc.kill('SIGTERM'), { code: 0, signal: null });
 });
 
 test('a stopping worker sends nothing more: requests still waiting for their origin are given back unsent', async () => {
