@@ -1,6 +1,9 @@
 // Invariants 1 and 2: acceptance is a database fact, and publishing is idempotent.
 
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { Webhook } from 'svix';
@@ -10,7 +13,7 @@ import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { ADMIN_KEY, startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -181,6 +184,83 @@ describe('the library face', () => {
       herald.publish('closing-app', { eventType: 'e', payload: {} }),
       'its pool is closed',
     );
+  });
+
+  test('an endpoint deleted while a publish waits for it is passed by: the caller’s transaction goes on', async () => {
+    const app = await createApp(t, 'deleting');
+    const kept = await createEndpoint(t, app, { url: `${receiver.url}/deleting-kept` });
+    const doomed = await createEndpoint(t, app, { url: `${receiver.url}/deleting-doomed` });
+    const deleting = new pg.Client({ connectionString: t.database.url });
+    const caller = new pg.Client({ connectionString: t.database.url });
+    await Promise.all([deleting.connect(), caller.connect()]);
+    try {
+      // The endpoint's deletion holds its row, uncommitted, while the caller publishes.
+      await deleting.query('begin');
+      await deleting.query('delete from endpoint where id = $1', [doomed]);
+      await caller.query('begin');
+      await caller.query(`create temp table caller_work (n int) on commit drop`);
+      const published = t.herald.publish('deleting', { eventType: 'e', payload: {} }, { db: caller });
+      await waitForLockWaiter(t.database.db, 'herald_publish_messages');
+      await deleting.query('commit');
+      const { message } = await published;
+      // The caller's transaction was not aborted: its own work goes on, and commits with the message.
+      await caller.query('insert into caller_work values (1)');
+      await caller.query('commit');
+      const deliveries = await t.database.db.query<{ endpoint_id: string }>(
+        'select endpoint_id from delivery where message_id = $1',
+        [message.id],
+      );
+      assert.deepEqual(
+        deliveries.rows.map((r) => r.endpoint_id),
+        [kept],
+      );
+    } finally {
+      await Promise.all([deleting.end(), caller.end()]);
+    }
+  });
+
+  test('an app deleted while a publish in the caller’s transaction waits for it: the database’s error, not “not found”', async () => {
+    const app = await createApp(t, 'vanishing');
+    const deleting = new pg.Client({ connectionString: t.database.url });
+    const caller = new pg.Client({ connectionString: t.database.url });
+    await Promise.all([deleting.connect(), caller.connect()]);
+    try {
+      await deleting.query('begin');
+      await deleting.query('delete from app where id = $1', [app]);
+      await caller.query('begin');
+      const published = t.herald.publish('vanishing', { eventType: 'e', payload: {} }, { db: caller });
+      await waitForLockWaiter(t.database.db, 'herald_publish_messages');
+      await deleting.query('commit');
+      // PostgreSQL aborted the caller's transaction: the error says so (a foreign key violation),
+      // where "not found" would read like the usable transaction of a lookup that missed.
+      await assert.rejects(published, (error: { code?: string; constraint?: string }) => {
+        assert.equal(error.code, '23503');
+        assert.equal(error.constraint, 'message_app_id_fkey');
+        return true;
+      });
+      await caller.query('rollback');
+    } finally {
+      await Promise.all([deleting.end(), caller.end()]);
+    }
+  });
+
+  test('on the embedded database, a publish takes herald’s own transaction as its db, as the README shows', async () => {
+    const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-embedded-library-'));
+    const embedded = await createHerald({ env: { HERALD_DATA_DIR: dataDir, LOG_LEVEL: 'silent' } });
+    try {
+      await embedded.core.db.query(`insert into app (name, uid) values ('acme', 'acme')`, []);
+      const published = await embedded.core.db.transaction(async (tx) => {
+        const { message } = await embedded.publish('acme', { eventType: 'e', payload: { n: 1 } }, { db: tx });
+        await tx.query('select 1', []);
+        return message.id;
+      });
+      const stored = await embedded.core.db.query('select 1 from message where id = $1', [published]);
+      assert.equal(stored.rowCount, 1);
+      await embedded.wake();
+    } finally {
+      await embedded.close();
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 
   test('the library validates like the API', async () => {

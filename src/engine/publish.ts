@@ -79,13 +79,17 @@ export async function publish(
     resolveOrCreateApp(tx, actor, appIdOrUid, input).then((app) =>
       publishMessage(tx, messageFor(app), actor.id, { wake: options.wake }),
     );
+  // In a caller's transaction a database error stays what it is: PostgreSQL has aborted that
+  // transaction, and "application not found" (which requireApp says before anything is written,
+  // the transaction still usable) would let a caller that skips a gone app COMMIT — which
+  // PostgreSQL answers with a ROLLBACK, losing the caller's own work without an error.
   const result = await (db !== core.db
     ? publishAlone(db)
-    : !input.application
-      ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
-      : // The app it creates, its audit entry and the message commit together, or none of them.
-        core.db.transaction(publishAlone)
-  ).catch(rethrowAppGone);
+    : (!input.application
+        ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
+        : // The app it creates, its audit entry and the message commit together, or none of them.
+          core.db.transaction(publishAlone)
+      ).catch(rethrowAppGone));
   if (result.kind === 'conflict') {
     throw new HeraldError(
       'idempotency_conflict',
@@ -151,9 +155,8 @@ export async function publishGroup(
 }
 
 /**
- * The app was found (in the app cache, or earlier in the caller's transaction) but deleted before
- * the message went in: the message's foreign key says so. For every face, that is the app not
- * found, as if the lookup had missed.
+ * The app was found (in the app cache) but deleted before the message went in: the message's
+ * foreign key says so. That is the app not found, as if the lookup had missed.
  */
 function rethrowAppGone(error: unknown): never {
   if ((error as { constraint?: string }).constraint === 'message_app_id_fkey') throw notFound('application');
