@@ -323,17 +323,25 @@ describe('application changes made anywhere', () => {
     try {
       await deleter.query('begin');
       await deleter.query('select 1 from app where id = $1 for update', [held]);
-      const publishTo = (app: string) =>
+      const publishTo = (app: string, extra: Record<string, unknown> = {}) =>
         fetch(`${t.url}/api/v1/app/${app}/msg`, {
           method: 'POST',
           headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ eventType: 'e', payload: {} }),
+          body: JSON.stringify({ eventType: 'e', payload: {}, ...extra }),
           signal: AbortSignal.timeout(15_000),
         }).then(async (r) => ({ status: r.status, body: (await r.json()) as { code?: string } }));
-      const [blocked, free] = await Promise.all([publishTo('locked-app'), publishTo('free-app')]);
+      // A publish that would create its app (`application`) runs in a transaction of its own,
+      // outside the group commit: it waits no longer.
+      const [blocked, blockedCreating, free] = await Promise.all([
+        publishTo('locked-app'),
+        publishTo('locked-app', { application: { name: 'locked-app', uid: 'locked-app' } }),
+        publishTo('free-app'),
+      ]);
       assert.equal(free.status, 202);
-      assert.equal(blocked.status, 503, JSON.stringify(blocked.body));
-      assert.equal(blocked.body.code, 'store_unavailable');
+      for (const answer of [blocked, blockedCreating]) {
+        assert.equal(answer.status, 503, JSON.stringify(answer.body));
+        assert.equal(answer.body.code, 'store_unavailable');
+      }
     } finally {
       await deleter.query('rollback');
       await deleter.end();

@@ -87,8 +87,12 @@ export async function publish(
     ? publishAlone(db)
     : (!input.application
         ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
-        : // The app it creates, its audit entry and the message commit together, or none of them.
-          core.db.transaction(publishAlone)
+        : // The app it creates, its audit entry and the message commit together, or none of them;
+          // it waits for a lock no longer than a group commit's publishes (migration 0038).
+          core.db.transaction(async (tx) => {
+            await tx.query(`set local lock_timeout = '2s'`, []);
+            return publishAlone(tx);
+          })
       ).catch(rethrowAppGone));
   if (result.kind === 'conflict') {
     throw new HeraldError(
