@@ -186,62 +186,74 @@ describe('the library face', () => {
     );
   });
 
+  /**
+   * A library publish to `app` in a caller's transaction while another transaction deletes a row
+   * (`deletion`): the deletion commits once the publish waits for it, and `then` gets the publish
+   * and the caller's connection, its transaction still open.
+   */
+  async function publishDuringDeletion(
+    app: string,
+    deletion: [sql: string, id: string],
+    then: (published: ReturnType<typeof t.herald.publish>, caller: pg.Client) => Promise<void>,
+  ): Promise<void> {
+    const deleting = new pg.Client({ connectionString: t.database.url });
+    const caller = new pg.Client({ connectionString: t.database.url });
+    await Promise.all([deleting.connect(), caller.connect()]);
+    try {
+      await deleting.query('begin');
+      await deleting.query(deletion[0], [deletion[1]]);
+      await caller.query('begin');
+      const published = t.herald.publish(app, { eventType: 'e', payload: {} }, { db: caller });
+      published.catch(() => {});
+      await waitForLockWaiter(t.database.db, 'herald_publish_messages');
+      await deleting.query('commit');
+      await then(published, caller);
+    } finally {
+      await Promise.all([deleting.end(), caller.end()]);
+    }
+  }
+
   test('an endpoint deleted while a publish waits for it is passed by: the caller’s transaction goes on', async () => {
     const app = await createApp(t, 'deleting');
     const kept = await createEndpoint(t, app, { url: `${receiver.url}/deleting-kept` });
     const doomed = await createEndpoint(t, app, { url: `${receiver.url}/deleting-doomed` });
-    const deleting = new pg.Client({ connectionString: t.database.url });
-    const caller = new pg.Client({ connectionString: t.database.url });
-    await Promise.all([deleting.connect(), caller.connect()]);
-    try {
-      // The endpoint's deletion holds its row, uncommitted, while the caller publishes.
-      await deleting.query('begin');
-      await deleting.query('delete from endpoint where id = $1', [doomed]);
-      await caller.query('begin');
-      await caller.query(`create temp table caller_work (n int) on commit drop`);
-      const published = t.herald.publish('deleting', { eventType: 'e', payload: {} }, { db: caller });
-      await waitForLockWaiter(t.database.db, 'herald_publish_messages');
-      await deleting.query('commit');
-      const { message } = await published;
-      // The caller's transaction was not aborted: its own work goes on, and commits with the message.
-      await caller.query('insert into caller_work values (1)');
-      await caller.query('commit');
-      const deliveries = await t.database.db.query<{ endpoint_id: string }>(
-        'select endpoint_id from delivery where message_id = $1',
-        [message.id],
-      );
-      assert.deepEqual(
-        deliveries.rows.map((r) => r.endpoint_id),
-        [kept],
-      );
-    } finally {
-      await Promise.all([deleting.end(), caller.end()]);
-    }
+    await publishDuringDeletion(
+      'deleting',
+      ['delete from endpoint where id = $1', doomed],
+      async (published, caller) => {
+        const { message } = await published;
+        // The caller's transaction was not aborted: its own work goes on, and commits with the message.
+        await caller.query('create temp table caller_work (n int) on commit drop');
+        await caller.query('insert into caller_work values (1)');
+        await caller.query('commit');
+        const deliveries = await t.database.db.query<{ endpoint_id: string }>(
+          'select endpoint_id from delivery where message_id = $1',
+          [message.id],
+        );
+        assert.deepEqual(
+          deliveries.rows.map((r) => r.endpoint_id),
+          [kept],
+        );
+      },
+    );
   });
 
   test('an app deleted while a publish in the caller’s transaction waits for it: the database’s error, not “not found”', async () => {
     const app = await createApp(t, 'vanishing');
-    const deleting = new pg.Client({ connectionString: t.database.url });
-    const caller = new pg.Client({ connectionString: t.database.url });
-    await Promise.all([deleting.connect(), caller.connect()]);
-    try {
-      await deleting.query('begin');
-      await deleting.query('delete from app where id = $1', [app]);
-      await caller.query('begin');
-      const published = t.herald.publish('vanishing', { eventType: 'e', payload: {} }, { db: caller });
-      await waitForLockWaiter(t.database.db, 'herald_publish_messages');
-      await deleting.query('commit');
-      // PostgreSQL aborted the caller's transaction: the error says so (a foreign key violation),
-      // where "not found" would read like the usable transaction of a lookup that missed.
-      await assert.rejects(published, (error: { code?: string; constraint?: string }) => {
-        assert.equal(error.code, '23503');
-        assert.equal(error.constraint, 'message_app_id_fkey');
-        return true;
-      });
-      await caller.query('rollback');
-    } finally {
-      await Promise.all([deleting.end(), caller.end()]);
-    }
+    await publishDuringDeletion(
+      'vanishing',
+      ['delete from app where id = $1', app],
+      async (published, caller) => {
+        // PostgreSQL aborted the caller's transaction: the error says so (a foreign key violation),
+        // where "not found" would read like the usable transaction of a lookup that missed.
+        await assert.rejects(published, (error: { code?: string; constraint?: string }) => {
+          assert.equal(error.code, '23503');
+          assert.equal(error.constraint, 'message_app_id_fkey');
+          return true;
+        });
+        await caller.query('rollback');
+      },
+    );
   });
 
   test('on the embedded database, a publish takes herald’s own transaction as its db, as the README shows', async () => {
