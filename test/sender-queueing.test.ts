@@ -484,7 +484,7 @@ describe('attempt: a request that waited for its origin is signed as it leaves',
       payload: Buffer.from(`{"i":${i}}`),
       messageCreatedAt: new Date(),
       businessKey: null,
-      throttledUntil: null,
+      throttle: null,
     });
     const policy: RetryPolicy = { schedule: [5], jitter: 0 };
     // Each attempt's clock, read only to sign (a success asks it nothing else).

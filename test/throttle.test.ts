@@ -4,6 +4,8 @@
 // endpoint without one is not slowed.
 
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, test } from 'node:test';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
@@ -75,4 +77,36 @@ test('a throttled endpoint gets its requests 1 / throttleRate apart, at that pac
     gaps(await startsOf(free)).some((gap) => gap < SPACING_MS),
     'the endpoint without a throttle is not held to one',
   );
+});
+
+test('a request that waited for its origin’s connection is spaced from when it left, not from its claim', async () => {
+  // One connection per origin, held by a slow request to another endpoint of the same origin.
+  const queued = await startTestHerald('throttle_queued', {
+    env: { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_POLL_INTERVAL_MS: '50' },
+  });
+  const arrivedAt: Record<string, number[]> = { '/slow': [], '/throttled': [] };
+  const server = http.createServer((request, response) => {
+    arrivedAt[request.url!]?.push(Date.now());
+    request.resume();
+    setTimeout(() => response.writeHead(204).end(), request.url === '/slow' ? 2000 : 0);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const origin = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    const app = await createApp(queued, 'queued');
+    await createEndpoint(queued, app, { url: `${origin}/slow`, filterTypes: ['slow'] });
+    await createEndpoint(queued, app, { url: `${origin}/throttled`, filterTypes: ['paced'], rateLimit: 1 });
+    await publishVia(queued, app, { eventType: 'slow', payload: {} });
+    await waitFor('the slow request to hold the connection', () => arrivedAt['/slow']!.length === 1);
+    // Claimed now, the first waits two seconds for the connection: its claim's spacing (1 s) has
+    // run out by the time it leaves.
+    for (const n of [1, 2]) await publishVia(queued, app, { eventType: 'paced', payload: { n } });
+    await waitFor('both throttled requests', () => arrivedAt['/throttled']!.length === 2, 20_000);
+    const [first, second] = arrivedAt['/throttled']!;
+    assert.ok(second! - first! >= 900, `the throttled requests arrived ${second! - first!} ms apart`);
+  } finally {
+    server.closeAllConnections();
+    await new Promise((resolve) => server.close(resolve));
+    await queued.close();
+  }
 });

@@ -39,11 +39,12 @@ export interface ClaimedDelivery {
   /** Relayed messages only: sent as Idempotency-Key on every attempt. */
   businessKey: string | null;
   /**
-   * A throttled endpoint's (throttleRate): on this process's steady clock, a moment by which its
-   * next request may start — the claim's answer came after the database's now(), which the
-   * spacing counts from. null for an endpoint without a throttle.
+   * A throttled endpoint's (throttleRate), else null: `until`, on this process's steady clock, a
+   * moment by which its next request may start (the claim's answer came after the database's
+   * now(), which the spacing counts from); `spacingMs`, 1 / throttleRate, which the outcome write
+   * counts again from when the request left (migration 0040).
    */
-  throttledUntil: Date | null;
+  throttle: { until: Date; spacingMs: number } | null;
 }
 
 const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
@@ -54,7 +55,7 @@ const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", l
   payload_shared as "payloadShared", next_start_at as "nextStartAt"`;
 
 /** A claim's row: each message's payload comes on its first row only, as herald asks (migrations/0018). */
-type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy' | 'throttledUntil'> & {
+type ClaimedRow = Omit<ClaimedDelivery, 'payload' | 'leaseEndsBy' | 'throttle'> & {
   payload: string | null;
   payloadShared: boolean;
   /** When a throttled endpoint's next request may start, by the database's clock (0028). */
@@ -78,10 +79,11 @@ function asClaimed(rows: readonly ClaimedRow[], { leaseEndsBy, leaseMs }: LeaseT
   const answeredAt = steadyNow();
   // next_start_at less the lease's expiry is the spacing after the database's now(), which came
   // before the answer: counted from the answer, the slot is surely open again.
-  const throttledUntil = (row: ClaimedRow) =>
-    row.nextStartAt === null
-      ? null
-      : new Date(answeredAt + leaseMs + row.nextStartAt.getTime() - row.leaseExpiresAt.getTime());
+  const throttle = (row: ClaimedRow) => {
+    if (row.nextStartAt === null) return null;
+    const spacingMs = leaseMs + row.nextStartAt.getTime() - row.leaseExpiresAt.getTime();
+    return { until: new Date(answeredAt + spacingMs), spacingMs };
+  };
   const bytes = new Map<string, Buffer | null>();
   // One object per delivery: the row's copy with its bytes. The row's other columns ride along
   // unread (payloadShared; on an outcome write's answer, its outcome columns, null).
@@ -89,13 +91,13 @@ function asClaimed(rows: readonly ClaimedRow[], { leaseEndsBy, leaseMs }: LeaseT
     if (!row.payloadShared) {
       const payload = row.payload === null ? null : Buffer.from(row.payload, 'utf8');
       bytes.set(row.messageId, payload);
-      return { ...row, payload, leaseEndsBy, throttledUntil: throttledUntil(row) };
+      return { ...row, payload, leaseEndsBy, throttle: throttle(row) };
     }
     const payload = bytes.get(row.messageId);
     // The claim puts a message's first row before the ones that share its payload.
     if (payload === undefined)
       throw new Error(`claim: a shared payload came before its message ${row.messageId}`);
-    return { ...row, payload, leaseEndsBy, throttledUntil: throttledUntil(row) };
+    return { ...row, payload, leaseEndsBy, throttle: throttle(row) };
   });
 }
 

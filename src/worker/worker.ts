@@ -298,6 +298,8 @@ export function createWorker(options: WorkerOptions): Worker {
     // delivery is `sending` — so the freed slot goes to another endpoint.
     let slotHeld = true;
     let claimedAlong = false;
+    /** How long the request took, once it was sent and answered. */
+    let sentForMs: number | null = null;
     const releaseSlot = () => {
       if (!slotHeld) return;
       slotHeld = false;
@@ -341,6 +343,7 @@ export function createWorker(options: WorkerOptions): Worker {
           );
         return;
       }
+      sentForMs = result.durationMs;
       if (metrics) observeFirstAttempt(metrics, claim, options.leaseSeconds);
       recording++;
       let recorded: RecordedOutcome | null;
@@ -371,8 +374,12 @@ export function createWorker(options: WorkerOptions): Worker {
       // that transaction; no free slot; a retried write): then a claim round takes it.
       if (!claimedAlong || mayHaveMore) nudge();
       // A throttled endpoint's slot opens again later: a claim round then takes its next delivery,
-      // whether or not another wake-up comes before the next poll.
-      if (claim.throttledUntil) nudgeAt(claim.throttledUntil.getTime());
+      // whether or not another wake-up comes before the next poll. The outcome write moved that
+      // to at least the spacing after the request left (now, less its duration, is no earlier).
+      if (claim.throttle) {
+        nudgeAt(claim.throttle.until.getTime());
+        if (sentForMs !== null) nudgeAt(steadyNow() - sentForMs + claim.throttle.spacingMs);
+      }
     }
   }
 
