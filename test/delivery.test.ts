@@ -2,7 +2,10 @@
 // auto-disable, held backlogs, resend cycles (invariants 8 and 9).
 
 import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { Webhook as StandardWebhook } from 'standardwebhooks';
 import { Webhook as SvixWebhook } from 'svix';
 import { findApp } from '../src/db/apps.ts';
@@ -12,7 +15,7 @@ import { patchToUpdate, replaceEndpoint } from '../src/engine/endpoints.ts';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 let receiver: Receiver;
@@ -488,4 +491,60 @@ describe('send-example', () => {
     ]);
     assert.deepEqual(deliveries.rows, [{ endpoint_id: target }], 'no other endpoint gets the example');
   });
+});
+
+describe('deletion beside an outcome write', () => {
+  for (const deleted of ['endpoint', 'app'] as const) {
+    test(`an ${deleted} deleted while an outcome is written waits for the write, and neither deadlocks`, async () => {
+      // A receiver that keeps the request, so the delivery stays in flight.
+      const held = http.createServer(() => {});
+      await new Promise<void>((resolve) => held.listen(0, '127.0.0.1', resolve));
+      try {
+        const app = await createApp(t, `delete-${deleted}-beside-outcome`);
+        const ep = await createEndpoint(t, app, {
+          url: `http://127.0.0.1:${(held.address() as AddressInfo).port}/held`,
+        });
+        const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+        const sending = await waitFor('the delivery in flight', async () => {
+          const delivery = await deliveryOf(t, msg, ep);
+          return delivery?.state === 'sending' && delivery;
+        });
+        // An outcome write, as herald_record_outcomes takes its locks: the delivery first, then,
+        // for a success after failures (or a failure that counts), the endpoint's failure count.
+        const writer = new pg.Client({ connectionString: t.database.url });
+        await writer.connect();
+        try {
+          await writer.query('begin');
+          // As the outcome write keeps the queue tables itself (herald.queue_kept): no trigger of
+          // the delivery's update takes a lock on its endpoint meanwhile.
+          await writer.query(`set local herald.queue_kept = 'on'`);
+          await writer.query('update delivery set updated_at = now() where id = $1', [sending.id]);
+          const deleting = t.call(
+            'DELETE',
+            deleted === 'endpoint' ? `/api/v1/app/${app}/endpoint/${ep}` : `/api/v1/app/${app}`,
+          );
+          // The delete waits: for the delivery (now), or, holding the endpoint, in its cascade (before).
+          await waitForLockWaiter(t.database.db, [
+            "state = 'sending'",
+            'delete from endpoint where id',
+            'delete from app where id',
+          ]);
+          // The delete once held the endpoint here, and this update deadlocked with its cascade.
+          await writer.query(
+            'update endpoint set consecutive_failures = consecutive_failures + 1 where id = $1',
+            [ep],
+          );
+          await writer.query('commit');
+          const answer = await deleting;
+          assert.equal(answer.status, 204, JSON.stringify(answer.body));
+        } finally {
+          await writer.end();
+        }
+        assert.equal(await deliveryOf(t, msg, ep), undefined);
+      } finally {
+        held.closeAllConnections();
+        await new Promise((resolve) => held.close(resolve));
+      }
+    });
+  }
 });
