@@ -26,7 +26,7 @@ import {
   reconcileWindow,
 } from './ops/reconcile.ts';
 import { reencryptSecrets } from './ops/reencrypt.ts';
-import { ReplayIn, replay } from './ops/replay.ts';
+import { liftRests, ReplayIn, replay } from './ops/replay.ts';
 import { SourceIn } from './schemas/sources.ts';
 import { parseOrThrow } from './schemas/validate.ts';
 
@@ -490,7 +490,8 @@ program
           until: options.until,
           messageIds: options.message,
         });
-        const result = await herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input));
+        const { result, endpoints } = await herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input));
+        await liftRests(herald.core.db, endpoints, herald.core.log);
         if (options.json) {
           console.log(JSON.stringify(result, null, 2));
           return;

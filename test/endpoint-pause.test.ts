@@ -339,19 +339,22 @@ describe('below the worker', () => {
 });
 
 test('a receiver with a backlog that fails for a moment (a deploy) is not disabled: its failures are spaced, then it recovers', async () => {
-  // Steps of 1, 2 and 4 s; five failures in a row disable. The receiver answers 503 for its first
-  // 1.5 s: without rests, the backlog's first five requests would fail within milliseconds.
+  // Steps of 1, 2 and 4 s; five failures in a row disable. The receiver answers 503 for 1.5 s from
+  // the first request (not from the worker's start, which a loaded machine may take a while over):
+  // without rests, the backlog's first five requests would fail within milliseconds.
   const t = await startTestHerald('endpoint_pause', {
     worker: false,
     env: { HERALD_RETRY_SCHEDULE: '1,2,4,8', HERALD_DISABLE_AFTER_FAILURES: '5' },
   });
   let downUntil = 0;
-  const receiver = await startReceiver(() => (Date.now() < downUntil ? { status: 503 } : { status: 204 }));
+  const receiver = await startReceiver(() => {
+    if (downUntil === 0) downUntil = Date.now() + 1500;
+    return Date.now() < downUntil ? { status: 503 } : { status: 204 };
+  });
   try {
     const app = await createApp(t, 'deploy');
     const endpoint = await createEndpoint(t, app, { url: `${receiver.url}/deploy` });
     for (let i = 0; i < 10; i++) await publishVia(t, app, { eventType: 'e', payload: { i } });
-    downUntil = Date.now() + 1500;
     await t.herald.startWorker();
     await waitFor(
       'every delivery to succeed',

@@ -304,6 +304,57 @@ describe('replay', () => {
     assert.equal(states.rowCount, 0, 'every delivery the selection still named was restarted');
   });
 
+  test('the rests a replay lifts are lifted after it commits, one by one: no deadlock with an outcome write', async () => {
+    const app = await createApp(t, 'lifted');
+    // Disabled: what the replay restarts waits, and no worker touches these endpoints' slots.
+    const endpoints = [
+      await createEndpoint(t, app, { url: `${receiver.url}/lifted-a`, disabled: true }),
+      await createEndpoint(t, app, { url: `${receiver.url}/lifted-b`, disabled: true }),
+    ].sort();
+    await t.database.db.query(
+      `with m as (
+         insert into message (app_id, event_type, payload, payload_expires_at)
+         values ($1, 'e', '{}', now() + interval '1 day') returning id
+       )
+       insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+       select $1, m.id, e, 'failed', 2, 2 from m, unnest($2::text[]) e`,
+      [app, endpoints],
+    );
+    await t.database.db.query(
+      `insert into delivery_lease (endpoint_id, next_start_at) select e, now() + interval '1 hour'
+         from unnest($1::text[]) e
+       on conflict (endpoint_id) do update set next_start_at = excluded.next_start_at`,
+      [endpoints],
+    );
+    // A batch of outcome writes holds the second endpoint's slot, and will want the first's.
+    const writer = new pg.Client({ connectionString: t.database.url });
+    await writer.connect();
+    try {
+      await writer.query('begin');
+      await writer.query('update delivery_lease set next_start_at = next_start_at where endpoint_id = $1', [
+        endpoints[1],
+      ]);
+      const replayed = asAdmin({ status: 'failed', app, cap: 10 });
+      await waitForLockWaiter(t.database.db, 'herald_lift_endpoint_pause');
+      // A replay that lifted inside its transaction held the first slot here, and this deadlocked.
+      await writer.query('update delivery_lease set next_start_at = next_start_at where endpoint_id = $1', [
+        endpoints[0],
+      ]);
+      await writer.query('commit');
+      const answer = await replayed;
+      assert.equal(answer.status, 202, JSON.stringify(answer.body));
+      assert.equal(answer.body.count, 2);
+    } finally {
+      await writer.end();
+    }
+    // Lifted by the time the replay answers, after its commit.
+    const resting = await t.database.db.query(
+      `select 1 from delivery_lease where endpoint_id = any($1) and next_start_at > now() + interval '1 second'`,
+      [endpoints],
+    );
+    assert.equal(resting.rowCount, 0, 'both rests were lifted');
+  });
+
   test('a delivery in flight is never restarted', async () => {
     const app = await createApp(t, 'inflight');
     answers.set('/slow', 'hang');

@@ -15,6 +15,11 @@ export interface Answer {
   status: number;
   /** undefined: no body (204). */
   body?: unknown;
+  /**
+   * What follows the work once its transaction has committed, before the answer is sent; not kept
+   * with the answer (a repeat has nothing new to follow up).
+   */
+  afterCommit?: () => Promise<void>;
 }
 
 /** The key's holder committed meanwhile: this transaction rolls back, and its answer is replayed. */
@@ -38,7 +43,9 @@ export async function answerOnce<P = undefined>(
   const key = typeof header === 'string' && header !== '' ? header : null;
   if (key === null) {
     const prepared = await prepare();
-    return send(reply, await db.transaction((tx) => work(tx, prepared)));
+    const answer = await db.transaction((tx) => work(tx, prepared));
+    await answer.afterCommit?.();
+    return send(reply, answer);
   }
   assertIdempotencyKeyLength(key);
   // Per caller, method and URL, as in Svix: one business key (`order-42`) may create an app and
@@ -61,6 +68,7 @@ export async function answerOnce<P = undefined>(
       await keepAnswer(tx, scope, key, done.status, done.body);
       return done;
     });
+    await answer.afterCommit?.();
     return send(reply, answer);
   } catch (error) {
     if (!(error instanceof KeyTaken)) throw error;

@@ -5,6 +5,7 @@
 // delivery restarts exactly as a resend restarts it (same message id and webhook-id, lifetime
 // history kept); deliveries waiting or in flight are never selected.
 
+import type { Logger } from 'pino';
 import { z } from 'zod';
 import { recordAudit } from '../db/audit.ts';
 import { liftEndpointPause, restartDeliveries } from '../db/deliveries.ts';
@@ -113,7 +114,13 @@ async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
  * Runs (or, with dryRun, only plans) a replay in the caller's transaction: the restarts and the
  * audit entry commit together or not at all.
  */
-export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Promise<ReplayResult> {
+/** A replay's answer, and the endpoints whose rests liftRests is to end once it has committed. */
+export interface ReplayRun {
+  result: ReplayResult;
+  endpoints: string[];
+}
+
+export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Promise<ReplayRun> {
   const { selection, appId } = await selectionFor(tx, actor, input);
   const dryRun = input.dryRun ?? false;
   let count: number;
@@ -176,21 +183,38 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
       },
     },
   });
-  // A send now, as a resend or a recovery asks for one: the rests of the endpoints replayed to are
-  // lifted. Last, in endpoint order: each locks its endpoint's slot until the commit.
-  if (!dryRun) {
-    for (const endpointId of [...new Set(pairs.map((p) => p.endpointId))].sort()) {
-      await liftEndpointPause(tx, endpointId);
+  return {
+    result: {
+      id,
+      dryRun,
+      count,
+      payloadGone,
+      cap: input.cap,
+      exceedsCap: count > input.cap,
+      deliveries: pairs.slice(0, PAIRS_SHOWN).map(({ state: _state, ...pair }) => pair),
+      truncated: count > PAIRS_SHOWN,
+    },
+    endpoints: dryRun ? [] : [...new Set(pairs.map((p) => p.endpointId))].sort(),
+  };
+}
+
+/**
+ * A send now, as a resend or a recovery asks for one: the rests of the endpoints a replay restarted
+ * deliveries of are lifted — after it has committed, each in a transaction of its own. Inside the
+ * replay's transaction each lift held its endpoint's slot until the commit, many slots in endpoint
+ * order, which a batch of outcome writes (in delivery order) or a claim (round the endpoints from
+ * its cursor) could hold the other way round: a deadlock, and PostgreSQL aborted the replay or the
+ * batch. A lift that fails is logged and left: the rest ends at its time anyway.
+ */
+export async function liftRests(db: Queryable, endpoints: readonly string[], log: Logger): Promise<void> {
+  for (const endpointId of endpoints) {
+    try {
+      await liftEndpointPause(db, endpointId);
+    } catch (error) {
+      log.warn(
+        { endpointId, err: (error as Error).message },
+        'replay: the rest of an endpoint could not be lifted',
+      );
     }
   }
-  return {
-    id,
-    dryRun,
-    count,
-    payloadGone,
-    cap: input.cap,
-    exceedsCap: count > input.cap,
-    deliveries: pairs.slice(0, PAIRS_SHOWN).map(({ state: _state, ...pair }) => pair),
-    truncated: count > PAIRS_SHOWN,
-  };
 }

@@ -4,7 +4,7 @@
 
 import type { FastifyPluginAsync } from 'fastify';
 import type { Core } from '../../engine/core.ts';
-import { ReplayIn, replay } from '../../ops/replay.ts';
+import { liftRests, ReplayIn, replay } from '../../ops/replay.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 
@@ -14,9 +14,14 @@ export const replayRoutes =
     app.post('/api/v1/replay', async (request, reply) => {
       const input = parseOrThrow(ReplayIn, request.body);
       return answerOnce(core, request, reply, async (tx) => {
-        const result = await replay(tx, request.actor, input);
-        // A real run has restarted the deliveries by now; sending them is the workers' job (202).
-        return { status: result.dryRun ? 200 : 202, body: result };
+        const run = await replay(tx, request.actor, input);
+        // A real run has restarted the deliveries by now; sending them is the workers' job (202),
+        // once the endpoints' rests are lifted, after the commit.
+        return {
+          status: run.result.dryRun ? 200 : 202,
+          body: run.result,
+          afterCommit: () => liftRests(core.db, run.endpoints, core.log),
+        };
       });
     });
   };
