@@ -4,8 +4,10 @@
 -- endpoints sharing few connections) until well past that, and the outcome write then emptied the
 -- slot with the start long passed: the next claim took the endpoint at once, and two requests left
 -- a few milliseconds apart. The outcome write now moves the next start to at least the request's
--- own start (the write's moment less the request's duration, which a slow write only makes later)
--- plus the spacing.
+-- own start plus the spacing. The start is taken as the write's now() less the request's duration:
+-- the write begins after the answer came, so that is no earlier than the request left; and the
+-- worker, which comes back for the endpoint at the spacing after its own reading of the same
+-- (once the write has answered), finds the slot open by then.
 --
 -- Otherwise herald_record_outcomes is 0036's.
 
@@ -62,13 +64,13 @@ begin
      where a.delivery_id = c.id and a.lease_token = c.lease_token
   ), unleased as (
     -- By key, not by tuple id: see 0036. A throttled endpoint's next start counts from when this
-    -- request left — the outcome's moment less its duration — as well as from its claim: a
-    -- request that waited for its origin's connection left long after the claim's spacing ran out.
+    -- request left — the write's now() less its duration — as well as from its claim: a request
+    -- that waited for its origin's connection left long after the claim's spacing ran out.
     update delivery_lease l
        set delivery_id = null, lease_expires_at = null,
            next_start_at = case when e.throttle_rate > 0
                                 then greatest(l.next_start_at,
-                                              clock_timestamp()
+                                              now()
                                                 - make_interval(secs => coalesce(c.duration_ms, 0) / 1000.0)
                                                 + make_interval(secs => 1.0 / e.throttle_rate))
                                 else l.next_start_at end

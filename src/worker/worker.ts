@@ -375,13 +375,19 @@ export function createWorker(options: WorkerOptions): Worker {
       if (!claimedAlong || mayHaveMore) nudge();
       // A throttled endpoint's slot opens again later: a claim round then takes its next delivery,
       // whether or not another wake-up comes before the next poll. The outcome write moved that
-      // to at least the spacing after the request left (now, less its duration, is no earlier).
+      // to the spacing after the write's start less the request's duration; now, after the write,
+      // is later. A timer may fire a few ms early (the event loop's clock it counts from is read
+      // before the code that sets it runs): a round that came too early would leave the endpoint
+      // to the next poll.
       if (claim.throttle) {
         nudgeAt(claim.throttle.until.getTime());
-        if (sentForMs !== null) nudgeAt(steadyNow() - sentForMs + claim.throttle.spacingMs);
+        if (sentForMs !== null) nudgeAt(steadyNow() - sentForMs + claim.throttle.spacingMs + TIMER_SLACK_MS);
       }
     }
   }
+
+  /** What a timer may fire early by (see the throttled endpoint's nudge). */
+  const TIMER_SLACK_MS = 10;
 
   function nudgeAt(steadyTime: number): void {
     const timer = setTimeout(() => {
