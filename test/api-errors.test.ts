@@ -932,6 +932,22 @@ describe('the database rolled the transaction back: 503, retry', () => {
   }
 });
 
+test('a statement past the pool’s query deadline, its commit unknown, is a 503 to retry, not a 500', async () => {
+  const slow = await startTestHerald('api_errors_deadline', { env: { HERALD_DB_QUERY_TIMEOUT_MS: '1000' } });
+  try {
+    await slow.database.db.query(`create function slow_app() returns trigger language plpgsql as $$
+      begin perform pg_sleep(1.5); return new; end $$`);
+    await slow.database.db.query(
+      'create trigger slow_app before insert on app for each row execute function slow_app()',
+    );
+    const answer = await slow.call('POST', '/api/v1/app', { name: 'Slow', uid: 'slow' });
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    assert.equal(answer.body.code, 'store_unavailable');
+  } finally {
+    await slow.close();
+  }
+});
+
 test('the fixtures themselves are intact after every rejection', async () => {
   const app = await send('GET', '/api/v1/app/acme');
   assert.equal(app.body.id, appId);

@@ -69,7 +69,13 @@ function isStoreUnavailable(error: unknown): boolean {
       '40001',
     ].includes(code) ||
     code.startsWith('08') ||
-    /Connection terminated|connection timeout/i.test((error as Error).message ?? '')
+    // node-postgres's own: a connection lost or not had in time, and a statement past the
+    // client's deadline (HERALD_DB_QUERY_TIMEOUT_MS), whose commit is unknown — a retry with the
+    // same idempotency key is safe, where a 500 tells a client not to retry; and the group
+    // commit's pipeline, closed as the process stops.
+    /Connection terminated|connection timeout|Query read timeout|timeout exceeded when trying to connect|the pipelined connection is closed/i.test(
+      (error as Error).message ?? '',
+    )
   );
 }
 
