@@ -250,3 +250,33 @@ test('Ctrl-C under npm start (the signal twice at once) stops gracefully; a seco
     await slow.close();
   }
 });
+
+test('a maintenance pass under way when the worker stops goes no further than its step', async () => {
+  const s = await startTestHerald('shutdown_pass', { worker: false });
+  const locker = new pg.Client({ connectionString: s.database.url });
+  await locker.connect();
+  try {
+    const app = await createApp(s, 'pass');
+    // Retention would remove this payload, in the first pass's last step.
+    const expired = await s.database.db.query<{ id: string }>(
+      `insert into message (app_id, event_type, payload, payload_expires_at)
+       values ($1, 'e', '{}', now() - interval '1 minute') returning id`,
+      [app],
+    );
+    // The first pass waits in its first step, tending the deferred deliveries, while the stop begins.
+    await locker.query('begin');
+    await locker.query('lock table delivery_deferred in access exclusive mode');
+    const worker = await s.herald.startWorker();
+    await waitForLockWaiter(s.database.db, 'herald_tend_deferred', 30_000);
+    const stopped = worker.stop(1000);
+    await locker.query('rollback');
+    await stopped;
+    const kept = await s.database.db.query('select 1 from message where id = $1 and payload is not null', [
+      expired.rows[0]!.id,
+    ]);
+    assert.equal(kept.rowCount, 1, 'the steps after the one under way did not run');
+  } finally {
+    await locker.end();
+    await s.close();
+  }
+});

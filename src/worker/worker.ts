@@ -441,6 +441,9 @@ export function createWorker(options: WorkerOptions): Worker {
   }
 
   async function step(name: string, run: () => Promise<void>): Promise<void> {
+    // A pass under way when the worker is told to stop goes no further: stop() waits for it, and
+    // each step left could take a query's whole deadline against a slow database.
+    if (!running) return;
     try {
       await run();
     } catch (error) {
