@@ -47,6 +47,8 @@ const RELEASED: Record<number, string> = {
   36: '31b8a64fd8f61da2eaaad6c1eb05a963ec2b37169bf3fdff88d725ccca5a4b91',
   37: '1ad76411b72361d76ad99803fb14c017ac13cdff2cada64f9a5a3f93da43f3bc',
   38: 'e132d9bc6704693b36eeb02ebb9c6da3a7bd411ea5e2fafc768cc522278b9ff8',
+  39: 'd82285f1afcc32776bc4910c694fb46e0e4518881bce0bde00b91e9455f2c148',
+  40: 'a013341da7b1d3ad2d0c5029e4c67c637358ec0f8a72b3f09629e54ece426dc8',
 };
 
 test('released migrations are never edited', () => {
