@@ -266,6 +266,34 @@ describe('group commit', () => {
     }
   });
 
+  test('the items of a batch refused for a lock it waited on are written alone beside the pipeline, not one after another on it', async () => {
+    const calls: { items: string[]; lane: WriteLane }[] = [];
+    const submit = createGroupCommit(
+      async (items: string[], lane: WriteLane) => {
+        calls.push({ items, lane });
+        if (items.length > 1 || items[0] === 'held')
+          throw Object.assign(new Error('canceling statement due to lock timeout'), {
+            severity: 'ERROR',
+            code: '55P03',
+          });
+        return items;
+      },
+      { ...ONE_WRITER, beside: 1 },
+    );
+    const first = submit('a');
+    const rest = ['b', 'held', 'c'].map(submit);
+    await first;
+    const results = await Promise.allSettled(rest);
+    assert.deepEqual(
+      results.map((r) => r.status),
+      ['fulfilled', 'rejected', 'fulfilled'],
+    );
+    assert.deepEqual(
+      calls.filter((c) => c.items.length === 1 && c.items[0] !== 'a').map((c) => c.lane),
+      ['beside', 'beside', 'beside'],
+    );
+  });
+
   test('a batch that timed out, or that the server was shutting down for or had no resources for, fails whole: its items are not written alone', async () => {
     for (const code of ['57014', '57P01', '53200']) {
       const calls: string[][] = [];

@@ -143,9 +143,13 @@ export function createGroupCommit<I, O>(
       );
       for (const [i, w] of batch.entries()) w.resolve(results[i]!);
     } catch (error) {
-      if (batch.length > 1 && rejectedForAnItem(error))
-        await Promise.all(batch.map((w) => writeAlone(w, lane)));
-      else for (const w of batch) w.reject(error);
+      if (batch.length > 1 && rejectedForAnItem(error)) {
+        // Items held by a lock (55P03, past the functions' 2 s lock timeout: migration 0038)
+        // wait their 2 s again alone: one after another on the pipeline, k of them would hold
+        // it — and every tenant's writes behind it — k × 2 s. Beside it, on the pool, at once.
+        const aloneLane = refusedStatementCode(error) === LOCK_NOT_AVAILABLE ? 'beside' : lane;
+        await Promise.all(batch.map((w) => writeAlone(w, aloneLane)));
+      } else for (const w of batch) w.reject(error);
     } finally {
       if (lane === 'pipelined') onThePipeline.splice(onThePipeline.indexOf(sent), 1);
     }
@@ -244,6 +248,9 @@ export function coalesced(run: () => Promise<void>): () => Promise<void> {
  * error (58), a lost connection (08). Every caller is told to retry (503).
  */
 const NOT_AN_ITEMS_FAULT = /^(57|53|58|08)/;
+
+/** lock_not_available: a write waited for a row lock past its lock timeout. */
+const LOCK_NOT_AVAILABLE = '55P03';
 
 /**
  * An ERROR reported by the server for an autocommit statement (it did not commit) that one of its
