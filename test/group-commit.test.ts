@@ -651,3 +651,34 @@ describe('lock order: concurrent batches cannot deadlock', () => {
     });
   });
 });
+
+test('a receipt whose business key’s message was deleted while it joined it is refused (40001), not acknowledged without a message', async () => {
+  const own = await freshDatabase('receipt_holder_gone');
+  try {
+    const app = await seedApp(own.db, 'holder-gone');
+    const source = await seedSource(own.db, app.id, 'holder-gone');
+    // What herald_publish_messages answers when an item's key was taken as it inserted and its
+    // holder gone when it read it back (history retention committed in between): no id.
+    await own.db.query('alter function herald_publish_messages(jsonb, boolean) rename to publish_as_it_was');
+    await own.db.query(`create function herald_publish_messages(items jsonb, wake boolean)
+      returns table (ord int, created boolean, id text, app_id text, event_type text, event_id text,
+                     payload text, channels text[], tags text[], created_at timestamptz, request_hash bytea,
+                     deliveries int, event_id_taken boolean)
+      language sql as $$
+        select (x->>'ord')::int, false, null::text, null::text, null::text, null::text, null::text, null::text[],
+               null::text[], null::timestamptz, null::bytea, 0, false
+          from jsonb_array_elements(items) x
+      $$`);
+    await assert.rejects(
+      recordReceipts(own.db, [seedReceipt(source.id, 'd1')], 1),
+      (error: { code?: string }) => {
+        assert.equal(error.code, '40001');
+        return true;
+      },
+    );
+    const claims = await own.db.query('select 1 from intake');
+    assert.equal(claims.rowCount, 0, 'no claim was left without its message');
+  } finally {
+    await own.drop();
+  }
+});

@@ -49,6 +49,7 @@ const RELEASED: Record<number, string> = {
   38: 'e132d9bc6704693b36eeb02ebb9c6da3a7bd411ea5e2fafc768cc522278b9ff8',
   39: 'd82285f1afcc32776bc4910c694fb46e0e4518881bce0bde00b91e9455f2c148',
   40: 'a013341da7b1d3ad2d0c5029e4c67c637358ec0f8a72b3f09629e54ece426dc8',
+  41: 'f5431dc57f40c04c0c08fd473e6c1d2c42cdc9b59206ad4eb03297aa8671b7ef',
 };
 
 test('released migrations are never edited', () => {
