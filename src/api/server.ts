@@ -10,6 +10,7 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import { coalesced } from '../db/group-commit.ts';
+import { PipelineClosedError } from '../db/pg-pipeline.ts';
 import { listSources, SOURCE_CHANGED_CHANNEL } from '../db/sources.ts';
 import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
@@ -69,11 +70,12 @@ function isStoreUnavailable(error: unknown): boolean {
       '40001',
     ].includes(code) ||
     code.startsWith('08') ||
-    // node-postgres's own: a connection lost or not had in time, and a statement past the
-    // client's deadline (HERALD_DB_QUERY_TIMEOUT_MS), whose commit is unknown — a retry with the
-    // same idempotency key is safe, where a 500 tells a client not to retry; and the group
-    // commit's pipeline, closed as the process stops.
-    /Connection terminated|connection timeout|Query read timeout|timeout exceeded when trying to connect|the pipelined connection is closed/i.test(
+    // The group commit's pipeline, closed as the process stops.
+    error instanceof PipelineClosedError ||
+    // node-postgres's own, told by their words only: a connection lost or not had in time, and a
+    // statement past the client's deadline (HERALD_DB_QUERY_TIMEOUT_MS), whose commit is unknown
+    // — a retry with the same idempotency key is safe, where a 500 tells a client not to retry.
+    /Connection terminated|connection timeout|Query read timeout|timeout exceeded when trying to connect/i.test(
       (error as Error).message ?? '',
     )
   );

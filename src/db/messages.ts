@@ -62,7 +62,7 @@ export async function publishMessage(
   db: Queryable,
   m: NewMessage,
   actor: string,
-  options: WakeOption = {},
+  options: PublishOptions = {},
 ): Promise<PublishResult> {
   const [result] = await publishMessages(db, [{ ...m, actor }], options);
   return result!;
@@ -78,10 +78,11 @@ export interface WakeOption {
 
 export interface PublishOptions extends WakeOption {
   /**
-   * A batch of herald's group commit: it waits at most 2 s for a lock (migration 0038), where a
-   * publish in a caller's transaction waits as that transaction does.
+   * A write of herald's own (a group commit's batch, or a publish in a transaction of herald's):
+   * it waits at most 2 s for a lock (herald_publish_grouped, migration 0038), where a publish in a
+   * caller's transaction waits as that transaction does.
    */
-  grouped?: boolean;
+  heraldsOwn?: boolean;
 }
 
 /**
@@ -99,7 +100,7 @@ export interface PublishOptions extends WakeOption {
 export async function publishMessages(
   db: Queryable,
   messages: readonly (NewMessage & { actor: string })[],
-  { wake = true, grouped = false }: PublishOptions = {},
+  { wake = true, heraldsOwn = false }: PublishOptions = {},
 ): Promise<PublishResult[]> {
   if (messages.length === 0) return [];
   const items = messages.map((m, ord) => ({
@@ -130,9 +131,9 @@ export async function publishMessages(
   >(
     `select ord, created, ${columns('case when created then null else payload end')},
             request_hash as "requestHash", deliveries, event_id_taken as "eventIdTaken"
-       from ${grouped ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean)`,
+       from ${heraldsOwn ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean)`,
     [JSON.stringify(items, wellFormed), wake],
-    grouped ? 'publish_grouped' : 'publish_messages',
+    heraldsOwn ? 'publish_grouped' : 'publish_messages',
   );
   return inOrder(messages.length, rows.rows, 'message').map(
     ({ created, requestHash, deliveries, eventIdTaken, ...message }, ord) => {

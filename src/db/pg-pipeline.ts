@@ -11,6 +11,9 @@ import pg from 'pg';
 import { type Naming, type Pipeline, preparingQueryable, type Queryable } from './port.ts';
 import { refusedStatementCode } from './server-error.ts';
 
+/** A write handed to a pipeline its owner has closed (the process is stopping): not written. */
+export class PipelineClosedError extends Error {}
+
 /**
  * Connected on first use, and again after the connection broke. The statements on the wire when
  * it broke fail with it: each caller is told, and none is sent again, as it may have committed
@@ -64,7 +67,7 @@ export function createPgPipeline(
 
   return {
     async query<R>(text: string, params?: readonly unknown[], prepareAs?: string) {
-      if (closed) throw new Error('the pipelined connection is closed');
+      if (closed) throw new PipelineClosedError('the pipelined connection is closed');
       const current = open ?? (await connected());
       try {
         return await current.queryable.query<R>(text, params, prepareAs);

@@ -75,24 +75,21 @@ export async function publish(
   // On herald's own pool the publish joins a group commit, which also looks its app up together
   // with the others'. In a caller's transaction it runs there, and commits with the caller's work.
   // Creating a missing app (`application` in the body) is rare: it takes the one-by-one path.
-  const publishAlone = (tx: Queryable) =>
+  const publishAlone = (tx: Queryable, heraldsOwn: boolean) =>
     resolveOrCreateApp(tx, actor, appIdOrUid, input).then((app) =>
-      publishMessage(tx, messageFor(app), actor.id, { wake: options.wake }),
+      publishMessage(tx, messageFor(app), actor.id, { wake: options.wake, heraldsOwn }),
     );
   // In a caller's transaction a database error stays what it is: PostgreSQL has aborted that
   // transaction, and "application not found" (which requireApp says before anything is written,
   // the transaction still usable) would let a caller that skips a gone app COMMIT — which
   // PostgreSQL answers with a ROLLBACK, losing the caller's own work without an error.
   const result = await (db !== core.db
-    ? publishAlone(db)
+    ? publishAlone(db, false)
     : (!input.application
         ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
         : // The app it creates, its audit entry and the message commit together, or none of them;
-          // it waits for a lock no longer than a group commit's publishes (migration 0038).
-          core.db.transaction(async (tx) => {
-            await tx.query(`set local lock_timeout = '2s'`, []);
-            return publishAlone(tx);
-          })
+          // herald's own write, it waits for a lock no longer than a group commit's publishes.
+          core.db.transaction((tx) => publishAlone(tx, true))
       ).catch(rethrowAppGone));
   if (result.kind === 'conflict') {
     throw new HeraldError(
@@ -152,7 +149,7 @@ export async function publishGroup(
   const published = await publishMessages(
     db,
     ready.map((r) => r.message),
-    { grouped: true },
+    { heraldsOwn: true },
   );
   for (const [i, { at }] of ready.entries()) outcomes[at] = published[i]!;
   return outcomes;

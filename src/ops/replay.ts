@@ -110,16 +110,17 @@ async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
   return { selection, appId };
 }
 
-/**
- * Runs (or, with dryRun, only plans) a replay in the caller's transaction: the restarts and the
- * audit entry commit together or not at all.
- */
 /** A replay's answer, and the endpoints whose rests liftRests is to end once it has committed. */
 export interface ReplayRun {
   result: ReplayResult;
   endpoints: string[];
 }
 
+/**
+ * Runs (or, with dryRun, only plans) a replay in the caller's transaction: the restarts and the
+ * audit entry commit together or not at all; the rests of the endpoints it restarted deliveries
+ * of are the caller's to lift after the commit (liftRests).
+ */
 export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Promise<ReplayRun> {
   const { selection, appId } = await selectionFor(tx, actor, input);
   const dryRun = input.dryRun ?? false;

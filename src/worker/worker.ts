@@ -86,6 +86,13 @@ export interface Worker {
   finish(): Promise<void>;
 }
 
+/**
+ * What a timer may fire early by: the event loop's clock it counts from is read before the code
+ * that sets it runs. A claim round that came before a throttled endpoint's slot opened would leave
+ * the endpoint to the next poll.
+ */
+const TIMER_SLACK_MS = 10;
+
 export function createWorker(options: WorkerOptions): Worker {
   const { db, log } = options;
   const keyCache = createSigningKeyCache(db, options.box, (endpointId, error) =>
@@ -376,18 +383,13 @@ export function createWorker(options: WorkerOptions): Worker {
       // A throttled endpoint's slot opens again later: a claim round then takes its next delivery,
       // whether or not another wake-up comes before the next poll. The outcome write moved that
       // to the spacing after the write's start less the request's duration; now, after the write,
-      // is later. A timer may fire a few ms early (the event loop's clock it counts from is read
-      // before the code that sets it runs): a round that came too early would leave the endpoint
-      // to the next poll.
+      // is later (and TIMER_SLACK_MS later still).
       if (claim.throttle) {
         nudgeAt(claim.throttle.until.getTime());
         if (sentForMs !== null) nudgeAt(steadyNow() - sentForMs + claim.throttle.spacingMs + TIMER_SLACK_MS);
       }
     }
   }
-
-  /** What a timer may fire early by (see the throttled endpoint's nudge). */
-  const TIMER_SLACK_MS = 10;
 
   function nudgeAt(steadyTime: number): void {
     const timer = setTimeout(() => {
