@@ -457,11 +457,30 @@ describe('aws-sns', () => {
     assertRejected(verdict, 401, 'malformed');
   });
 
-  test('SNS signs no replay window: an old message still verifies and is deduplicated by MessageId', async () => {
-    // Documented behaviour, not an oversight: SNS retries for up to an hour and beyond with a
-    // custom delivery policy, and publishes no tolerance. The intake's unique delivery id stops replays.
-    const old = signed(notification({ Timestamp: new Date(now.getTime() - 6 * 3600 * 1000).toISOString() }));
-    assert.equal((await snsVerifier().verify(post(old), now)).ok, true);
+  test("a message signed more than 2 hours ago, or over 5 minutes ahead, is refused as stale: SNS's retries end within an hour", async () => {
+    // A genuine notification captured and posted again after history retention pruned its claim
+    // would otherwise be relayed again as a new message.
+    const verifier = snsVerifier();
+    const at = (offsetSeconds: number) =>
+      signed(notification({ Timestamp: new Date(now.getTime() + offsetSeconds * 1000).toISOString() }));
+    for (const offset of [-2 * 3600, -3600, 299]) {
+      const verdict = await verifier.verify(post(at(offset)), now);
+      assert.equal(verdict.ok, true, `${offset} s: ${JSON.stringify(verdict)}`);
+    }
+    for (const offset of [-2 * 3600 - 1, -6 * 3600, 301]) {
+      assertRejected(await verifier.verify(post(at(offset)), now), 401, 'stale_timestamp');
+    }
+    assertRejected(
+      await verifier.verify(post(signed(notification({ Timestamp: undefined }))), now),
+      401,
+      'stale_timestamp',
+    );
+    // The window is checked after the signature: a forged old message is a bad signature.
+    assertRejected(
+      await verifier.verify(post({ ...at(-6 * 3600), Message: 'forged' }), now),
+      401,
+      'bad_signature',
+    );
   });
 
   test('random garbage in the signed fields gives a verdict, never an exception', async () => {

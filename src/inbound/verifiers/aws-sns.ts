@@ -20,6 +20,7 @@ import { z } from 'zod';
 import { decodeBase64 } from './bytes.ts';
 import { headerValue } from './headers.ts';
 import { createRemoteCache } from './remote-cache.ts';
+import { DEFAULT_TOLERANCE_SECONDS } from './timestamps.ts';
 import type { FetchText, Verifier } from './types.ts';
 import { accept, parseJsonBody, reject } from './verdict.ts';
 
@@ -71,6 +72,17 @@ const MAX_CACHED_CERTS = 32;
  */
 const CERT_FETCHES_PER_WINDOW = 10;
 const CERT_FETCH_WINDOW_MS = 10 * 60 * 1000;
+
+/**
+ * How old a message's signed `Timestamp` may be. SNS gives up on an HTTP(S) delivery within 3,600
+ * s of retries (a hard limit of its delivery policies), so a message older than that plus an hour
+ * is not SNS's: it is a genuine message captured and posted again. Its claim stops a replay only
+ * as long as history retention keeps it (a day at least), so without this window a notification
+ * held past that would be relayed again as a new message.
+ */
+const MAX_AGE_SECONDS = 2 * 3600;
+/** How far ahead of herald's clock a `Timestamp` may be: the other schemes' skew. */
+const MAX_AHEAD_SECONDS = DEFAULT_TOLERANCE_SECONDS;
 
 /** https on an SNS host, default port, no credentials: for SigningCertURL and SubscribeURL alike. */
 export function isSnsUrl(raw: string): boolean {
@@ -183,6 +195,10 @@ export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchT
         // A signature of the wrong length for the key, say: not genuine, and not our failure.
       }
       if (!genuine) return reject('bad_signature', 'the signature does not match the signing certificate');
+      const ageSeconds = (now.getTime() - Date.parse(String(message['Timestamp']))) / 1000;
+      if (!(ageSeconds <= MAX_AGE_SECONDS && ageSeconds >= -MAX_AHEAD_SECONDS)) {
+        return reject('stale_timestamp', 'Timestamp is more than 2 hours old or 5 minutes ahead of now');
+      }
       return accept(message['MessageId'], message, 'MessageId of the message');
     },
   };
