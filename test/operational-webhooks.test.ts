@@ -216,6 +216,29 @@ describe('operator app', () => {
     assert.equal(kept.body.uid, OPERATOR_APP_UID);
   });
 
+  test("a publish key cannot post to the operator app: its messages would be signed as herald's alerts", async () => {
+    const key = await t.call('POST', '/api/v1/api-key', { name: 'product', scopes: ['publish'] });
+    assert.equal(key.status, 201, JSON.stringify(key.body));
+    const asProduct = { authorization: `Bearer ${key.body.key}` };
+    const before = await t.database.db.query('select id from message where app_id = $1', [operator.appId]);
+    const forged = {
+      eventType: 'endpoint.disabled',
+      payload: { type: 'endpoint.disabled', data: { appId: 'app_x', endpointId: 'ep_x' } },
+    };
+    for (const body of [forged, { ...forged, application: { name: 'herald operator' } }]) {
+      const refused = await t.call('POST', `/api/v1/app/${OPERATOR_APP_UID}/msg`, body, asProduct);
+      assert.equal(refused.status, 403, JSON.stringify(refused.body));
+      assert.equal(refused.body.code, 'insufficient_access');
+    }
+    const after = await t.database.db.query('select id from message where app_id = $1', [operator.appId]);
+    assert.equal(after.rowCount, before.rowCount, 'nothing was published to the operator app');
+    // The same key publishes to any other app; an admin key (which can read the secret) may post here.
+    const tenant = await createApp(t, 'product-app');
+    const ping = { eventType: 'ping', payload: { ping: true } };
+    assert.equal((await t.call('POST', `/api/v1/app/${tenant}/msg`, ping, asProduct)).status, 202);
+    assert.equal((await t.call('POST', `/api/v1/app/${OPERATOR_APP_UID}/msg`, ping)).status, 202);
+  });
+
   test('a bad URL or secret stops start-up naming the variable', () => {
     const base = testEnv(t.database.url);
     assert.throws(

@@ -49,6 +49,22 @@ export function assertAppAllowed(actor: Actor, appId: string, what = 'applicatio
   if (!isAppAllowed(actor, appId)) throw notFound(what);
 }
 
+/**
+ * What a publish may reach: an app within the actor's reach, and the operator app only for herald
+ * and admin keys. The operator app's messages are herald's operational events, signed with its
+ * endpoint's secret: a publish key (a product's) that could post there would forge alerts the
+ * operator's receiver cannot tell from herald's. An admin key may (it can read that secret anyway).
+ */
+export function assertPublishAllowed(actor: Actor, app: AppRow): void {
+  assertAppAllowed(actor, app.id);
+  if (app.uid === OPERATOR_APP_UID && actor.id !== HERALD_ACTOR_ID && !actor.scopes.includes('admin')) {
+    throw new HeraldError(
+      'forbidden',
+      "the operator app's messages are herald's own; publishing there needs the 'admin' scope",
+    );
+  }
+}
+
 /** Svix's application input → stored fields (`rateLimit` is the SDK's name for throttleRate). */
 export function appFieldsFrom(input: {
   uid?: string | null;

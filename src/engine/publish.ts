@@ -24,7 +24,13 @@ import {
 } from '../errors.ts';
 import type { MessageIn } from '../schemas/svix.ts';
 import { assertPathIdentifier } from '../schemas/validate.ts';
-import { appFieldsFrom, assertAppAllowed, assertUidAllowed, auditAppCreated, requireApp } from './apps.ts';
+import {
+  appFieldsFrom,
+  assertPublishAllowed,
+  assertUidAllowed,
+  auditAppCreated,
+  requireApp,
+} from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
 export const DEFAULT_RETENTION_DAYS = 90;
@@ -76,9 +82,10 @@ export async function publish(
   // with the others'. In a caller's transaction it runs there, and commits with the caller's work.
   // Creating a missing app (`application` in the body) is rare: it takes the one-by-one path.
   const publishAlone = (tx: Queryable, heraldsOwn: boolean) =>
-    resolveOrCreateApp(tx, actor, appIdOrUid, input).then((app) =>
-      publishMessage(tx, messageFor(app), actor.id, { wake: options.wake, heraldsOwn }),
-    );
+    resolveOrCreateApp(tx, actor, appIdOrUid, input).then((app) => {
+      assertPublishAllowed(actor, app);
+      return publishMessage(tx, messageFor(app), actor.id, { wake: options.wake, heraldsOwn });
+    });
   // In a caller's transaction a database error stays what it is: PostgreSQL has aborted that
   // transaction, and "application not found" (which requireApp says before anything is written,
   // the transaction still usable) would let a caller that skips a gone app COMMIT — which
@@ -140,7 +147,7 @@ export async function publishGroup(
     const app = apps.get(p.appRef);
     try {
       if (!app) throw notFound('application');
-      assertAppAllowed(p.actor, app.id);
+      assertPublishAllowed(p.actor, app);
       ready.push({ at, message: { ...p.messageFor(app), actor: p.actor.id } });
     } catch (error) {
       outcomes[at] = error as Error;
