@@ -7,9 +7,12 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
+import { buildApi } from '../src/api/server.ts';
+import { loadConfig } from '../src/config.ts';
 import { forgetOldAnswers } from '../src/db/api-idempotency.ts';
+import { createHerald, createLogger } from '../src/herald.ts';
 import { createApp, publishVia } from './support/fixtures.ts';
-import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+import { ADMIN_KEY, MASTER_KEY, startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 
 const EP_URL = 'https://hooks.example.com/orders';
 let t: TestHerald;
@@ -23,8 +26,8 @@ after(async () => {
   await t.close();
 });
 
-async function post(path: string, body: unknown, key: string, token = ADMIN_KEY) {
-  const response = await fetch(t.url + path, {
+async function post(path: string, body: unknown, key: string, token = ADMIN_KEY, base = t.url) {
+  const response = await fetch(base + path, {
     method: 'POST',
     headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'idempotency-key': key },
     body: JSON.stringify(body),
@@ -186,4 +189,39 @@ test('the kept digest of a request that carries a secret cannot be recomputed wi
   assert.equal((await post('/api/v1/source', body, 'source-once')).replayed, true);
   const other = await post('/api/v1/source', { ...body, secret: 'gh-secret-9' }, 'source-once');
   assert.equal(other.status, 409);
+});
+
+test('a repeat after the master key was rotated still replays: the kept digest is checked under the previous keys too', async () => {
+  const url = `${EP_URL}/rotated`;
+  const first = await post(`/api/v1/app/${app}/endpoint`, { url }, 'across-rotation');
+  assert.equal(first.status, 201, JSON.stringify(first.body));
+  // Another process on the same database, with a new master key and the old one listed.
+  const config = loadConfig(
+    testEnv(t.database.url, {
+      HERALD_MASTER_KEY: Buffer.alloc(32, 9).toString('base64'),
+      HERALD_PREVIOUS_MASTER_KEYS: MASTER_KEY,
+    }),
+  );
+  const rotated = await createHerald({ config, logger: createLogger('silent'), migrate: false });
+  const api = await buildApi(rotated.core);
+  try {
+    await api.listen({ port: 0, host: '127.0.0.1' });
+    const base = `http://127.0.0.1:${(api.server.address() as { port: number }).port}`;
+    const again = await post(`/api/v1/app/${app}/endpoint`, { url }, 'across-rotation', ADMIN_KEY, base);
+    assert.deepEqual({ status: again.status, body: again.body }, { status: 201, body: first.body });
+    assert.equal(again.replayed, true);
+    assert.equal(await endpointsAt(url), 1);
+    // Another request under the key is still told apart.
+    const other = await post(
+      `/api/v1/app/${app}/endpoint`,
+      { url: `${url}/2` },
+      'across-rotation',
+      ADMIN_KEY,
+      base,
+    );
+    assert.equal(other.status, 409, JSON.stringify(other.body));
+  } finally {
+    await api.close();
+    await rotated.close();
+  }
 });

@@ -53,13 +53,14 @@ export async function answerOnce<P = undefined>(
   const scope = `${request.actor.id} ${request.method} ${request.url}`;
   // Keyed: a body may hold a secret (a source's, a rotation's key), and the digest is kept a day
   // in the database, where a plain hash would let its reader test guesses of the secret.
-  const requestSha256 = core.box.digest(
+  const digests = core.box.digests(
     'idempotency request',
     `${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`,
   );
+  const [requestSha256] = digests;
   const kept =
-    (await findKeptAnswer(db, scope, key)) ?? (await keptPerCaller(db, request.actor.id, key, requestSha256));
-  if (kept) return replay(reply, kept, requestSha256);
+    (await findKeptAnswer(db, scope, key)) ?? (await keptPerCaller(db, request.actor.id, key, digests));
+  if (kept) return replay(reply, kept, digests);
   const prepared = await prepare();
   try {
     const answer = await db.transaction(async (tx) => {
@@ -74,7 +75,7 @@ export async function answerOnce<P = undefined>(
     if (!(error instanceof KeyTaken)) throw error;
     const winner = await findKeptAnswer(db, scope, key);
     if (!winner) throw error;
-    return replay(reply, winner, requestSha256);
+    return replay(reply, winner, digests);
   }
 }
 
@@ -87,14 +88,19 @@ async function keptPerCaller(
   db: Queryable,
   caller: string,
   key: string,
-  requestSha256: Buffer,
+  digests: readonly Buffer[],
 ): Promise<KeptAnswer | null> {
   const kept = await findKeptAnswer(db, caller, key);
-  return kept?.requestSha256.equals(requestSha256) ? kept : null;
+  return kept && isSameRequest(kept, digests) ? kept : null;
 }
 
-function replay(reply: FastifyReply, kept: KeptAnswer, requestSha256: Buffer): FastifyReply {
-  if (!kept.requestSha256.equals(requestSha256)) {
+/** Kept under the current master key or a previous one still listed (a rotation in between). */
+function isSameRequest(kept: KeptAnswer, digests: readonly Buffer[]): boolean {
+  return digests.some((digest) => kept.requestSha256.equals(digest));
+}
+
+function replay(reply: FastifyReply, kept: KeptAnswer, digests: readonly Buffer[]): FastifyReply {
+  if (!isSameRequest(kept, digests)) {
     throw new HeraldError('idempotency_conflict', 'this idempotency-key was used for another request');
   }
   reply.header('idempotent-replayed', 'true');

@@ -62,6 +62,6 @@ export function secretBoxWithoutKey(): SecretBox {
       return refuse();
     },
     keyIdOf: refuse,
-    digest: refuse,
+    digests: refuse,
   };
 }

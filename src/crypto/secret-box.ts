@@ -27,11 +27,13 @@ export interface SecretBox {
   /** Which key sealed `sealed`, so a re-encryption job can find values not under the current key. */
   keyIdOf(sealed: Buffer): string;
   /**
-   * A keyed digest of `data` for one `purpose`: HMAC-SHA256 under a key derived from the current
-   * master key. Equal data gives equal digests, but one kept in the database does not let whoever
-   * reads it test guesses of what it covers (a secret in a request body) without the master key.
+   * Keyed digests of `data` for one `purpose`: HMAC-SHA256 under a key derived from each master
+   * key, the current one's first (the one to keep). Equal data gives equal digests, but one kept
+   * in the database does not let whoever reads it test guesses of what it covers (a secret in a
+   * request body) without the master key. A digest kept under a previous master key is among them
+   * while that key is listed: a rotation must not make kept data look changed.
    */
-  digest(purpose: string, data: string): Buffer;
+  digests(purpose: string, data: string): readonly [Buffer, ...Buffer[]];
 }
 
 export function keyIdOf(key: Buffer): string {
@@ -74,9 +76,12 @@ export function createSecretBox(keys: readonly Buffer[]): SecretBox {
       return decrypt(key, sealed, aad);
     },
     keyIdOf: readKeyId,
-    digest(purpose, data) {
-      const key = createHmac('sha256', current).update(`herald digest: ${purpose}`).digest();
-      return createHmac('sha256', key).update(data).digest();
+    digests(purpose, data) {
+      const under = (master: Buffer) => {
+        const key = createHmac('sha256', master).update(`herald digest: ${purpose}`).digest();
+        return createHmac('sha256', key).update(data).digest();
+      };
+      return [under(current), ...keys.slice(1).map(under)];
     },
   };
 }
