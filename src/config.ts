@@ -2,8 +2,8 @@
 // and a bad value stops herald with a message that names the variable and what it expects.
 
 import path from 'node:path';
-import ipaddr from 'ipaddr.js';
 import { ConfigError } from './errors.ts';
+import { parseStrictCidr } from './sender/destination.ts';
 import { isValidEndpointSecret } from './signing/standard-webhooks.ts';
 
 export interface HeraldConfig {
@@ -118,7 +118,7 @@ function cidrList(env: Env, name: string): string[] {
     .map((s) => s.trim())
     .filter(Boolean);
   for (const item of items) {
-    if (!ipaddr.isValidCIDR(item)) {
+    if (parseStrictCidr(item) === null) {
       throw new ConfigError(name, 'a comma-separated list of CIDRs such as 127.0.0.0/8,::1/128', raw);
     }
   }

@@ -82,7 +82,8 @@ test('an integer setting takes digits only: a blank, hex or exponent value is re
 });
 
 test('a private-network CIDR that is no CIDR stops start-up naming the variable', () => {
-  for (const cidr of ['10.0.0.0/99', '300.0.0.0/8', 'fe80::/129']) {
+  // Old IPv4 spellings too: ipaddr.js reads `010.0.0.0/8` as 8.0.0.0/8, another network.
+  for (const cidr of ['10.0.0.0/99', '300.0.0.0/8', 'fe80::/129', '010.0.0.0/8', '127.1/8', '0x7f.0.0.0/8']) {
     assert.throws(
       () => loadConfig({ ...base, HERALD_ALLOW_PRIVATE_NETWORKS: cidr }),
       /HERALD_ALLOW_PRIVATE_NETWORKS/,

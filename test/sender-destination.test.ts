@@ -110,6 +110,16 @@ describe('address policy', () => {
   it('refuses an allow-list entry that is not a CIDR, naming it', () => {
     assert.throws(() => createAddressPolicy(['127.0.0.1']), /"127\.0\.0\.1" is not a CIDR/);
     assert.throws(() => createAddressPolicy(['10.0.0.0/33']), /not a CIDR/);
+    // Written the standard way only: these would allow other hosts than the ones they seem to.
+    for (const entry of [
+      '192.168.001.010/32',
+      '010.0.0.0/8',
+      '127.1/8',
+      '0x7f.0.0.1/32',
+      'fe80::1%eth0/128',
+    ]) {
+      assert.throws(() => createAddressPolicy([entry]), /not a CIDR/, entry);
+    }
   });
 });
 

@@ -115,12 +115,27 @@ const FORBIDDEN_CIDRS: readonly string[] = [
 
 const FORBIDDEN: readonly Cidr[] = FORBIDDEN_CIDRS.map((cidr) => ipaddr.parseCIDR(cidr));
 
-function parseAllowed(cidr: string): Cidr {
+/**
+ * A CIDR whose address is written the one standard way, or null. ipaddr.js also reads old IPv4
+ * spellings — `010.0.0.0/8` as 8.0.0.0/8, `127.1/8`, `0x7f.0.0.0/8` — so an operator's
+ * `192.168.001.010/32` would allow 192.168.1.8, another host than the one meant.
+ */
+export function parseStrictCidr(text: string): Cidr | null {
+  const address = text.slice(0, text.indexOf('/'));
+  if (address.includes('%') || isIP(address) === 0) return null;
   try {
-    return ipaddr.parseCIDR(cidr.trim());
+    return ipaddr.parseCIDR(text);
   } catch {
+    return null;
+  }
+}
+
+function parseAllowed(cidr: string): Cidr {
+  const parsed = parseStrictCidr(cidr.trim());
+  if (parsed === null) {
     throw new Error(`allowed private network "${cidr}" is not a CIDR (expected e.g. 127.0.0.0/8 or ::1/128)`);
   }
+  return parsed;
 }
 
 function inAny(addr: ipaddr.IPv4 | ipaddr.IPv6, cidrs: readonly Cidr[]): boolean {
