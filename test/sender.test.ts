@@ -278,9 +278,37 @@ describe('sender: Retry-After parsing', () => {
     assert.equal(parseRetryAfter('Wednesday, 01-Jan-25 00:00:10 GMT', now), 10);
     assert.equal(parseRetryAfter('Wed Jan  1 00:00:05 2025', now), 5);
     assert.equal(parseRetryAfter('Tue, 31 Dec 2024 23:00:00 GMT', now), 0);
+    assert.equal(parseRetryAfter('Wed Jan 15 00:00:05 2025', now), 14 * 86400 + 5);
+  });
+  it('reads a date as GMT wherever herald runs: asctime has no zone, and no other zone is one', () => {
+    const zone = process.env['TZ'];
+    process.env['TZ'] = 'America/New_York';
+    try {
+      assert.equal(parseRetryAfter('Wed Jan  1 00:10:00 2025', now), 600);
+      for (const value of ['Wed, 01 Jan 2025 09:10:00 +0900', 'Tue, 31 Dec 2024 16:10:00 PST']) {
+        assert.equal(parseRetryAfter(value, now), null, value);
+      }
+    } finally {
+      if (zone === undefined) delete process.env['TZ'];
+      else process.env['TZ'] = zone;
+    }
+  });
+  it('takes a delay too large to count as the longest, for the retry policy to bound', () => {
+    assert.equal(parseRetryAfter('99999999999999999999', now), Number.MAX_SAFE_INTEGER);
   });
   it('returns null for anything else', () => {
-    for (const value of [undefined, '', '-5', '1.5', '1e3', 'soon', '99999999999999999999', 'Someday']) {
+    for (const value of [
+      undefined,
+      '',
+      '-5',
+      '1.5',
+      '1e3',
+      'soon',
+      'Someday',
+      'Wed, 31 Feb 2025 00:00:00 GMT',
+      'Wed, 01 Jan 2025 24:00:00 GMT',
+      'Wed, 1 Jan 2025 00:00:00 GMT',
+    ]) {
       assert.equal(parseRetryAfter(value, now), null, String(value));
     }
   });

@@ -1,22 +1,88 @@
-// Every HTTP-date form (IMF-fixdate, RFC 850, asctime) opens with a day name. Requiring one
-// keeps Date.parse from reading a year into values such as "1.5" or "2025".
-const HTTP_DATE_START = /^(Mon|Tue|Wed|Thu|Fri|Sat|Sun)/;
+// Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date, in one of the three forms of
+// §5.6.7, each read exactly as the grammar writes it, in GMT. Date.parse reads far more than
+// that — a date with no zone (asctime's) in the host's local time, "+0900" or "PST" zones — and
+// would make the wait depend on where herald runs.
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+const DAY = '(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)';
+const LONG_DAY = '(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)';
+const MONTH = `(${MONTHS.join('|')})`;
+const TIME = '(\\d{2}):(\\d{2}):(\\d{2})';
+/** `Sun, 06 Nov 1994 08:49:37 GMT` */
+const IMF_FIXDATE = new RegExp(`^${DAY}, (\\d{2}) ${MONTH} (\\d{4}) ${TIME} GMT$`);
+/** `Sunday, 06-Nov-94 08:49:37 GMT` */
+const RFC_850 = new RegExp(`^${LONG_DAY}, (\\d{2})-${MONTH}-(\\d{2}) ${TIME} GMT$`);
+/** `Sun Nov  6 08:49:37 1994` */
+const ASCTIME = new RegExp(`^${DAY} ${MONTH} ([ \\d]\\d) ${TIME} (\\d{4})$`);
 
 /**
- * Retry-After (RFC 9110 §10.2.3): delay-seconds or an HTTP-date. Returns whole seconds from
- * `nowMs` (a date already past gives 0), or null when absent or unreadable. Clamping it to
- * sane bounds is the retry policy's job, not the parser's.
+ * Whole seconds from `nowMs` (a date already past gives 0; a delay too large to count exactly,
+ * the largest safe integer), or null when absent or unreadable. Clamping it to sane bounds is the
+ * retry policy's job, not the parser's.
  */
 export function parseRetryAfter(value: string | readonly string[] | undefined, nowMs: number): number | null {
   // A repeated header is malformed; its first value is as good a guess as any.
   const raw = (typeof value === 'string' ? value : value?.[0])?.trim();
   if (raw === undefined) return null;
-  if (/^\d+$/.test(raw)) {
-    const seconds = Number(raw);
-    return Number.isSafeInteger(seconds) ? seconds : null;
-  }
-  if (!HTTP_DATE_START.test(raw)) return null;
-  const at = Date.parse(raw);
-  if (Number.isNaN(at)) return null;
+  if (/^\d+$/.test(raw)) return Math.min(Number(raw), Number.MAX_SAFE_INTEGER);
+  const at = parseHttpDate(raw, nowMs);
+  if (at === null) return null;
   return Math.max(0, Math.ceil((at - nowMs) / 1000));
+}
+
+interface DateParts {
+  day: string;
+  month: string;
+  year: number;
+  time: string[];
+}
+
+/** Each form, and where its fields sit in its match. */
+const FORMS: readonly { pattern: RegExp; parts: (m: RegExpExecArray, nowMs: number) => DateParts }[] = [
+  {
+    pattern: IMF_FIXDATE,
+    parts: (m) => ({ day: m[1]!, month: m[2]!, year: Number(m[3]), time: m.slice(4, 7) }),
+  },
+  {
+    pattern: RFC_850,
+    parts: (m, nowMs) => ({
+      day: m[1]!,
+      month: m[2]!,
+      year: fullYear(Number(m[3]), nowMs),
+      time: m.slice(4, 7),
+    }),
+  },
+  { pattern: ASCTIME, parts: (m) => ({ day: m[2]!, month: m[1]!, year: Number(m[6]), time: m.slice(3, 6) }) },
+];
+
+/** Milliseconds since the epoch of an HTTP-date, or null. */
+function parseHttpDate(text: string, nowMs: number): number | null {
+  for (const form of FORMS) {
+    const match = form.pattern.exec(text);
+    if (match) return exactUtc(form.parts(match, nowMs));
+  }
+  return null;
+}
+
+/** Date.UTC rolls "31 Feb" or "25:00" over into the next day: such a date is not one. */
+function exactUtc(parts: DateParts): number | null {
+  const [hours, minutes, seconds] = parts.time.map(Number) as [number, number, number];
+  const day = Number(parts.day.trim());
+  const month = MONTHS.indexOf(parts.month);
+  const at = Date.UTC(parts.year, month, day, hours, minutes, seconds);
+  const back = new Date(at);
+  const exact =
+    back.getUTCDate() === day &&
+    back.getUTCMonth() === month &&
+    back.getUTCHours() === hours &&
+    back.getUTCMinutes() === minutes &&
+    back.getUTCSeconds() === seconds;
+  return exact ? at : null;
+}
+
+/** RFC 850's two-digit year: the one in the century that is not more than 50 years ahead (§5.6.7). */
+function fullYear(twoDigits: number, nowMs: number): number {
+  const thisYear = new Date(nowMs).getUTCFullYear();
+  const year = thisYear - (thisYear % 100) + twoDigits;
+  return year > thisYear + 50 ? year - 100 : year;
 }
