@@ -10,6 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { judgeAttempt } from '../src/domain/outcome-policy.ts';
 import { parseRetryAfter } from '../src/sender/retry-after.ts';
 import { createSender, RESPONSE_CLASSES, type Resolver, type SenderOptions } from '../src/sender/send.ts';
+import { waitFor } from './support/wait.ts';
 
 const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
 const JSON_HEADERS = { 'content-type': 'application/json' };
@@ -542,6 +543,66 @@ describe('sender: sent or not sent', () => {
     assert.equal(result.requestSent, false);
     assert.ok(result.durationMs >= 190 && result.durationMs < 1200, `took ${result.durationMs} ms`);
     await sender.close();
+  });
+
+  it('blames DNS only when no connection to the host is past its lookup: a stalled handshake beside a slow lookup is a timeout', async () => {
+    // A's lookup answers at once and its TLS handshake never ends (the server says nothing); B, to
+    // another port of the same host, asks while the resolver has stopped answering. At A's
+    // deadline a lookup of its host is under way — B's, not A's.
+    let connected = 0;
+    const silent = net.createServer((socket) => {
+      connected++;
+      // Read (and ignore) the ClientHello: a paused socket would never see the client's close.
+      socket.resume();
+    });
+    const port = await listen(silent);
+    let lookups = 0;
+    const sender = senderFor({
+      timeoutMs: 400,
+      resolve: () => (++lookups === 1 ? toLoopback('stall.test') : new Promise(() => {})),
+    });
+    try {
+      const a = sender.send({ url: `https://stall.test:${port}/`, headers: {}, body: '{}' });
+      await waitFor('A connected, its handshake under way', () => connected === 1);
+      const b = sender.send({ url: `https://stall.test:${port + 1}/`, headers: {}, body: '{}' });
+      const [stalled, unresolved] = await Promise.all([a, b]);
+      assert.equal(stalled.outcome, 'failure');
+      assert.equal(stalled.responseClass, 'timeout', JSON.stringify(stalled));
+      assert.equal(stalled.requestSent, false);
+      assert.equal(unresolved.responseClass, 'dns_failure', JSON.stringify(unresolved));
+      assert.equal(unresolved.errorCode, 'EAI_AGAIN');
+    } finally {
+      await sender.close();
+      await shut(silent);
+    }
+  });
+
+  it('a request that left and timed out is a timeout, whatever another connection to its origin is looking up', async () => {
+    // The first request is received and never answered; the second, to the same origin, needs a
+    // second connection, whose lookup never ends. At the first's deadline only a lookup is under way.
+    let received = 0;
+    const silent = http.createServer(() => {
+      received++;
+    });
+    const port = await listen(silent);
+    let lookups = 0;
+    const sender = senderFor({
+      timeoutMs: 400,
+      resolve: () => (++lookups === 1 ? toLoopback('slow.test') : new Promise(() => {})),
+    });
+    try {
+      const first = sender.send({ url: `http://slow.test:${port}/`, headers: {}, body: '{}' });
+      await waitFor('the first request received', () => received === 1);
+      const second = sender.send({ url: `http://slow.test:${port}/`, headers: {}, body: '{}' });
+      const [timedOut, unresolved] = await Promise.all([first, second]);
+      assert.equal(timedOut.requestSent, true);
+      assert.equal(timedOut.outcome, 'unknown');
+      assert.equal(timedOut.responseClass, 'timeout', JSON.stringify(timedOut));
+      assert.equal(unresolved.responseClass, 'dns_failure', JSON.stringify(unresolved));
+    } finally {
+      await sender.close();
+      await shut(silent);
+    }
   });
 
   it('lets a literal private address through only when allow-listed', async () => {

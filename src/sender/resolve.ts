@@ -67,56 +67,24 @@ export async function resolveAllowed(
  * public first and private next (DNS rebinding) is judged again, and refused, on the next
  * connection.
  */
-export function createPinnedLookup(
-  policy: AddressPolicy,
-  resolve: Resolver,
-  underway: LookupsUnderway,
-): LookupFunction {
+export function createPinnedLookup(policy: AddressPolicy, resolve: Resolver): LookupFunction {
   return (hostname, options, callback) => {
-    underway.started(hostname);
-    resolveAllowed(hostname, policy, resolve)
-      .finally(() => underway.ended(hostname))
-      .then(
-        (answers) => {
-          const usable =
-            options.family === 4 || options.family === 6
-              ? answers.filter((answer) => answer.family === options.family)
-              : answers;
-          const first = usable[0];
-          if (first === undefined) {
-            callback(new DnsFailureError(`${hostname} has no IPv${options.family} address`), '');
-          } else if (options.all) {
-            callback(null, usable);
-          } else {
-            callback(null, first.address, first.family);
-          }
-        },
-        (err: Error) => callback(err, ''),
-      );
-  };
-}
-
-/**
- * The host names a connection is being looked up for now. An attempt whose deadline passes while
- * its host's lookup is still under way failed on name resolution, which this host's resolver
- * (or the name's servers) did not answer in time — not on a receiver that did not answer: it is
- * told apart (DnsTimeoutError), and not held against the endpoint.
- */
-export interface LookupsUnderway {
-  started(hostname: string): void;
-  ended(hostname: string): void;
-  has(hostname: string): boolean;
-}
-
-export function createLookupsUnderway(): LookupsUnderway {
-  const counts = new Map<string, number>();
-  return {
-    started: (hostname) => void counts.set(hostname, (counts.get(hostname) ?? 0) + 1),
-    ended(hostname) {
-      const left = (counts.get(hostname) ?? 1) - 1;
-      if (left > 0) counts.set(hostname, left);
-      else counts.delete(hostname);
-    },
-    has: (hostname) => counts.has(hostname),
+    resolveAllowed(hostname, policy, resolve).then(
+      (answers) => {
+        const usable =
+          options.family === 4 || options.family === 6
+            ? answers.filter((answer) => answer.family === options.family)
+            : answers;
+        const first = usable[0];
+        if (first === undefined) {
+          callback(new DnsFailureError(`${hostname} has no IPv${options.family} address`), '');
+        } else if (options.all) {
+          callback(null, usable);
+        } else {
+          callback(null, first.address, first.family);
+        }
+      },
+      (err: Error) => callback(err, ''),
+    );
   };
 }

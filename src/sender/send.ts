@@ -10,12 +10,17 @@ import {
   type ResponseClass,
   takesRetryAfter,
 } from './classify.ts';
-import { createPinnedConnector } from './connector.ts';
+import {
+  type ConnectionsUnderway,
+  createConnectionsUnderway,
+  createPinnedConnector,
+  originKey,
+} from './connector.ts';
 import { type AddressPolicy, checkUrlOffline, createAddressPolicy } from './destination.ts';
 import { DeadlineExceededError, DnsTimeoutError } from './errors.ts';
 import { decodeStoredBody, Exchange } from './exchange.ts';
 import { createOriginGate, type OriginGate } from './origin-gate.ts';
-import { createLookupsUnderway, type LookupsUnderway, type Resolver, systemResolver } from './resolve.ts';
+import { type Resolver, systemResolver } from './resolve.ts';
 import { parseRetryAfter } from './retry-after.ts';
 
 export { checkDestination } from './check-destination.ts';
@@ -121,7 +126,7 @@ const MAX_HEADER_BYTES = 16 * 1024;
 interface Settings {
   agent: Agent;
   gate: OriginGate;
-  lookups: LookupsUnderway;
+  underway: ConnectionsUnderway;
   policy: AddressPolicy;
   /** Each URL's route (routeOf), oldest dropped first beyond MAX_ROUTES. */
   routes: Map<string, Route>;
@@ -146,7 +151,7 @@ export function createSender(opts: SenderOptions): Sender {
     'connectionsPerOrigin',
     opts.connectionsPerOrigin ?? DEFAULT_CONNECTIONS_PER_ORIGIN,
   );
-  const lookups = createLookupsUnderway();
+  const underway = createConnectionsUnderway();
   const settings: Settings = {
     // One Agent per Sender: keep-alive connections are reused across attempts, at most
     // connectionsPerOrigin per receiver. undici follows no redirects unless told to.
@@ -156,7 +161,7 @@ export function createSender(opts: SenderOptions): Sender {
       connect: createPinnedConnector({
         policy,
         resolve: opts.resolve ?? systemResolver,
-        lookups,
+        underway,
         timeoutMs,
         extraCaPem: opts.extraCaPem,
       }),
@@ -164,7 +169,7 @@ export function createSender(opts: SenderOptions): Sender {
     // As many requests of one origin inside undici as it has connections to it: none waits in
     // undici's pool queue, where its deadline would run although it cannot be sent.
     gate: createOriginGate(connectionsPerOrigin),
-    lookups,
+    underway,
     policy,
     routes: new Map(),
     timeoutMs,
@@ -195,7 +200,14 @@ export function createSender(opts: SenderOptions): Sender {
 
 /** Where a URL sends an attempt, or why nothing may be sent to it. */
 type Route =
-  | { ok: true; origin: string; hostname: string; path: string }
+  | {
+      ok: true;
+      origin: string;
+      hostname: string;
+      /** The origin as the connector names it (ConnectionsUnderway), its port spelled out. */
+      connectsTo: string;
+      path: string;
+    }
   | { ok: false; responseClass: 'invalid_url' | 'destination_forbidden' };
 
 /** URLs whose route a sender remembers: the endpoints in use, not every URL ever seen. */
@@ -215,6 +227,7 @@ function routeOf(settings: Settings, raw: string): Route {
         ok: true,
         origin: verdict.url.origin,
         hostname: verdict.url.hostname,
+        connectsTo: originKey(verdict.url.protocol, verdict.url.hostname, verdict.url.port),
         path: verdict.url.pathname + verdict.url.search,
       }
     : { ok: false, responseClass: verdict.forbidden ? 'destination_forbidden' : 'invalid_url' };
@@ -277,7 +290,8 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   const timer = setTimeout(
     () =>
       exchange.abort(
-        settings.lookups.has(route.hostname)
+        // A request that left had its connection: whatever is looked up now is not its trouble.
+        !exchange.requestSent && settings.underway.onlyLookingUp(route.connectsTo)
           ? new DnsTimeoutError(`${route.hostname} was still being looked up when the deadline passed`)
           : new DeadlineExceededError('attempt deadline passed'),
       ),
