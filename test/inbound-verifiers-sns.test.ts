@@ -15,6 +15,7 @@ import { insertSource } from '../src/db/sources.ts';
 import type { HeraldError } from '../src/errors.ts';
 import { createIngestor } from '../src/inbound/ingest.ts';
 import {
+  createSnsCertificates,
   createVerifier,
   type InboundRequest,
   isSnsUrl,
@@ -425,6 +426,34 @@ describe('aws-sns', () => {
     assert.equal(fetched.length, 10);
   });
 
+  test("certificates kept by the ingestor serve every verifier built with them: a rebuilt source's verifier fetches nothing again", async () => {
+    const certificates = createSnsCertificates(fetchText);
+    const build = () =>
+      createVerifier({ scheme: 'aws-sns', topicArns: [TOPIC] }, [], {
+        fetchText,
+        snsCertificates: certificates,
+      });
+    fetched.length = 0;
+    assert.equal((await build().verify(post(signed(notification())), now)).ok, true);
+    assert.deepEqual(fetched, [CERT_URL]);
+    // The source changed (a new verifier), or another source of the same region: no fetch.
+    assert.equal((await build().verify(post(signed(notification())), now)).ok, true);
+    assert.deepEqual(fetched, [CERT_URL]);
+    // Forged certificate URLs spend the region's budget once, whichever verifier they reach, and a
+    // certificate kept still verifies after it is spent.
+    const forged = (n: number) =>
+      post({
+        ...signed(notification()),
+        SigningCertURL: CERT_URL.replace(/[^/]+\.pem$/, `SimpleNotificationService-f${n}.pem`),
+      });
+    for (let n = 0; n < 20; n++) {
+      assertRejected(await build().verify(forged(n), now), 503, 'verification_unavailable');
+    }
+    assert.equal(fetched.length, 10, 'the budget of 10 a window, one spent on the genuine certificate');
+    assert.equal((await build().verify(post(signed(notification())), now)).ok, true);
+    assert.equal(fetched.length, 10);
+  });
+
   test('a certificate outside its validity period is refused', async () => {
     const message = signed(notification());
     const inTenYears = new Date(now.getTime() + 10 * 365 * 24 * 3600 * 1000);
@@ -589,6 +618,38 @@ describe('aws-sns through the ingestor', () => {
         failFetches = false;
       }
       assert.deepEqual(await stored(), { intake: 1, message: 1 });
+    } finally {
+      await ingestor.close();
+      await database.drop();
+    }
+  });
+
+  test('two SNS sources of one ingestor fetch a certificate once: it is kept for every source', async () => {
+    const database = await freshDatabase('sns_ingest_shared');
+    const ingestor = createIngestor({
+      db: database.db,
+      box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
+      log: pino({ level: 'silent' }),
+      fetchText,
+    });
+    try {
+      const app = await seedApp(database.db, 'orders');
+      for (const uid of ['first-topic', 'second-topic']) {
+        await insertSource(database.db, {
+          uid,
+          scheme: 'aws-sns',
+          settings: { topicArns: [TOPIC] },
+          appId: app.id,
+          eventType: 'order.placed',
+          businessKey: '{{delivery_id}}',
+          retentionDays: null,
+        });
+      }
+      fetched.length = 0;
+      for (const uid of ['first-topic', 'second-topic']) {
+        assert.equal((await ingestor.ingest(uid, post(signed(notification())))).kind, 'accepted', uid);
+      }
+      assert.deepEqual(fetched, [CERT_URL]);
     } finally {
       await ingestor.close();
       await database.drop();

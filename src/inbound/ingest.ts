@@ -18,6 +18,7 @@ import { failpoint } from '../ops/failpoints.ts';
 import { type Metrics, sourceLabel } from '../ops/metrics.ts';
 import { type BusinessKeyTemplate, compileBusinessKey } from './business-key.ts';
 import {
+  createSnsCertificates,
   createVerifier,
   type FetchText,
   type InboundRequest,
@@ -71,6 +72,8 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     log: deps.log,
   });
   const cache = new Map<string, CachedSource>();
+  // Shared by every SNS source's verifier, and kept when one is rebuilt.
+  const snsCertificates = createSnsCertificates(deps.fetchText);
   // Receipts that arrive together are recorded by one call, in one transaction (group commit), on
   // a pipeline of their own: once 16 wait, a second write goes right behind the one under way.
   // Recording a receipt is database-heavy (claim, message, delivery, audit, observation): once
@@ -137,7 +140,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         verifier: createVerifier(
           { ...source.settings, scheme: source.scheme } as never,
           secrets.sealed.map((sealed) => deps.box.open(sealed, source.id)),
-          { fetchText: deps.fetchText },
+          { fetchText: deps.fetchText, snsCertificates },
         ),
         businessKey: compileBusinessKey(source.businessKey),
       };

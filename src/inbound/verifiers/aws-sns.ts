@@ -63,15 +63,47 @@ const SNS_HOST = /^sns\.[a-z]{2}(-gov)?-[a-z]+-\d+\.amazonaws\.com(\.cn)?$/;
 const CERT_TTL_MS = 24 * 60 * 60 * 1000;
 const MAX_CACHED_CERTS = 32;
 /**
- * Certificates one source fetches, at most, in a window: SNS signs with one certificate per
+ * Certificates of one region fetched, at most, in a window: SNS signs with one certificate per
  * region, for months, and each is cached a day. Anyone who knows a source's topic can send
  * messages naming certificate URLs that do not exist, one fetch each; past this budget they get a
  * 503 without a fetch, so a flood costs AWS and the shared fetcher (which JWKS refreshes use too)
- * a few requests a window, not one per request. A genuine message under a new certificate that
- * meets a spent budget gets the 503 as well, and SNS delivers it again.
+ * a few requests a window, not one per request. A certificate cached already verifies whatever
+ * the budget; a genuine message under one not yet fetched that meets a spent budget gets the 503
+ * as well, and SNS delivers it again (for an hour at most): which is why the certificates are
+ * kept by the ingestor, for every source and across a source's changes (SnsCertificates), so that
+ * only a new process or a new certificate has one to fetch.
  */
 const CERT_FETCHES_PER_WINDOW = 10;
 const CERT_FETCH_WINDOW_MS = 10 * 60 * 1000;
+
+/**
+ * SNS signing certificates by URL, fetched once for every SNS source that uses them: they belong
+ * to AWS's regions, not to a source. Kept by whoever builds the verifiers (the ingestor), so that
+ * a verifier rebuilt — the source changed, a secret's overlap ended — still has them.
+ */
+export interface SnsCertificates {
+  get(url: string, now: Date): Promise<X509Certificate>;
+}
+
+export function createSnsCertificates(fetchText: FetchText): SnsCertificates {
+  const fetchedAt = new Map<string, number[]>();
+  const cache = createRemoteCache<X509Certificate>({
+    load: async (url, now) => {
+      const region = new URL(url).hostname.split('.')[1]!;
+      const times = fetchedAt.get(region) ?? [];
+      fetchedAt.set(region, times);
+      const windowStart = now.getTime() - CERT_FETCH_WINDOW_MS;
+      while (times.length > 0 && times[0]! <= windowStart) times.shift();
+      if (times.length >= CERT_FETCHES_PER_WINDOW)
+        throw new Error("this region's budget of signing certificate fetches is spent; retry later");
+      times.push(now.getTime());
+      return new X509Certificate(await fetchText(url));
+    },
+    ttlMs: CERT_TTL_MS,
+    maxEntries: MAX_CACHED_CERTS,
+  });
+  return { get: (url, now) => cache.get(url, now) };
+}
 
 /**
  * How old a message's signed `Timestamp` may be. SNS gives up on an HTTP(S) delivery within 3,600
@@ -130,21 +162,7 @@ function isObject(value: unknown): value is Record<string, unknown> {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 
-export function createAwsSnsVerifier(settings: AwsSnsSettings, fetchText: FetchText): Verifier {
-  const fetchedAt: number[] = [];
-  const certificates = createRemoteCache<X509Certificate>({
-    load: async (url, now) => {
-      const windowStart = now.getTime() - CERT_FETCH_WINDOW_MS;
-      while (fetchedAt.length > 0 && fetchedAt[0]! <= windowStart) fetchedAt.shift();
-      if (fetchedAt.length >= CERT_FETCHES_PER_WINDOW)
-        throw new Error('this source fetched its budget of signing certificates; retry later');
-      fetchedAt.push(now.getTime());
-      return new X509Certificate(await fetchText(url));
-    },
-    ttlMs: CERT_TTL_MS,
-    maxEntries: MAX_CACHED_CERTS,
-  });
-
+export function createAwsSnsVerifier(settings: AwsSnsSettings, certificates: SnsCertificates): Verifier {
   return {
     async verify(request, now) {
       const message = parseJsonBody(request.rawBody);

@@ -3,7 +3,7 @@
 // and keep it: the JWKS and certificate caches live inside it.
 
 import { z } from 'zod';
-import { AwsSnsSettings, createAwsSnsVerifier } from './aws-sns.ts';
+import { AwsSnsSettings, createAwsSnsVerifier, createSnsCertificates } from './aws-sns.ts';
 import { createGcpPubSubVerifier, GcpPubSubSettings } from './gcp-pubsub.ts';
 import { createGitHubVerifier, GitHubSettings } from './github.ts';
 import { createHmacVerifier, HmacSettings } from './hmac.ts';
@@ -13,7 +13,7 @@ import { createStandardWebhooksVerifier, StandardWebhooksSettings } from './stan
 import { createStripeVerifier, StripeSettings } from './stripe.ts';
 import type { FetchText, Verifier, VerifierDeps } from './types.ts';
 
-export { isSnsUrl } from './aws-sns.ts';
+export { createSnsCertificates, isSnsUrl, type SnsCertificates } from './aws-sns.ts';
 export {
   createSafeFetchText,
   FetchTextError,
@@ -72,6 +72,9 @@ export function createVerifier(
     case 'gcp-pubsub':
       return createGcpPubSubVerifier(settings, needFetchText(settings.scheme, deps));
     case 'aws-sns':
-      return createAwsSnsVerifier(settings, needFetchText(settings.scheme, deps));
+      return createAwsSnsVerifier(
+        settings,
+        deps.snsCertificates ?? createSnsCertificates(needFetchText(settings.scheme, deps)),
+      );
   }
 }

@@ -2,6 +2,8 @@
 // decides authenticity from the bytes as received and never throws for anything a caller sends,
 // so the route can map every outcome to a status without a try/catch per scheme.
 
+import type { SnsCertificates } from './aws-sns.ts';
+
 export interface InboundRequest {
   method: string;
   /** Header names lower-cased, as node:http gives them; a repeated header joined by ", ". */
@@ -42,4 +44,9 @@ export interface VerifierDeps {
    * (see createSafeFetchText): the URLs come from configuration or, for SNS, from the request.
    */
   fetchText?: FetchText;
+  /**
+   * SNS signing certificates kept for every verifier built with them (the ingestor's); without
+   * them an aws-sns verifier keeps its own, fetched with `fetchText`.
+   */
+  snsCertificates?: SnsCertificates;
 }
