@@ -7,7 +7,7 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { after, before, describe, mock, test } from 'node:test';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
@@ -685,6 +685,45 @@ describe('source secret rotation', () => {
       'webhook-signature': fresh.sign('evt_rot_new', now, body),
     };
     assert.equal((await deliver(headers, body, 'rotating')).status, 204, 'the new secret verifies');
+  });
+});
+
+describe("source secret rotation, with this host's clock behind the database's", () => {
+  // The overlap's end is written by the database's clock; the verifier kept for the source must
+  // be dropped when the database says the old secret expired, not when this process's clock
+  // reaches that time (a minute later here). Date.now is the only clock moved: two hosts'
+  // clocks cannot be set apart here.
+  test('the replaced secret stops verifying when the database says its overlap ended', async () => {
+    const NEW_SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
+    await createSource('rotating-skewed');
+    const realNow = Date.now.bind(Date);
+    const skew = mock.method(Date, 'now', () => realNow() - 60_000);
+    try {
+      const first = '{"ticket":200,"action":"a"}';
+      assert.equal((await deliver(signed('evt_skew_0', first), first, 'rotating-skewed')).status, 204);
+      const rotated = await t.call('PATCH', '/api/v1/source/rotating-skewed', {
+        secret: NEW_SECRET,
+        secretOverlapSeconds: 1,
+      });
+      assert.equal(rotated.status, 200);
+      const body = '{"ticket":201,"action":"b"}';
+      // Cached now with the old secret, which the database expires in a second.
+      assert.equal((await deliver(signed('evt_skew_1', body), body, 'rotating-skewed')).status, 204);
+      await waitFor('the overlap to end by the database', async () => {
+        const { rows } = await t.database.db.query<{ ended: boolean }>(
+          `select bool_and(expires_at < now()) as ended from source_secret s join source o on o.id = s.source_id
+            where o.uid = 'rotating-skewed' and s.expires_at is not null`,
+        );
+        return rows[0]!.ended === true;
+      });
+      assert.equal(
+        (await deliver(signed('evt_skew_2', body), body, 'rotating-skewed')).status,
+        401,
+        'the old secret no longer verifies',
+      );
+    } finally {
+      skew.mock.restore();
+    }
   });
 });
 

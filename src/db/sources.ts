@@ -85,20 +85,26 @@ export async function rotateSourceSecrets(
   for (const s of sealed) await insertSourceSecret(db, sourceId, s);
 }
 
-/** Sealed secrets that verify right now: the current one first, then those still overlapping. */
+/**
+ * Sealed secrets that verify right now: the current one first, then those still overlapping; and
+ * how long until the first of them expires (null: none does). Both by the database's clock, which
+ * wrote the expiries: a cache that compared them with this process's clock would keep an expired
+ * secret verifying, or rebuild at every request, for as long as the two clocks differ.
+ */
 export async function liveSourceSecrets(
   db: Queryable,
   sourceId: string,
-): Promise<{ sealed: Buffer[]; firstExpiry: Date | null }> {
-  const result = await db.query<{ sealed: Uint8Array; expiresAt: Date | null }>(
-    `select sealed, expires_at as "expiresAt" from source_secret
+): Promise<{ sealed: Buffer[]; firstExpiresInMs: number | null }> {
+  const result = await db.query<{ sealed: Uint8Array; expiresInMs: number | null }>(
+    `select sealed, (extract(epoch from expires_at - now()) * 1000)::float8 as "expiresInMs"
+       from source_secret
       where source_id = $1 and (expires_at is null or expires_at > now())
       order by expires_at is not null, id desc`,
     [sourceId],
   );
-  const expiries = result.rows.flatMap((r) => (r.expiresAt ? [r.expiresAt.getTime()] : []));
+  const expiries = result.rows.flatMap((r) => (r.expiresInMs === null ? [] : [r.expiresInMs]));
   return {
     sealed: result.rows.map((r) => Buffer.from(r.sealed)),
-    firstExpiry: expiries.length > 0 ? new Date(Math.min(...expiries)) : null,
+    firstExpiresInMs: expiries.length > 0 ? Math.min(...expiries) : null,
   };
 }

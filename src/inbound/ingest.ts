@@ -136,7 +136,10 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     try {
       entry = {
         version,
-        validUntil: secrets.firstExpiry?.getTime() ?? Number.POSITIVE_INFINITY,
+        validUntil:
+          secrets.firstExpiresInMs === null
+            ? Number.POSITIVE_INFINITY
+            : Date.now() + secrets.firstExpiresInMs,
         verifier: createVerifier(
           { ...source.settings, scheme: source.scheme } as never,
           secrets.sealed.map((sealed) => deps.box.open(sealed, source.id)),
