@@ -20,6 +20,10 @@ import {
   SignJWT,
   UnsecuredJWT,
 } from 'jose';
+import pino from 'pino';
+import { createSecretBox } from '../src/crypto/secret-box.ts';
+import { insertSource } from '../src/db/sources.ts';
+import { createIngestor } from '../src/inbound/ingest.ts';
 import {
   createSafeFetchText,
   createVerifier,
@@ -28,6 +32,9 @@ import {
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
 import type { Resolver } from '../src/sender/resolve.ts';
+import { freshDatabase } from './support/database.ts';
+import { MASTER_KEY } from './support/herald.ts';
+import { seedApp } from './support/seed.ts';
 
 const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
 const SERVICE_ACCOUNT = 'push-invoker@herald-test.iam.gserviceaccount.com';
@@ -493,6 +500,48 @@ describe('createSafeFetchText', () => {
       await assert.rejects(untrusting.fetchText(url('/certs')));
     } finally {
       await untrusting.close();
+    }
+  });
+});
+
+describe('gcp-pubsub through the ingestor', () => {
+  before(() => {
+    state.jwks = { keys: [keyA.jwk] };
+  });
+
+  test('pushes that arrive together for a source not yet cached build its verifier once: one JWKS fetch', async () => {
+    const database = await freshDatabase('gcp_ingest');
+    const ingestor = createIngestor({
+      db: database.db,
+      box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
+      log: pino({ level: 'silent' }),
+      fetchText: fetcher.fetchText,
+    });
+    try {
+      const app = await seedApp(database.db, 'orders');
+      await insertSource(database.db, {
+        uid: 'pubsub',
+        scheme: 'gcp-pubsub',
+        settings: { jwksUrl: url('/certs'), audience: AUDIENCE, serviceAccountEmail: SERVICE_ACCOUNT },
+        appId: app.id,
+        eventType: 'order.placed',
+        businessKey: '{{delivery_id}}',
+        retentionDays: null,
+      });
+      const source = await ingestor.find('pubsub');
+      assert.ok(source);
+      const authorization = `Bearer ${await token()}`;
+      const before = hits('/certs');
+      const answers = await Promise.all(
+        Array.from({ length: 8 }, (_, n) =>
+          ingestor.ingest('pubsub', push(authorization, pushBody({ messageId: `concurrent-${n}` })), source),
+        ),
+      );
+      for (const answer of answers) assert.equal(answer.kind, 'accepted');
+      assert.equal(hits('/certs') - before, 1, 'one verifier built, one JWKS fetched');
+    } finally {
+      await ingestor.close();
+      await database.drop();
     }
   });
 });

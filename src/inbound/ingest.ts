@@ -126,10 +126,25 @@ export function createIngestor(deps: IngestDeps): Ingestor {
     return version;
   };
 
-  async function prepared(source: SourceRow): Promise<CachedSource> {
+  /** Builds under way, by source and version: requests that find none cached share one. */
+  const building = new Map<string, Promise<CachedSource>>();
+
+  function prepared(source: SourceRow): Promise<CachedSource> {
     const version = versionOf(source);
     const cached = cache.get(source.id);
-    if (cached?.version === version && Date.now() < cached.validUntil) return cached;
+    if (cached?.version === version && Date.now() < cached.validUntil) return Promise.resolve(cached);
+    // Requests that come together for a source not cached (a start, a change) build its verifier
+    // once: each its own would read the secrets and fetch its JWKS anew, the last one kept.
+    const key = `${source.id}\u0000${version}`;
+    let build = building.get(key);
+    if (build === undefined) {
+      build = prepare(source, version).finally(() => building.delete(key));
+      building.set(key, build);
+    }
+    return build;
+  }
+
+  async function prepare(source: SourceRow, version: string): Promise<CachedSource> {
     // A database failure here is the store's (503 store_unavailable), not the source's.
     const secrets = await liveSourceSecrets(deps.db, source.id);
     let entry: CachedSource;
