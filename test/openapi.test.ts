@@ -183,6 +183,17 @@ describe('the route table is the list of routes', () => {
   });
 });
 
+describe('what every operation may answer', () => {
+  test('an operation that takes an API key documents 503 (the database away, or too many writes waiting) with Retry-After', () => {
+    for (const op of OPERATIONS.filter((o) => (o.auth ?? 'bearer') === 'bearer')) {
+      const responses = doc.paths[op.path][op.method.toLowerCase()].responses;
+      assert.ok(responses['503'], `${op.operationId} does not document 503`);
+      assert.ok(responses['503'].headers?.['Retry-After'], `${op.operationId}: 503 without Retry-After`);
+      if (responses['429']) assert.ok(responses['429'].headers?.['Retry-After'], `${op.operationId}: 429`);
+    }
+  });
+});
+
 describe('openapi.json', () => {
   test('the committed openapi.json is what the route table generates (else: npm run openapi)', () => {
     const committed = readFileSync(`${ROOT}openapi.json`, 'utf8');

@@ -64,7 +64,7 @@ const STATUS_TEXT: Record<number, string> = {
   403: 'Forbidden: the key lacks the scope for this operation',
   404: 'Not Found (an application beyond a restricted key reads as not found too)',
   409: 'Conflict',
-  413: 'Payload Too Large (`HERALD_MAX_BODY_BYTES`)',
+  413: 'Payload Too Large (`HERALD_MAX_BODY_BYTES`; on `/ingest`, `HERALD_INGEST_MAX_BODY_BYTES`)',
   415: 'Unsupported Media Type: JSON only',
   422: 'Validation Error',
   429: 'Too Many Requests (`HERALD_API_RATE_LIMIT`, or `HERALD_AUTH_FAILURE_LIMIT` failed authentications from this address), with `Retry-After`',
@@ -156,9 +156,13 @@ function answer(a: Answer): JsonObject {
   return { description: a.description };
 }
 
+/** Statuses whose answer carries `Retry-After` (seconds). */
+const RETRY_AFTER_STATUSES = new Set([429, 503]);
+
 function errorStatuses(op: Operation): number[] {
   const statuses = new Set(op.errors ?? []);
-  if ((op.auth ?? 'bearer') === 'bearer') for (const s of [401, 403, 429]) statuses.add(s);
+  // A key is looked up in the database, and every such operation reads or writes there.
+  if ((op.auth ?? 'bearer') === 'bearer') for (const s of [401, 403, 429, 503]) statuses.add(s);
   if (op.path.includes('{')) statuses.add(404);
   if (op.body) for (const s of [400, 413, 415, 422]) statuses.add(s);
   if (op.query) statuses.add(422);
@@ -181,6 +185,13 @@ function operation(op: Operation): JsonObject {
     responses[String(status)] = {
       description: STATUS_TEXT[status] ?? String(status),
       content: { 'application/json': { schema: { $ref: REF + schema } } },
+      ...(RETRY_AFTER_STATUSES.has(status)
+        ? {
+            headers: {
+              'Retry-After': { description: 'Seconds to wait before retrying', schema: { type: 'integer' } },
+            },
+          }
+        : {}),
     };
   }
   const result: JsonObject = {
@@ -207,7 +218,7 @@ function operation(op: Operation): JsonObject {
   return result;
 }
 
-const DESCRIPTION = `A webhook gateway on PostgreSQL with a Svix-compatible API: the official \`svix\` SDKs work against herald unchanged.
+const DESCRIPTION = `A webhook gateway on PostgreSQL with a Svix-compatible API: the official \`svix\` SDKs work against herald for applications, event types, endpoints, messages and attempts. Not served: the app portal's \`/api/v1/auth/*\` operations. Refused by name (422), where herald does not do what they ask: \`deliverAt\`, \`payloadRetentionHours\`, \`featureFlags\`, \`groupName\`, \`exclude_apps_with_disabled_endpoints=true\`, and a \`limit\` outside 1–250.
 
 Authenticate with \`Authorization: Bearer <key>\`. Scopes: \`admin\` may do everything; \`publish\` may only create messages; \`read\` may only GET (but not list API keys or read endpoint secrets). A key may be restricted to some applications.
 

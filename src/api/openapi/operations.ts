@@ -142,8 +142,8 @@ const none = (what: string): Answer => ({ description: what });
 const idempotencyKey = {
   'idempotency-key': {
     description:
-      'Same key + same content → the same message (no second one); same key + different content → 409',
-    schema: z.string(),
+      'Same key + same content → the same message (no second one); same key + different content → 409. At most 256 characters; keys beginning with `intake:` are those of relayed inbound messages (422).',
+    schema: z.string().max(256),
   },
 };
 
@@ -647,7 +647,8 @@ export const OPERATIONS: Operation[] = [
     operationId: 'metrics.get',
     tag: 'Health',
     summary: 'Prometheus metrics',
-    description: 'herald: the Prometheus text exposition; counts only (no ids, payloads or URLs).',
+    description:
+      'herald: the Prometheus text exposition; counts only (no ids, payloads or URLs). Served on `HERALD_METRICS_PORT` instead, when it is set (this path then answers 404).',
     auth: 'public',
     responses: { 200: { description: 'Prometheus text format', contentType: 'text/plain' } },
   },

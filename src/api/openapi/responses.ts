@@ -79,7 +79,9 @@ export const MessageOut = z.object({
   eventId: z.string().nullable(),
   payload: z
     .record(z.string(), z.unknown())
-    .describe('An expunged or expired payload reads as `{}`, as does any payload with `with_content=false`'),
+    .describe(
+      'An expunged or expired payload reads as `{"expired": true}`; with `with_content=false`, every payload reads as `{}`',
+    ),
   channels: strings.nullable(),
   tags: strings.nullable(),
   timestamp,
