@@ -96,6 +96,24 @@ describe('scopes, app restrictions and revocation', () => {
     assert.deepEqual(stored.rows[0]!.hash, createHash('sha256').update(key).digest());
   });
 
+  test('a creation repeated with its idempotency-key makes no second key and is told which one it made; the token is kept nowhere', async () => {
+    const headers = { 'idempotency-key': 'create-key-once' };
+    const body = { name: 'created once', scopes: ['read'] };
+    const first = await t.call('POST', '/api/v1/api-key', body, headers);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    const again = await t.call('POST', '/api/v1/api-key', body, headers);
+    assert.equal(again.status, 409, JSON.stringify(again.body));
+    assert.equal(again.body.code, 'idempotency_conflict');
+    assert.match(again.body.detail, new RegExp(first.body.id));
+    assert.ok(!JSON.stringify(again.body).includes(first.body.key), 'the token is not shown again');
+    const named = await t.database.db.query("select id from api_key where name = 'created once'");
+    assert.equal(named.rowCount, 1, 'one key made');
+    const kept = await t.database.db.query<{ row: string }>(
+      'select row_to_json(i)::text as row from api_idempotency i',
+    );
+    for (const { row } of kept.rows) assert.ok(!row.includes(first.body.key), `no token kept in ${row}`);
+  });
+
   test('a publish key may publish and do nothing else', async () => {
     const { key } = await createKey(t, { name: 'publisher', scopes: ['publish'] });
     const published = await t.call('POST', `/api/v1/app/${appA}/msg`, MESSAGE, bearer(key));

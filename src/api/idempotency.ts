@@ -20,6 +20,11 @@ export interface Answer {
    * with the answer (a repeat has nothing new to follow up).
    */
   afterCommit?: () => Promise<void>;
+  /**
+   * What a repeat is answered instead, when this answer holds what must not be kept (an API key's
+   * token, shown once): the repeat is told what its first request did, not given it again.
+   */
+  keptAs?: { status: number; body: unknown };
 }
 
 /** The key's holder committed meanwhile: this transaction rolls back, and its answer is replayed. */
@@ -66,7 +71,8 @@ export async function answerOnce<P = undefined>(
     const answer = await db.transaction(async (tx) => {
       if (!(await takeKey(tx, scope, key, requestSha256))) throw new KeyTaken();
       const done = await work(tx, prepared);
-      await keepAnswer(tx, scope, key, done.status, done.body);
+      const kept = done.keptAs ?? done;
+      await keepAnswer(tx, scope, key, kept.status, kept.body);
       return done;
     });
     await answer.afterCommit?.();

@@ -671,6 +671,13 @@ export const OPERATIONS: Operation[] = [
     summary: 'Create API Key',
     description: 'The token is in this answer and nowhere else; herald keeps only its SHA-256 hash.',
     body: ApiKeyIn,
+    headers: {
+      'idempotency-key': {
+        description:
+          'Per caller: the first request with a key creates the API key; a repeat creates none and is answered 409 naming the key it made (the token is not kept to be shown again). Kept at least 24 h.',
+        schema: z.string().max(256),
+      },
+    },
     responses: { 201: one('Created', out.ApiKeyCreatedOut) },
   },
   {

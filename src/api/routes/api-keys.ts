@@ -5,10 +5,11 @@ import type { FastifyPluginAsync } from 'fastify';
 import { listApiKeys } from '../../db/api-keys.ts';
 import { createApiKey, resolveAppIds, revokeKey } from '../../engine/api-keys.ts';
 import type { Core } from '../../engine/core.ts';
-import { notFound } from '../../errors.ts';
+import { HeraldError, notFound } from '../../errors.ts';
 import { ApiKeyIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import type { Authenticator } from '../auth.ts';
+import { answerOnce } from '../idempotency.ts';
 
 export const apiKeyRoutes =
   (core: Core, auth: Pick<Authenticator, 'forget'>): FastifyPluginAsync =>
@@ -18,10 +19,21 @@ export const apiKeyRoutes =
     app.post('/api/v1/api-key', async (request, reply) => {
       const input = parseOrThrow(ApiKeyIn, request.body);
       const appIds = input.apps ? await resolveAppIds(db, input.apps) : null;
-      const created = await db.transaction((tx) =>
-        createApiKey(tx, request.actor.id, { name: input.name, scopes: input.scopes, appIds }),
-      );
-      return reply.status(201).send(created);
+      // With an idempotency-key, a retry after a lost answer must not mint a second key whose
+      // token nobody saw; nor can the token be kept to answer it again. It is told which key its
+      // first request made.
+      return answerOnce(core, request, reply, async (tx) => {
+        const created = await createApiKey(tx, request.actor.id, {
+          name: input.name,
+          scopes: input.scopes,
+          appIds,
+        });
+        const repeated = new HeraldError(
+          'idempotency_conflict',
+          `this request created API key ${created.id} already; its token is shown once, in that answer: if it was lost, revoke the key (DELETE /api/v1/api-key/${created.id}) and create another`,
+        );
+        return { status: 201, body: created, keptAs: { status: 409, body: repeated.toBody() } };
+      });
     });
 
     app.get('/api/v1/api-key', async () => ({
