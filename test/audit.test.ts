@@ -29,6 +29,9 @@ before(async () => {
   receiver = await startReceiver((request) => ({
     status: request.path === '/failing' ? 500 : request.path === '/gone' ? 410 : 204,
   }));
+  // An attempt to /slow is in flight until the attempt's deadline (3 s in tests).
+  const answer = receiver.respond;
+  receiver.respond = (request, n) => (request.path === '/slow' ? 'hang' : answer(request, n));
   t = await startTestHerald('audit', { env: { HERALD_DISABLE_AFTER_FAILURES: '2' } });
   startedAt = new Date(Date.now() - 1000);
   const created = await t.call('POST', '/api/v1/api-key', { name: 'auditor', scopes: ['admin'] });
@@ -220,6 +223,28 @@ test('messages: resent, content expunged; endpoints recovered; attempt content e
 
   await ok('DELETE', `/api/v1/app/${app}/msg/${msg}/content`, undefined, 204);
   await entry(msg, 'message.content_expunged', { targetType: 'message', appId: app });
+});
+
+test('an attempt in flight has no response to expunge yet: 409 and no audit entry, then 204 once it finished', async () => {
+  const app = await createApp(t, 'audit-in-flight');
+  await ok('POST', `/api/v1/app/${app}/endpoint`, { url: `${receiver.url}/slow` }, 201);
+  const msg = await publishVia(t, app, { eventType: 'e', payload: { slow: true } });
+  const attemptsOf = async () => (await call('GET', `/api/v1/app/${app}/attempt/msg/${msg}`)).body.data;
+  const [sending] = await waitFor('the attempt in flight', async () => {
+    const data = await attemptsOf();
+    return data.length > 0 && data[0].status === 3 ? data : null;
+  });
+  const path = `/api/v1/app/${app}/msg/${msg}/attempt/${sending.id}/content`;
+  const refused = await call('DELETE', path);
+  assert.equal(refused.status, 409, JSON.stringify(refused.body));
+  const entries = await t.database.db.query(
+    `select id from audit_entry where target_id = $1 and action = 'attempt.content_expunged'`,
+    [sending.id],
+  );
+  assert.equal(entries.rowCount, 0, 'nothing expunged, nothing audited');
+  await waitFor('the attempt to finish', async () => (await attemptsOf())[0].status !== 3, 15_000);
+  await ok('DELETE', path, undefined, 204);
+  await entry(sending.id, 'attempt.content_expunged', { targetType: 'attempt', appId: app });
 });
 
 test('the worker auto-disabling an endpoint is audited with its reason, as actor `worker`', async () => {

@@ -116,17 +116,27 @@ export async function findAttempt(
   return result.rows[0] ?? null;
 }
 
+/**
+ * Removes a finished attempt's stored response. An attempt still in flight has none yet: its
+ * outcome write would store the response after the expunge, so it is left as it is
+ * ('in_flight') — its row locked meanwhile, so that it cannot finish unseen between the two reads.
+ */
 export async function expungeAttemptResponse(
-  db: Queryable,
+  tx: Queryable,
   appId: string,
   messageId: string,
   attemptId: string,
-) {
-  const result = await db.query(
-    `update attempt set response_body = null where app_id = $1 and message_id = $2 and id = $3`,
+): Promise<'expunged' | 'in_flight' | 'not_found'> {
+  const found = await tx.query<{ finished: boolean }>(
+    `select outcome is not null as finished from attempt
+      where app_id = $1 and message_id = $2 and id = $3 for update`,
     [appId, messageId, attemptId],
   );
-  return result.rowCount > 0;
+  const row = found.rows[0];
+  if (row === undefined) return 'not_found';
+  if (!row.finished) return 'in_flight';
+  await tx.query('update attempt set response_body = null where id = $1', [attemptId]);
+  return 'expunged';
 }
 
 export interface AttemptedMessageRow {

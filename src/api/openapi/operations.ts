@@ -622,7 +622,10 @@ export const OPERATIONS: Operation[] = [
     operationId: 'v1.message-attempt.expunge-content',
     tag: 'Message Attempt',
     summary: 'Expunge Attempt Content',
+    description:
+      'herald: an attempt still in flight has no response yet, and answers 409 until it has finished.',
     responses: { 204: none('The response body is gone') },
+    errors: [409],
   },
 
   // --- herald: replay and metrics --------------------------------------------------------------

@@ -91,8 +91,13 @@ export const messageRoutes =
         const { application, message } = await loadMessage(request.actor, request.params);
         const attemptId = request.params.attempt_id;
         await db.transaction(async (tx) => {
-          if (!(await expungeAttemptResponse(tx, application.id, message.id, attemptId))) {
-            throw notFound('attempt');
+          const expunged = await expungeAttemptResponse(tx, application.id, message.id, attemptId);
+          if (expunged === 'not_found') throw notFound('attempt');
+          if (expunged === 'in_flight') {
+            throw new HeraldError(
+              'conflict',
+              'the attempt is in flight: its response is not in yet; expunge it once the attempt has finished',
+            );
           }
           await recordAudit(tx, {
             actor: request.actor.id,
