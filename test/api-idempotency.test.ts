@@ -7,12 +7,14 @@
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import { buildApi } from '../src/api/server.ts';
 import { loadConfig } from '../src/config.ts';
 import { forgetOldAnswers } from '../src/db/api-idempotency.ts';
 import { createHerald, createLogger } from '../src/herald.ts';
 import { createApp, publishVia } from './support/fixtures.ts';
 import { ADMIN_KEY, MASTER_KEY, startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { waitFor } from './support/wait.ts';
 
 const EP_URL = 'https://hooks.example.com/orders';
 let t: TestHerald;
@@ -159,7 +161,10 @@ test('answers are forgotten after a day, every one of them: the key then runs ag
     `update api_idempotency set created_at = now() - interval '25 hours' where key like 'day-old%'`,
   );
   // Batches of one: all the old answers go, not just a first batch.
-  assert.equal(await forgetOldAnswers(t.database.db, 1), 2);
+  assert.deepEqual(await forgetOldAnswers(t.database.db, { until: Number.POSITIVE_INFINITY, batch: 1 }), {
+    forgotten: 2,
+    behind: false,
+  });
   const again = await post(`/api/v1/app/${app}/endpoint`, { url }, 'day-old');
   assert.equal(again.status, 201);
   assert.equal(again.replayed, false);
@@ -223,5 +228,34 @@ test('a repeat after the master key was rotated still replays: the kept digest i
   } finally {
     await api.close();
     await rotated.close();
+  }
+});
+
+test("old answers are forgotten by the worker even while retention fails: retention's failure does not skip them", async () => {
+  const other = await startTestHerald('api_idempotency_forget', {
+    worker: false,
+    env: { HERALD_DB_QUERY_TIMEOUT_MS: '1000' },
+  });
+  const locker = new pg.Client({ connectionString: other.database.url });
+  await locker.connect();
+  try {
+    await other.database.db.query(
+      `insert into api_idempotency (scope, key, request_sha256, created_at)
+       values ('someone POST /x', 'day-old', '\\x00', now() - interval '25 hours')`,
+    );
+    // Payload expiry, retention's first step, waits on this lock past the query deadline and fails.
+    await locker.query('begin');
+    await locker.query('lock table message in access exclusive mode');
+    await other.herald.startWorker();
+    await waitFor(
+      'the day-old answer forgotten',
+      async () =>
+        (await other.database.db.query(`select 1 from api_idempotency where key = 'day-old'`)).rowCount === 0,
+      15_000,
+    );
+  } finally {
+    await locker.query('rollback').catch(() => {});
+    await locker.end();
+    await other.close();
   }
 });

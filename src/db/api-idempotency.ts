@@ -1,5 +1,6 @@
 // The answers kept for the API's idempotency keys (migration 0025).
 
+import { steadyNow } from '../domain/steady-clock.ts';
 import type { Queryable } from './port.ts';
 
 export interface KeptAnswer {
@@ -56,10 +57,15 @@ export async function keepAnswer(
 }
 
 /**
- * Forgets every answer kept longer than KEPT_FOR_HOURS, `batch` at a time (short transactions);
- * returns how many.
+ * Forgets the answers kept longer than KEPT_FOR_HOURS, `batch` at a time (short transactions),
+ * until none is left or the steady clock passes `until`; returns how many, and whether some are
+ * left (the next maintenance pass goes on).
  */
-export async function forgetOldAnswers(db: Queryable, batch = 1000): Promise<number> {
+export async function forgetOldAnswers(
+  db: Queryable,
+  options: { until: number; batch?: number },
+): Promise<{ forgotten: number; behind: boolean }> {
+  const batch = options.batch ?? 1000;
   let forgotten = 0;
   for (;;) {
     const result = await db.query(
@@ -69,6 +75,7 @@ export async function forgetOldAnswers(db: Queryable, batch = 1000): Promise<num
       [KEPT_FOR_HOURS, batch],
     );
     forgotten += result.rowCount;
-    if (result.rowCount < batch) return forgotten;
+    if (result.rowCount < batch) return { forgotten, behind: false };
+    if (steadyNow() >= options.until) return { forgotten, behind: true };
   }
 }

@@ -173,6 +173,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let lastReleaseHeld = 0;
   /** The last retention pass ran out of time with work left: the next maintenance pass goes on. */
   let retentionBehind = false;
+  /** So did the last forgetting of old idempotency answers. */
+  let answersBehind = false;
   /** Dead due rows that the last VACUUM left (see vacuumDueDeliveries). */
   let dueDeadLeft = 0;
 
@@ -436,9 +438,13 @@ export function createWorker(options: WorkerOptions): Worker {
         log.debug({ deadLeft: left }, 'vacuumed the due deliveries');
       }
     });
-    if (retentionBehind || Date.now() - lastRetention >= RETENTION_EVERY_MS) {
-      lastRetention = Date.now();
+    // On the steady clock: a step back of the wall clock must not hold retention off for as long.
+    if (retentionBehind || answersBehind || steadyNow() - lastRetention >= RETENTION_EVERY_MS) {
+      lastRetention = steadyNow();
       await step('retention', retain);
+      // A step of its own: retention failing (a long walk past the query deadline) must not keep
+      // the kept answers growing.
+      await step('forgetting old idempotency answers', forgetAnswers);
     }
   }
 
@@ -484,7 +490,11 @@ export function createWorker(options: WorkerOptions): Worker {
     if (pass.claims > 0)
       log.info({ count: pass.claims }, 'pruned inbound claims of pruned messages past the history retention');
     if (pass.behind) log.info('retention is behind; the next maintenance pass goes on');
-    const forgotten = await forgetOldAnswers(db);
+  }
+
+  async function forgetAnswers(): Promise<void> {
+    const { forgotten, behind } = await forgetOldAnswers(db, { until: steadyNow() + RETENTION_BUDGET_MS });
+    answersBehind = behind;
     if (forgotten > 0) log.info({ count: forgotten }, 'forgot the answers of old idempotency keys');
   }
 
