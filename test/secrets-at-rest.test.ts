@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
-import { createSecretBox } from '../src/crypto/secret-box.ts';
+import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
 import { revealSecret } from '../src/engine/endpoints.ts';
 import { reencryptSecrets } from '../src/ops/reencrypt.ts';
@@ -133,6 +133,49 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   assert.equal(onlyNew.open(sealedSource, source.body.id), sourceSecret);
   assert.throws(() => onlyOld.open(sealedEndpoint, ep), /unknown key/);
   assert.throws(() => onlyOld.open(sealedSource, source.body.id), /unknown key/);
+});
+
+test('a re-encryption stopped midway has recorded every secret it re-encrypted', async () => {
+  const app = await createApp(t, 'rekey-stopped');
+  for (const n of [1, 2, 3]) await createEndpoint(t, app, { url: `${receiver.url}/stopped-${n}` });
+  const ring = createSecretBox([
+    Buffer.alloc(32, 11),
+    Buffer.alloc(32, 9),
+    Buffer.from(MASTER_KEY, 'base64'),
+  ]);
+  let seals = 0;
+  // The run stops at its third new ciphertext, as a Ctrl-C or a crash would stop it.
+  const stopping: SecretBox = {
+    ...ring,
+    seal: (plaintext, aad) => {
+      if (++seals > 2) throw new Error('stopped');
+      return ring.seal(plaintext, aad);
+    },
+  };
+  await assert.rejects(reencryptSecrets(t.database.db, stopping, 'cli', 1), /stopped/);
+  const rows = await t.database.db.query<{ id: number; sealed: Buffer }>(
+    'select id::int as id, sealed from endpoint_secret order by id',
+  );
+  const moved = rows.rows.filter((r) => {
+    try {
+      return ring.keyIdOf(Buffer.from(r.sealed)) === ring.currentKeyId;
+    } catch {
+      return false;
+    }
+  });
+  assert.equal(moved.length, 2, 'two secrets re-encrypted before the stop');
+  const entries = await t.database.db.query<{ details: { table: string; fromId: number; toId: number } }>(
+    `select details from audit_entry where action = 'keys.reencrypted_batch' and target_id = $1`,
+    [ring.currentKeyId],
+  );
+  for (const row of moved) {
+    assert.ok(
+      entries.rows.some(
+        ({ details: d }) => d.table === 'endpoint_secret' && d.fromId <= row.id && row.id <= d.toId,
+      ),
+      `secret ${row.id} re-encrypted with no audit entry`,
+    );
+  }
 });
 
 test('delivery keeps signing with a secret re-encrypted under the previous-keys ring', async () => {

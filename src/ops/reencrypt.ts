@@ -6,7 +6,7 @@
 
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { recordAudit } from '../db/audit.ts';
-import type { Queryable } from '../db/port.ts';
+import type { Db } from '../db/port.ts';
 import { resealSecret, SEALED_TABLES, type SealedTable, sealedSecretsAfter } from '../db/sealed-secrets.ts';
 
 export interface ReencryptReport {
@@ -20,9 +20,13 @@ export interface ReencryptReport {
   }[];
 }
 
-/** Re-encrypts, then records the run (by `actorId`) with what it did in the audit log. */
+/**
+ * Re-encrypts, then records the run (by `actorId`) with what it did in the audit log. Each batch's
+ * new ciphertexts commit together with an entry of their own (`keys.reencrypted_batch`): a run
+ * stopped midway (Ctrl-C, a crash, the database gone) leaves no re-encrypted secret unrecorded.
+ */
 export async function reencryptSecrets(
-  db: Queryable,
+  db: Db,
   box: SecretBox,
   actorId: string,
   batch = 500,
@@ -34,6 +38,7 @@ export async function reencryptSecrets(
     for (let after = 0; ; ) {
       const rows = await sealedSecretsAfter(db, sealedTable, after, batch);
       if (rows.length === 0) break;
+      const resealed: { id: number; previous: Buffer; sealed: Buffer }[] = [];
       for (const row of rows) {
         counts.examined++;
         let plaintext: string;
@@ -46,9 +51,29 @@ export async function reencryptSecrets(
           counts.unreadable.push(row.id);
           continue;
         }
-        const resealed = box.seal(plaintext, row.ownerId);
-        if (await resealSecret(db, sealedTable, row.id, row.sealed, resealed)) counts.reencrypted++;
+        resealed.push({ id: row.id, previous: row.sealed, sealed: box.seal(plaintext, row.ownerId) });
       }
+      counts.reencrypted += await db.transaction(async (tx) => {
+        let swapped = 0;
+        for (const r of resealed)
+          if (await resealSecret(tx, sealedTable, r.id, r.previous, r.sealed)) swapped++;
+        if (swapped > 0) {
+          await recordAudit(tx, {
+            actor: actorId,
+            action: 'keys.reencrypted_batch',
+            appId: null,
+            targetType: 'master_key',
+            targetId: box.currentKeyId,
+            details: {
+              table: sealedTable.table,
+              reencrypted: swapped,
+              fromId: rows[0]!.id,
+              toId: rows.at(-1)!.id,
+            },
+          });
+        }
+        return swapped;
+      });
       after = rows.at(-1)!.id;
     }
   }
