@@ -1076,6 +1076,23 @@ describe('a message whose payload is gone', () => {
     const bare = await t.call('GET', `/api/v1/app/${app}/msg/${id}?with_content=false`);
     assert.deepEqual(bare.body.payload, {});
   });
+
+  test('expunged, it keeps no digest of its content; a repeat of its idempotency key gets the message', async () => {
+    const app = await createApp(t, 'expunged-keyed');
+    const body = { eventType: 'e', payload: { pin: '4321' } };
+    const key = { 'idempotency-key': 'expunge-me' };
+    const first = await t.call('POST', `/api/v1/app/${app}/msg`, body, key);
+    assert.equal(first.status, 202, JSON.stringify(first.body));
+    assert.equal((await t.call('DELETE', `/api/v1/app/${app}/msg/${first.body.id}/content`)).status, 204);
+    // A plain SHA-256 of the request would let a reader of the table test guesses of the PIN.
+    const stored = await t.database.db.query('select request_hash from message where id = $1', [
+      first.body.id,
+    ]);
+    assert.equal(stored.rows[0]!.request_hash, null);
+    const again = await t.call('POST', `/api/v1/app/${app}/msg`, body, key);
+    assert.equal(again.status, 202, JSON.stringify(again.body));
+    assert.equal(again.body.id, first.body.id);
+  });
 });
 
 describe('resending a delivery in flight', () => {

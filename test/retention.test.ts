@@ -69,7 +69,12 @@ test('the retention period comes from the message, else the app, else 90 days', 
 test('an expired payload is removed; the history stays and reads as {"expired": true}, as in Svix', async () => {
   await t.call('POST', '/api/v1/app', { name: 'old', uid: 'old' });
   const ep = await createEndpoint(t, 'old', { url: `${receiver.url}/old` });
-  const msg = await publishVia(t, 'old', { eventType: 'e', payload: { secret: 'customer data' } });
+  const msg = await publishVia(
+    t,
+    'old',
+    { eventType: 'e', payload: { secret: 'customer data' } },
+    { 'idempotency-key': 'old-1' },
+  );
   await waitFor('the delivery', async () => {
     const rows = await t.database.db.query(
       `select 1 from delivery where message_id = $1 and state = 'succeeded'`,
@@ -82,11 +87,12 @@ test('an expired payload is removed; the history stays and reads as {"expired": 
     [msg],
   );
   assert.ok((await expireOldPayloads(t.database.db)) >= 1);
-  const stored = await t.database.db.query<{ payload: string | null }>(
-    'select payload from message where id = $1',
+  const stored = await t.database.db.query<{ payload: string | null; request_hash: string | null }>(
+    'select payload, request_hash from message where id = $1',
     [msg],
   );
   assert.equal(stored.rows[0]!.payload, null);
+  assert.equal(stored.rows[0]!.request_hash, null, 'no digest of the content is kept either');
   const got = await t.call('GET', `/api/v1/app/old/msg/${msg}`);
   assert.deepEqual(got.body.payload, { expired: true });
   const attempts = await t.call('GET', `/api/v1/app/old/attempt/endpoint/${ep}`);

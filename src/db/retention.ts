@@ -132,7 +132,7 @@ export async function pruneOldClaims(db: Queryable, days: number, batch = RETENT
  */
 export async function expireOldPayloads(db: Queryable, batch = RETENTION_BATCH): Promise<number> {
   const result = await db.query(
-    `update message set payload = null
+    `update message set payload = null, request_hash = null
       where id in (select id from message where payload is not null and payload_expires_at < now()
                     order by payload_expires_at limit $1 for update skip locked)`,
     [batch],
