@@ -121,6 +121,60 @@ describe('signing', () => {
   });
 });
 
+describe('while a request is out', () => {
+  test('the worker holds no transaction and no lock (invariant 3): its claim committed before the send', async () => {
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let arrived = 0;
+    const held = http.createServer((req, res) => {
+      arrived++;
+      req.resume();
+      void released.then(() => res.writeHead(204).end());
+    });
+    held.listen(0, '127.0.0.1');
+    await new Promise((resolve) => held.once('listening', resolve));
+    try {
+      const app = await createApp(t, 'held-out');
+      const ep = await createEndpoint(t, app, {
+        url: `http://127.0.0.1:${(held.address() as AddressInfo).port}/held`,
+      });
+      const msg = await publishVia(t, app, { eventType: 'e', payload: { held: true } });
+      await waitFor('the request to arrive', () => arrived === 1);
+      // Held for a while: a transaction that lived across the send would be as old as the request.
+      await waitFor('the request to be out for 300 ms', async () => {
+        const { rows } = await t.database.db.query<{ out: boolean }>(
+          `select now() - started_at > interval '300 ms' as out from attempt where message_id = $1`,
+          [msg],
+        );
+        return rows[0]?.out === true;
+      });
+      const open = await t.database.db.query<{ state: string; query: string }>(
+        `select state, query from pg_stat_activity
+          where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid()
+            and xact_start < now() - interval '200 ms'`,
+      );
+      assert.deepEqual(open.rows, [], 'no transaction open across the send');
+      const locks = await t.database.db.query<{ relname: string }>(
+        `select c.relname from pg_locks l join pg_class c on c.oid = l.relation
+          where l.database = (select oid from pg_database where datname = current_database())
+            and l.pid <> pg_backend_pid() and c.relname in ('delivery', 'delivery_lease', 'endpoint', 'attempt')`,
+      );
+      assert.deepEqual(locks.rows, [], 'no lock held on the delivery tables across the send');
+      release();
+      await waitFor(
+        'the delivery to succeed',
+        async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
+      );
+    } finally {
+      release();
+      held.closeAllConnections();
+      held.close();
+    }
+  });
+});
+
 describe('retries', () => {
   test('failures are retried with the same webhook-id until success; bodies are stored truncated', async () => {
     behaviour.set('/retry', (n) =>
