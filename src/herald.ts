@@ -21,6 +21,7 @@ import {
   preparingQueryable,
   type Queryable,
 } from './db/port.ts';
+import { RETRY_JITTER } from './domain/retry-policy.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
 import { ConfigError, HeraldError } from './errors.ts';
@@ -243,7 +244,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     db,
     config,
     box,
-    policy: { schedule: config.retrySchedule, jitter: 0.2 },
+    policy: { schedule: config.retrySchedule, jitter: RETRY_JITTER },
     addressPolicy,
     log,
     metrics,

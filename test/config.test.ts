@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
+import { RETRY_JITTER } from '../src/domain/retry-policy.ts';
 import { createHerald } from '../src/herald.ts';
 import { testEnv } from './support/herald.ts';
 
@@ -118,4 +119,13 @@ test('the pooler settings: a flag is true or false; the LISTEN URL is a postgres
       .listenDatabaseUrl,
     'postgres://postgres@127.0.0.1:5432/test',
   );
+});
+
+test("invariant 8's budgets are the defaults: 8 attempts a cycle on the documented schedule, ±20 % jitter, disabled after 5 known failures", () => {
+  const { HERALD_RETRY_SCHEDULE: _schedule, ...defaults } = base;
+  const config = loadConfig(defaults);
+  // Immediately, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
+  assert.deepEqual(config.retrySchedule, [5, 300, 1800, 7200, 18_000, 36_000, 36_000]);
+  assert.equal(config.disableAfterFailures, 5);
+  assert.equal(RETRY_JITTER, 0.2);
 });

@@ -28,7 +28,8 @@ const behaviour = new Map<
 >();
 
 before(async () => {
-  t = await startTestHerald('delivery', { env: { HERALD_DISABLE_AFTER_FAILURES: '5' } });
+  // HERALD_DISABLE_AFTER_FAILURES left at its default (5), which the tests below rely on.
+  t = await startTestHerald('delivery');
   receiver = await startReceiver((request) => {
     const decide = behaviour.get(request.path) ?? (() => ({ status: 204 }));
     const seen = receiver.requests.filter((r) => r.path === request.path).length;

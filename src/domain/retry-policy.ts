@@ -1,5 +1,8 @@
 // When to try a delivery again. Pure: the clock and the randomness are passed in.
 
+/** Each wait is spread within ±20 % of its nominal value (DESIGN.md, invariant 8). */
+export const RETRY_JITTER = 0.2;
+
 export interface RetryPolicy {
   /** Seconds to wait after attempt n (1-based) before attempt n + 1. */
   readonly schedule: readonly number[];
