@@ -605,6 +605,29 @@ describe('sender: sent or not sent', () => {
     }
   });
 
+  it('one deadline spans the lookup and the response: each within it alone, together past it, is a timeout', async () => {
+    // 250 ms to resolve and 250 ms to answer, under a 400 ms deadline: a deadline per phase would
+    // let this request through.
+    const slow = http.createServer((_req, res) => {
+      setTimeout(() => res.writeHead(204).end(), 250);
+    });
+    const port = await listen(slow);
+    const sender = senderFor({
+      timeoutMs: 400,
+      resolve: () =>
+        new Promise((resolve) => setTimeout(() => resolve([{ address: '127.0.0.1', family: 4 }]), 250)),
+    });
+    try {
+      const result = await sender.send({ url: `http://slow-both.test:${port}/`, headers: {}, body: '{}' });
+      assert.equal(result.responseClass, 'timeout', JSON.stringify(result));
+      assert.equal(result.requestSent, true);
+      assert.ok(result.durationMs < 1000, `took ${result.durationMs} ms`);
+    } finally {
+      await sender.close();
+      await shut(slow);
+    }
+  });
+
   it('lets a literal private address through only when allow-listed', async () => {
     let received = 0;
     const server = http.createServer((_req, res) => {
