@@ -60,6 +60,69 @@ describe('the subscription snapshot', () => {
       [msg, disabled],
     );
     assert.equal(waiting.rows[0]!.state, 'pending', 'the disabled endpoint’s delivery waits');
+    // Still no backfill once the workers have run: the late endpoint got no delivery, no request.
+    assert.equal(await count('from delivery where message_id = $1 and endpoint_id = $2', [msg, late]), 0);
+    assert.equal(receiver.requests.filter((r) => r.path === '/e').length, 0);
+  });
+
+  test('the message, its deliveries and its audit entry commit together: any refused, or the commit failing, answers no 202 and leaves none', async () => {
+    // Each event type is refused at one step: the delivery's insert, the audit entry's, the commit.
+    await t.database.db.query(
+      `create function test_refuse_publish_part() returns trigger language plpgsql as $$
+       declare kind text; refused text;
+       begin
+         if tg_table_name = 'delivery' then
+           kind := (select event_type from message where id = new.message_id);
+           refused := 'refused.delivery';
+         elsif tg_table_name = 'audit_entry' then
+           kind := (select event_type from message where id = new.target_id);
+           refused := 'refused.audit';
+         else
+           kind := new.event_type;
+           refused := 'refused.commit';
+         end if;
+         if kind = refused then
+           raise exception 'refused for the test' using errcode = '23514';
+         end if;
+         return new;
+       end $$`,
+    );
+    await t.database.db.query(
+      'create trigger test_refuse_delivery before insert on delivery for each row execute function test_refuse_publish_part()',
+    );
+    await t.database.db.query(
+      'create trigger test_refuse_audit before insert on audit_entry for each row execute function test_refuse_publish_part()',
+    );
+    // Checked at the commit, after every statement of the publish went through.
+    await t.database.db.query(
+      `create constraint trigger test_refuse_commit after insert on message deferrable initially deferred
+       for each row execute function test_refuse_publish_part()`,
+    );
+    try {
+      const app = await createApp(t, 'all-or-nothing');
+      await createEndpoint(t, app, { url: `${receiver.url}/all-or-nothing` });
+      for (const eventType of ['refused.delivery', 'refused.audit', 'refused.commit']) {
+        const answer = await t.call('POST', `/api/v1/app/${app}/msg`, { eventType, payload: {} });
+        assert.notEqual(answer.status, 202, `${eventType}: ${JSON.stringify(answer.body)}`);
+        assert.equal(await count('from message where event_type = $1', [eventType]), 0, eventType);
+      }
+      assert.equal(
+        await count(
+          `from audit_entry where action = 'message.created' and app_id = (select id from app where uid = $1)`,
+          ['all-or-nothing'],
+        ),
+        0,
+      );
+      assert.equal(
+        await count('from delivery d join app a on a.id = d.app_id where a.uid = $1', ['all-or-nothing']),
+        0,
+      );
+    } finally {
+      await t.database.db.query('drop trigger test_refuse_delivery on delivery');
+      await t.database.db.query('drop trigger test_refuse_audit on audit_entry');
+      await t.database.db.query('drop trigger test_refuse_commit on message');
+      await t.database.db.query('drop function test_refuse_publish_part()');
+    }
   });
 });
 
