@@ -356,7 +356,10 @@ test("a stale lease's result and its delivery's live one, handed over together: 
   const other = claimed.find((c) => c.deliveryId !== stale.deliveryId);
   assert.ok(live && other, JSON.stringify(claimed.map((c) => c.deliveryId)));
 
-  const finalizer = createFinalizer({ db: database.db, disableAfter: 5, log: pino({ level: 'silent' }) });
+  // What the finalizer logs, kept: a discarded result is logged (invariant 5), once.
+  const logged: { msg: string; deliveryId?: string }[] = [];
+  const log = pino({ level: 'warn' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+  const finalizer = createFinalizer({ db: database.db, disableAfter: 5, log });
   const first = finalizer.record(attemptResult(other), other.leaseEndsBy);
   const [staleRecorded, liveRecorded] = await Promise.all([
     finalizer.record(attemptResult(stale), stale.leaseEndsBy),
@@ -365,4 +368,11 @@ test("a stale lease's result and its delivery's live one, handed over together: 
   assert.equal((await first).outcome?.recorded, true);
   assert.equal(staleRecorded.outcome?.recorded, false, 'the stale lease is fenced off, and told so');
   assert.equal(liveRecorded.outcome?.recorded, true, 'the live lease is recorded, and told so');
+  assert.deepEqual(
+    logged
+      .filter((l) => l.msg === 'lease lost before the outcome was recorded; result discarded')
+      .map((l) => l.deliveryId),
+    [stale.deliveryId],
+    'the discarded result is logged, once, and only it',
+  );
 });
