@@ -302,7 +302,9 @@ const logsOf = (proc: HeraldProcess, msg: string) => proc.logs.filter((r) => r.m
 const metricsUrlOf = (p: StartedHerald) =>
   String(p.proc.logs.find((r) => r.msg === 'herald started')?.['metrics']);
 
-test('3 workers and 2 APIs on one database: a worker killed mid-run, every delivery once per attempt', async () => {
+test('3 workers and 2 APIs on one database: a worker killed mid-run, every delivery once per attempt', {
+  timeout: 300_000,
+}, async () => {
   const t0 = Date.now();
   const env = testEnv(database.url, ENV);
   const startWorker = (name: string) => startHerald('worker', env, { name });

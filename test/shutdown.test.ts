@@ -130,12 +130,17 @@ test('an attempt that outlives the grace period still has its outcome recorded b
 
 test('a stopping worker sends nothing more: requests still waiting for their origin are given back unsent', async () => {
   // One connection to an origin that four endpoints share, and a receiver that answers each
-  // request 1.5 s after it arrives: when the stop begins, one request is out and three wait for
-  // the connection. The stop's grace (200 ms) ends long before the request out is answered.
-  const slow = await startSlowReceiver();
+  // request 6 s after it arrives: when the stop begins, one request is out and three wait for
+  // the connection. The stop's grace (200 ms) ends long before the request out is answered, with
+  // seconds to spare for a loaded machine to see all four leased and begin the stop.
+  const slow = await startSlowReceiver(6000);
   const s = await startTestHerald('shutdown_waiting', {
     worker: false,
-    env: { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '30' },
+    env: {
+      HERALD_CONNECTIONS_PER_ORIGIN: '1',
+      HERALD_LEASE_SECONDS: '30',
+      HERALD_ATTEMPT_TIMEOUT_MS: '15000',
+    },
   });
   try {
     const app = await createApp(s, 'waiting');
@@ -176,8 +181,8 @@ test('a stopping worker sends nothing more: requests still waiting for their ori
 
 test('the grace counts from the stop: a maintenance pass still running spends it instead of extending it', async () => {
   // A request out for 20 s, and the worker's maintenance pass held behind a lock when the stop
-  // begins; the lock goes 1.5 s later, when the 1.5 s grace is over. A grace that began only
-  // once maintenance had ended would keep the stop going until 3 s.
+  // begins; the lock goes 3 s later, when the 3 s grace is over. A grace that began only once
+  // maintenance had ended would keep the stop going until 6 s.
   const slow = await startSlowReceiver(20_000);
   const s = await startTestHerald('shutdown_grace', {
     worker: false,
@@ -198,12 +203,12 @@ test('the grace counts from the stop: a maintenance pass still running spends it
     await waitForLockWaiter(s.database.db, ['herald_tend_deferred', 'herald_recover_expired_leases'], 30_000);
 
     const began = Date.now();
-    const stopped = worker.stop(1500);
-    await sleep(1500);
+    const stopped = worker.stop(3000);
+    await sleep(3000);
     await locker.query('rollback');
     await stopped;
     const tookMs = Date.now() - began;
-    assert.ok(tookMs < 2500, `the stop took ${tookMs} ms with a grace of 1500`);
+    assert.ok(tookMs < 4500, `the stop took ${tookMs} ms with a grace of 3000`);
   } finally {
     await locker.end();
     await slow.close();
@@ -212,11 +217,21 @@ test('the grace counts from the stop: a maintenance pass still running spends it
 });
 
 test('Ctrl-C under npm start (the signal twice at once) stops gracefully; a second signal a second later stops at once', async () => {
-  const slow = await startSlowReceiver(2500);
+  // Each request is answered 5 s after it arrives: the second is still out when the second
+  // signal comes, a second and a log line after the first, with room for a loaded machine.
+  const slow = await startSlowReceiver(5000);
   try {
     const app = await createApp(t, 'double-signal');
     await createEndpoint(t, app, { url: `${slow.origin}/slow` });
-    const start = () => startHerald('worker', testEnv(t.database.url, { LOG_LEVEL: 'info' }));
+    const start = () =>
+      startHerald(
+        'worker',
+        testEnv(t.database.url, {
+          LOG_LEVEL: 'info',
+          HERALD_LEASE_SECONDS: '30',
+          HERALD_ATTEMPT_TIMEOUT_MS: '15000',
+        }),
+      );
     let worker = await start();
     const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
     await waitFor('the request to arrive', () => slow.arrived === 1);
