@@ -10,6 +10,8 @@ export const ERRORS = {
   not_found: { status: 404, code: 'not_found' },
   method_not_allowed: { status: 405, code: 'method_not_allowed' },
   conflict: { status: 409, code: 'conflict' },
+  // As Svix answers a rotation past its limit of old secrets still signing.
+  limit_reached: { status: 400, code: 'limit_reached' },
   idempotency_conflict: { status: 409, code: 'idempotency_conflict' },
   payload_expired: { status: 409, code: 'payload_expired' },
   payload_too_large: { status: 413, code: 'payload_too_large' },

@@ -647,6 +647,28 @@ describe('svix SDK against herald', () => {
     assert.equal((await svix.endpoint.getSecret('rot-app', created.id)).key, chosen);
   });
 
+  test('rotateSecret past 5 previous secrets still signing is refused 400 limit_reached, as in Svix; rotating goes on once their grace ends', async () => {
+    await svix.application.create({ name: 'Rotation limit', uid: 'rot-limit' });
+    const endpoint = await svix.endpoint.create('rot-limit', { url: `${receiver.url}/rotate-limit` });
+    for (let n = 0; n < 5; n++) await svix.endpoint.rotateSecret('rot-limit', endpoint.id);
+    const current = (await svix.endpoint.getSecret('rot-limit', endpoint.id)).key;
+    const refused = await rejectsWith(400, () => svix.endpoint.rotateSecret('rot-limit', endpoint.id));
+    assert.equal((refused.body as { code: string }).code, 'limit_reached');
+    assert.equal((await svix.endpoint.getSecret('rot-limit', endpoint.id)).key, current, 'nothing rotated');
+    // The grace of three of them ends; they go at the next rotation, which goes through.
+    await t.database.db.query(
+      `update endpoint_secret set expires_at = now() - interval '1 second'
+        where id in (select id from endpoint_secret where endpoint_id = $1 and expires_at is not null order by id limit 3)`,
+      [endpoint.id],
+    );
+    await svix.endpoint.rotateSecret('rot-limit', endpoint.id);
+    const kept = await t.database.db.query<{ n: number }>(
+      'select count(*)::int as n from endpoint_secret where endpoint_id = $1',
+      [endpoint.id],
+    );
+    assert.equal(kept.rows[0]!.n, 4, 'the current secret and three previous ones; the ended three are gone');
+  });
+
   test('recover: failed deliveries start again and succeed', async () => {
     await svix.application.create({ name: 'Recover', uid: 'rec-app' });
     const endpoint = await svix.endpoint.create('rec-app', { url: `${receiver.url}/recover` });

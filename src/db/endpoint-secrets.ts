@@ -47,13 +47,32 @@ export async function liveSecrets(
   return byEndpoint;
 }
 
+/**
+ * Previous secrets still signing beside the current one, at most (Svix's limit): each adds a
+ * signature to every request, and a header grown past what receivers take (8 KiB a line for
+ * nginx) would be refused, until the endpoint is disabled for it.
+ */
+export const MAX_PREVIOUS_SECRETS = 5;
+
+/**
+ * Makes `sealed` the current secret; the current one signs on for `graceSeconds`. Refused (false)
+ * when MAX_PREVIOUS_SECRETS still sign. Rotations of one endpoint take turns (its row locked),
+ * and the secrets whose grace has ended go.
+ */
 export async function rotateSecret(
   db: Queryable,
   appId: string,
   endpointId: string,
   sealed: Buffer,
   graceSeconds: number,
-): Promise<void> {
+): Promise<boolean> {
+  await db.query('select 1 from endpoint where id = $1 for no key update', [endpointId]);
+  await db.query('delete from endpoint_secret where endpoint_id = $1 and expires_at <= now()', [endpointId]);
+  const previous = await db.query<{ n: number }>(
+    'select count(*)::int as n from endpoint_secret where endpoint_id = $1 and expires_at is not null',
+    [endpointId],
+  );
+  if (previous.rows[0]!.n >= MAX_PREVIOUS_SECRETS) return false;
   await db.query(
     `update endpoint_secret set expires_at = now() + make_interval(secs => $2)
       where endpoint_id = $1 and expires_at is null`,
@@ -64,4 +83,5 @@ export async function rotateSecret(
     'update endpoint set secret_version = secret_version + 1, updated_at = now() where id = $1',
     [endpointId],
   );
+  return true;
 }

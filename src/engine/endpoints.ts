@@ -5,7 +5,12 @@ import { urlOrigin } from '../config.ts';
 import type { AppRow } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import { liftEndpointPause } from '../db/deliveries.ts';
-import { currentSecret, insertCurrentSecret, rotateSecret } from '../db/endpoint-secrets.ts';
+import {
+  currentSecret,
+  insertCurrentSecret,
+  MAX_PREVIOUS_SECRETS,
+  rotateSecret,
+} from '../db/endpoint-secrets.ts';
 import {
   type EndpointFields,
   type EndpointRow,
@@ -16,7 +21,7 @@ import {
   updateEndpoint,
 } from '../db/endpoints.ts';
 import type { Queryable } from '../db/port.ts';
-import { invalidField, notFound } from '../errors.ts';
+import { HeraldError, invalidField, notFound } from '../errors.ts';
 import { emitEndpointEvent } from '../ops/operational-webhooks.ts';
 import type { EndpointIn, EndpointPatch, EndpointUpdate } from '../schemas/svix.ts';
 import { checkDestination } from '../sender/send.ts';
@@ -219,13 +224,19 @@ export async function rotateEndpointSecret(
   graceSeconds: number | null,
 ): Promise<void> {
   const secret = newSecret ?? generateEndpointSecret();
-  await rotateSecret(
+  const rotated = await rotateSecret(
     tx,
     endpoint.appId,
     endpoint.id,
     core.box.seal(secret, endpoint.id),
     graceSeconds ?? DEFAULT_GRACE_SECONDS,
   );
+  if (!rotated) {
+    throw new HeraldError(
+      'limit_reached',
+      `${MAX_PREVIOUS_SECRETS} previous secrets still sign this endpoint's requests; rotate again once the grace period of the oldest has ended`,
+    );
+  }
   await audit(tx, actor, 'endpoint.secret_rotated', endpoint, {
     graceSeconds: graceSeconds ?? DEFAULT_GRACE_SECONDS,
   });
