@@ -122,6 +122,39 @@ describe('signing', () => {
   });
 });
 
+describe('endpoint headers', () => {
+  test('two header PATCHes at once each keep what the other set', async () => {
+    const app = await createApp(t, 'headers-at-once');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/headers-at-once` });
+    const locker = new pg.Client({ connectionString: t.database.url });
+    await locker.connect();
+    try {
+      // Both PATCHes wait behind this lock on the endpoint's row, having read it before.
+      await locker.query('begin');
+      await locker.query('select 1 from endpoint where id = $1 for update', [ep]);
+      const path = `/api/v1/app/${app}/endpoint/${ep}/headers`;
+      const patches = [
+        t.call('PATCH', path, { headers: { 'X-A': 'a' } }),
+        t.call('PATCH', path, { headers: { 'X-B': 'b' } }),
+      ];
+      await waitFor('both PATCHes to wait for the lock', async () => {
+        const { rows } = await t.database.db.query<{ n: number }>(
+          `select count(*)::int as n from pg_stat_activity
+            where datname = current_database() and wait_event_type = 'Lock' and query ilike '%endpoint%'`,
+        );
+        return rows[0]!.n >= 2;
+      });
+      await locker.query('rollback');
+      for (const answer of await Promise.all(patches))
+        assert.equal(answer.status, 204, JSON.stringify(answer.body));
+    } finally {
+      await locker.end();
+    }
+    const headers = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/headers`);
+    assert.deepEqual(headers.body.headers, { 'X-A': 'a', 'X-B': 'b' });
+  });
+});
+
 describe('while a request is out', () => {
   test('the worker holds no transaction and no lock (invariant 3): its claim committed before the send', async () => {
     let release!: () => void;

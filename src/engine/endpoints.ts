@@ -260,7 +260,7 @@ export function validateHeaders(headers: Record<string, string | null>): void {
  * An endpoint's headers with a PATCH's applied: a name set or removed replaces every spelling of
  * it (`authorization` replaces `Authorization`), as header names are case-insensitive on the wire.
  */
-export function mergeHeaders(
+function mergeHeaders(
   current: Record<string, string>,
   changes: Record<string, string | null>,
   deletions: readonly string[],
@@ -271,6 +271,23 @@ export function mergeHeaders(
   );
   for (const [name, value] of Object.entries(changes)) if (value !== null) merged[name] = value;
   return merged;
+}
+
+/**
+ * Sets and removes some of an endpoint's headers, merged into the headers it has under its row
+ * lock: two changes at once each keep what the other set, where a merge into the row read before
+ * the transaction lost the first one's.
+ */
+export async function patchHeaders(
+  tx: Queryable,
+  actor: Actor,
+  endpoint: EndpointRow,
+  set: Record<string, string | null>,
+  remove: readonly string[],
+): Promise<void> {
+  const current = await lockEndpoint(tx, endpoint.id);
+  if (!current) throw notFound('endpoint');
+  await replaceHeaders(tx, actor, current, mergeHeaders(current.headers, set, remove));
 }
 
 export async function replaceHeaders(

@@ -11,7 +11,7 @@ import {
   checkNewUrl,
   createEndpoint,
   keepHeraldOwn,
-  mergeHeaders,
+  patchHeaders,
   patchToUpdate,
   replaceEndpoint,
   replaceHeaders,
@@ -228,8 +228,9 @@ export const endpointRoutes =
         const input = parseOrThrow(EndpointHeadersPatchIn, request.body);
         validateHeaders(input.headers);
         const { endpoint } = await load(request.actor, request.params);
-        const merged = mergeHeaders(endpoint.headers, input.headers, input.deleteHeaders ?? []);
-        await db.transaction((tx) => replaceHeaders(tx, request.actor, endpoint, merged));
+        await db.transaction((tx) =>
+          patchHeaders(tx, request.actor, endpoint, input.headers, input.deleteHeaders ?? []),
+        );
         return reply.status(204).send();
       },
     );
