@@ -438,6 +438,24 @@ test('a receiver with a backlog that fails for a moment (a deploy) is not disabl
       assert.equal(patched.body.restingUntil === null, !disabled, JSON.stringify(patched.body));
     }
     assert.equal(await resting(), false, 'enabled');
+    // Sent to a new URL: the old URL's rest, failures and refused credentials are not the new one's.
+    await rest();
+    await t.database.db.query(
+      'update endpoint set consecutive_failures = 4, credentials_rejected_at = now() where id = $1',
+      [endpoint],
+    );
+    const moved = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, {
+      url: `${receiver.url}/deploy-moved`,
+    });
+    assert.equal(moved.status, 200, JSON.stringify(moved.body));
+    assert.equal(moved.body.restingUntil, null);
+    assert.equal(moved.body.credentialsRejectedAt, null);
+    assert.equal(await resting(), false, 'moved');
+    const { rows: counted } = await t.database.db.query<{ n: number }>(
+      'select consecutive_failures as n from endpoint where id = $1',
+      [endpoint],
+    );
+    assert.equal(counted[0]!.n, 0);
   } finally {
     await t.close();
     await receiver.close();

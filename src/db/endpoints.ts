@@ -130,15 +130,17 @@ export async function listEndpoints(
 
 /**
  * Replaces the endpoint's settings. Enabling keeps the failure counter's meaning: a re-enabled
- * endpoint starts counting afresh, while its deliveries keep their budgets. Disabling through the
- * API records the operator as the reason; re-enabling clears any reason.
+ * endpoint starts counting afresh, while its deliveries keep their budgets; so does one given a
+ * new URL, whose failures and refused credentials were the old URL's. Disabling through the API
+ * records the operator as the reason; re-enabling clears any reason.
  */
 export async function updateEndpoint(db: Queryable, id: string, f: EndpointFields): Promise<EndpointRow> {
   const result = await db.query<EndpointRow>(
     `update endpoint set uid = $2, url = $3, description = $4, version = $5, throttle_rate = $6,
         filter_types = $7, channels = $8, metadata = $9,
         disabled_reason = case when not $10 then null when disabled then disabled_reason else 'operator' end,
-        consecutive_failures = case when disabled and not $10 then 0 else consecutive_failures end,
+        consecutive_failures = case when (disabled and not $10) or url <> $3 then 0 else consecutive_failures end,
+        credentials_rejected_at = case when url <> $3 then null else credentials_rejected_at end,
         disabled = $10, idempotent = $11, client_error_policy = $12, updated_at = now()
       where id = $1 returning ${COLUMNS}`,
     [

@@ -125,12 +125,14 @@ export async function replaceEndpoint(
   await audit(tx, actor, 'endpoint.updated', updated, changes(current, updated));
   if (current.disabled !== updated.disabled) {
     await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
-    // Enabled again: its failures are forgiven (updateEndpoint), and so is the rest they imposed;
-    // the answer shows the endpoint as the lift left it.
-    if (!updated.disabled) {
-      await liftEndpointPause(tx, updated.id, true);
-      updated = (await lockEndpoint(tx, updated.id)) ?? updated;
-    }
+  }
+  // Enabled again, or sent to a new URL: its failures are forgiven (updateEndpoint), and so is the
+  // rest they imposed; the answer shows the endpoint as the lift left it.
+  const enabled = current.disabled && !updated.disabled;
+  const moved = current.url !== updated.url && !updated.disabled;
+  if (enabled || moved) {
+    await liftEndpointPause(tx, updated.id, true);
+    updated = (await lockEndpoint(tx, updated.id)) ?? updated;
   }
   // Svix's endpoint.disabled means "disabled automatically"; an operator's change is an update.
   await emitEndpointEvent(tx, 'endpoint.updated', updated);
