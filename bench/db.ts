@@ -119,14 +119,16 @@ export async function checkpoint(url: string, notes: string[], before = 'a laten
 }
 
 /**
- * VACUUM the database, then CHECKPOINT: each half of an interleaved pair starts on the same footing.
- * Every pair adds and deletes 100,000 of the peer's jobs, and autovacuum does not keep up with
- * that within minutes: without it, the peer's throughput fell pair after pair (4,938, 4,600 and
- * 4,166 jobs/s in one run) while herald's, whose workers vacuum its queue table themselves, did not.
+ * VACUUM the database, then CHECKPOINT: each measured run (a half of an interleaved pair, an end
+ * to end or latency run) starts on the same footing, whatever the one before it left. Every peer
+ * run adds and deletes 100,000 jobs, and autovacuum does not keep up with that within minutes:
+ * without it, the peer's throughput fell pair after pair (4,938, 4,600 and 4,166 jobs/s in one
+ * run) while herald's, whose workers vacuum its queue table themselves, did not — and an
+ * autovacuum of the peer's dead rows could land in the next run, whichever side's it is.
  */
 export async function settle(url: string, notes: string[]): Promise<void> {
   await withClient(url, (client) => client.query('vacuum')).catch((error: Error) => {
-    notes.push(`could not VACUUM before a pair's half (${error.message})`);
+    notes.push(`could not VACUUM before a measured run (${error.message})`);
   });
-  await checkpoint(url, notes, "a pair's half");
+  await checkpoint(url, notes, 'a measured run');
 }

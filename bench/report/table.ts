@@ -32,5 +32,5 @@ export const RATIO_LEGEND = [
   '× peer: herald ÷ graphile-worker in this run (throughput: higher is better; latency: lower is better).',
   '× limit: e2e and peer ÷ the HTTP limit; publish and intake ÷ the commit limit taken right before them (same concurrency).',
   "CPU per operation: user + system CPU of each process over the timed window ÷ operations (e2e and peer: from the worker's start-up message until the receiver has counted every request, per request counted in that window); × peer: herald ÷ the peer's same process (lower is better). PostgreSQL: its postmaster and all of its children, those that ended in the window included.",
-  'E=1 is serial by design (one request in flight per endpoint); the peer runs its jobs in parallel.',
+  'E=1 is serial by design (one request in flight per endpoint), so it has no ratio: the peer and the limits run 32 at a time.',
 ].join('\n');

@@ -16,10 +16,16 @@ export async function pairs(ctx: Context): Promise<void> {
   const series: { peer: number; herald: number }[] = [];
   ctx.results.pairs = series;
   for (let k = 1; k <= ctx.options.counts.e2ePairs; k++) {
-    await settle(ctx.db.url, ctx.notes);
-    const peer = await peerThroughput(ctx);
-    await settle(ctx.db.url, ctx.notes);
-    const pair = { peer, herald: await fanThroughput(ctx) };
+    // Which goes first alternates, so that a drift of the VM's speed, or of what the halves leave
+    // behind, does not favour the same side in every pair.
+    const half = async (run: (ctx: Context) => Promise<number>) => {
+      await settle(ctx.db.url, ctx.notes);
+      return run(ctx);
+    };
+    const pair =
+      k % 2 === 1
+        ? { peer: await half(peerThroughput), herald: await half(fanThroughput) }
+        : await half(fanThroughput).then(async (herald) => ({ herald, peer: await half(peerThroughput) }));
     series.push(pair);
     ctx.log(
       `pair ${k}: peer ${Math.round(pair.peer)} jobs/s, herald ${Math.round(pair.herald)} deliveries/s`,

@@ -6,11 +6,12 @@
 // The throughput run alone is also one half of each interleaved pair (scenarios/pairs.ts).
 
 import { Logger, makeWorkerUtils, runMigrations, type WorkerUtils } from 'graphile-worker';
+import { PAYLOAD } from '../config.ts';
 import type { Context } from '../context.ts';
-import { checkpoint } from '../db.ts';
+import { settle } from '../db.ts';
 import { meterDeliveries, openLoop, sleep } from '../load.ts';
 import { sampleMemory, startPeerWorker } from '../processes.ts';
-import { joinLatencies, nowMs, rate } from '../stats.ts';
+import { joinLatencies, rate } from '../stats.ts';
 
 const quiet = new Logger(() => (level, message) => {
   if (level === 'error') console.error(`[peer] ${message}`);
@@ -28,7 +29,9 @@ async function throughput(ctx: Context, utils: WorkerUtils) {
   for (let from = 0; from < counts.peerJobs; from += 1000) {
     const batch = Array.from({ length: Math.min(1000, counts.peerJobs - from) }, (_, k) => ({
       identifier: 'post',
-      payload: { id: `t${from + k}` },
+      // The event travels in the job, as it does in a graphile-worker user's: its row is as large
+      // as herald's message, and the worker reads it back, as herald's does.
+      payload: { id: `t${from + k}`, event: PAYLOAD },
     }));
     await utils.addJobs(batch);
   }
@@ -71,16 +74,17 @@ export async function peer(ctx: Context): Promise<void> {
     ctx.results.peer = result;
     try {
       // Latency, with the runner idle in between, after the throughput run's writes are flushed.
-      await checkpoint(connectionString, ctx.notes);
+      await settle(connectionString, ctx.notes);
       await sleep(1000);
       await ctx.receiver.reset();
       await ctx.receiver.track(true);
       const addedAt = new Map<string, number>();
       const n = counts.latencySamples;
-      await openLoop(n, counts.latencyRate, (n / counts.latencyRate) * 1000 + 10_000, async (i) => {
+      // From when the job was due (see scenarios/latency.ts).
+      await openLoop(n, counts.latencyRate, (n / counts.latencyRate) * 1000 + 10_000, async (i, dueAt) => {
         const id = `l${i}`;
-        addedAt.set(id, nowMs());
-        await utils.addJob('post', { id });
+        addedAt.set(id, dueAt);
+        await utils.addJob('post', { id, event: PAYLOAD });
       });
       const arrived = await ctx.receiver.waitForCount(n, counts.waitMaxSeconds * 1000);
       if (!arrived.complete) ctx.notes.push(`peer latency: ${arrived.count} of ${n} jobs arrived in time`);
