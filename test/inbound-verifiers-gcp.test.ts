@@ -20,10 +20,6 @@ import {
   SignJWT,
   UnsecuredJWT,
 } from 'jose';
-import pino from 'pino';
-import { createSecretBox } from '../src/crypto/secret-box.ts';
-import { insertSource } from '../src/db/sources.ts';
-import { createIngestor } from '../src/inbound/ingest.ts';
 import {
   createSafeFetchText,
   createVerifier,
@@ -32,9 +28,7 @@ import {
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
 import type { Resolver } from '../src/sender/resolve.ts';
-import { freshDatabase } from './support/database.ts';
-import { MASTER_KEY } from './support/herald.ts';
-import { seedApp } from './support/seed.ts';
+import { withIngestor } from './support/inbound.ts';
 
 const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
 const SERVICE_ACCOUNT = 'push-invoker@herald-test.iam.gserviceaccount.com';
@@ -509,24 +503,12 @@ describe('gcp-pubsub through the ingestor', () => {
     state.jwks = { keys: [keyA.jwk] };
   });
 
-  test('pushes that arrive together for a source not yet cached build its verifier once: one JWKS fetch', async () => {
-    const database = await freshDatabase('gcp_ingest');
-    const ingestor = createIngestor({
-      db: database.db,
-      box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
-      log: pino({ level: 'silent' }),
-      fetchText: fetcher.fetchText,
-    });
-    try {
-      const app = await seedApp(database.db, 'orders');
-      await insertSource(database.db, {
-        uid: 'pubsub',
-        scheme: 'gcp-pubsub',
-        settings: { jwksUrl: url('/certs'), audience: AUDIENCE, serviceAccountEmail: SERVICE_ACCOUNT },
-        appId: app.id,
-        eventType: 'order.placed',
-        businessKey: '{{delivery_id}}',
-        retentionDays: null,
+  test('pushes that arrive together for a source not yet cached build its verifier once: one JWKS fetch', () =>
+    withIngestor('gcp_ingest', fetcher.fetchText, async ({ ingestor, addSource }) => {
+      await addSource('pubsub', 'gcp-pubsub', {
+        jwksUrl: url('/certs'),
+        audience: AUDIENCE,
+        serviceAccountEmail: SERVICE_ACCOUNT,
       });
       const source = await ingestor.find('pubsub');
       assert.ok(source);
@@ -539,9 +521,5 @@ describe('gcp-pubsub through the ingestor', () => {
       );
       for (const answer of answers) assert.equal(answer.kind, 'accepted');
       assert.equal(hits('/certs') - before, 1, 'one verifier built, one JWKS fetched');
-    } finally {
-      await ingestor.close();
-      await database.drop();
-    }
-  });
+    }));
 });

@@ -9,11 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import pino from 'pino';
-import { createSecretBox } from '../src/crypto/secret-box.ts';
-import { insertSource } from '../src/db/sources.ts';
 import type { HeraldError } from '../src/errors.ts';
-import { createIngestor } from '../src/inbound/ingest.ts';
 import {
   createSnsCertificates,
   createVerifier,
@@ -22,9 +18,7 @@ import {
   type SchemeConfigInput,
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
-import { freshDatabase } from './support/database.ts';
-import { MASTER_KEY } from './support/herald.ts';
-import { seedApp } from './support/seed.ts';
+import { withIngestor } from './support/inbound.ts';
 
 const TOPIC = 'arn:aws:sns:us-east-1:123456789012:orders';
 const CERT_URL =
@@ -532,25 +526,9 @@ describe('aws-sns', () => {
 });
 
 describe('aws-sns through the ingestor', () => {
-  test('a Notification is relayed; subscription and unsubscribe confirmations store nothing', async () => {
-    const database = await freshDatabase('sns_ingest');
-    const ingestor = createIngestor({
-      db: database.db,
-      box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
-      log: pino({ level: 'silent' }),
-      fetchText,
-    });
-    try {
-      const app = await seedApp(database.db, 'orders');
-      await insertSource(database.db, {
-        uid: 'orders-topic',
-        scheme: 'aws-sns',
-        settings: { topicArns: [TOPIC] },
-        appId: app.id,
-        eventType: 'order.placed',
-        businessKey: '{{delivery_id}}',
-        retentionDays: null,
-      });
+  test('a Notification is relayed; subscription and unsubscribe confirmations store nothing', () =>
+    withIngestor('sns_ingest', fetchText, async ({ database, ingestor, addSource }) => {
+      await addSource('orders-topic', 'aws-sns', { topicArns: [TOPIC] });
       const stored = async () =>
         (
           await database.db.query<{ intake: number; message: number }>(
@@ -592,15 +570,7 @@ describe('aws-sns through the ingestor', () => {
 
       // A source that confirms its subscriptions visits the SubscribeURL; when it does not answer,
       // a 503 that says so asks SNS to send the confirmation again (not a store failure).
-      await insertSource(database.db, {
-        uid: 'confirming-topic',
-        scheme: 'aws-sns',
-        settings: { topicArns: [TOPIC], confirmSubscriptions: true },
-        appId: app.id,
-        eventType: 'order.placed',
-        businessKey: '{{delivery_id}}',
-        retentionDays: null,
-      });
+      await addSource('confirming-topic', 'aws-sns', { topicArns: [TOPIC], confirmSubscriptions: true });
       const subscribing = signed(confirmation('SubscriptionConfirmation'));
       assert.deepEqual(await ingestor.ingest('confirming-topic', post(subscribing)), {
         kind: 'subscription',
@@ -618,41 +588,16 @@ describe('aws-sns through the ingestor', () => {
         failFetches = false;
       }
       assert.deepEqual(await stored(), { intake: 1, message: 1 });
-    } finally {
-      await ingestor.close();
-      await database.drop();
-    }
-  });
+    }));
 
-  test('two SNS sources of one ingestor fetch a certificate once: it is kept for every source', async () => {
-    const database = await freshDatabase('sns_ingest_shared');
-    const ingestor = createIngestor({
-      db: database.db,
-      box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
-      log: pino({ level: 'silent' }),
-      fetchText,
-    });
-    try {
-      const app = await seedApp(database.db, 'orders');
-      for (const uid of ['first-topic', 'second-topic']) {
-        await insertSource(database.db, {
-          uid,
-          scheme: 'aws-sns',
-          settings: { topicArns: [TOPIC] },
-          appId: app.id,
-          eventType: 'order.placed',
-          businessKey: '{{delivery_id}}',
-          retentionDays: null,
-        });
-      }
+  test('two SNS sources of one ingestor fetch a certificate once: it is kept for every source', () =>
+    withIngestor('sns_ingest_shared', fetchText, async ({ ingestor, addSource }) => {
+      for (const uid of ['first-topic', 'second-topic'])
+        await addSource(uid, 'aws-sns', { topicArns: [TOPIC] });
       fetched.length = 0;
       for (const uid of ['first-topic', 'second-topic']) {
         assert.equal((await ingestor.ingest(uid, post(signed(notification())))).kind, 'accepted', uid);
       }
       assert.deepEqual(fetched, [CERT_URL]);
-    } finally {
-      await ingestor.close();
-      await database.drop();
-    }
-  });
+    }));
 });
