@@ -81,7 +81,7 @@ export const invalidField = (
   ]);
 
 /** The idempotency-key header of any POST (a publish's is kept on its message, unique per app). */
-const MAX_IDEMPOTENCY_KEY_LENGTH = 256;
+export const MAX_IDEMPOTENCY_KEY_LENGTH = 256;
 
 export const invalidIdempotencyKey = (msg: string): HeraldError =>
   new HeraldError('validation', `idempotency-key: ${msg}`, [

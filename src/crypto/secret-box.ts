@@ -81,7 +81,8 @@ export function createSecretBox(keys: readonly Buffer[]): SecretBox {
         const key = createHmac('sha256', master).update(`herald digest: ${purpose}`).digest();
         return createHmac('sha256', key).update(data).digest();
       };
-      return [under(current), ...keys.slice(1).map(under)];
+      // The current key is the first.
+      return keys.map(under) as [Buffer, ...Buffer[]];
     },
   };
 }

@@ -1,7 +1,7 @@
 // The answers kept for the API's idempotency keys (migration 0025).
 
-import { steadyNow } from '../domain/steady-clock.ts';
 import type { Queryable } from './port.ts';
+import { drainBatches } from './retention.ts';
 
 export interface KeptAnswer {
   requestSha256: Buffer;
@@ -66,16 +66,18 @@ export async function forgetOldAnswers(
   options: { until: number; batch?: number },
 ): Promise<{ forgotten: number; behind: boolean }> {
   const batch = options.batch ?? 1000;
-  let forgotten = 0;
-  for (;;) {
-    const result = await db.query(
-      `delete from api_idempotency where (scope, key) in (
-         select scope, key from api_idempotency where created_at < now() - make_interval(hours => $1)
-          order by created_at limit $2)`,
-      [KEPT_FOR_HOURS, batch],
-    );
-    forgotten += result.rowCount;
-    if (result.rowCount < batch) return { forgotten, behind: false };
-    if (steadyNow() >= options.until) return { forgotten, behind: true };
-  }
+  const { done, behind } = await drainBatches(
+    async () =>
+      (
+        await db.query(
+          `delete from api_idempotency where (scope, key) in (
+             select scope, key from api_idempotency where created_at < now() - make_interval(hours => $1)
+              order by created_at limit $2)`,
+          [KEPT_FOR_HOURS, batch],
+        )
+      ).rowCount,
+    options.until,
+    (n) => n >= batch,
+  );
+  return { forgotten: done, behind };
 }

@@ -119,7 +119,8 @@ export async function findAttempt(
 /**
  * Removes a finished attempt's stored response. An attempt still in flight has none yet: its
  * outcome write would store the response after the expunge, so it is left as it is
- * ('in_flight') — its row locked meanwhile, so that it cannot finish unseen between the two reads.
+ * ('in_flight'). One statement: the row's lock decides between the two, as the outcome write
+ * takes it too.
  */
 export async function expungeAttemptResponse(
   tx: Queryable,
@@ -127,16 +128,15 @@ export async function expungeAttemptResponse(
   messageId: string,
   attemptId: string,
 ): Promise<'expunged' | 'in_flight' | 'not_found'> {
-  const found = await tx.query<{ finished: boolean }>(
-    `select outcome is not null as finished from attempt
-      where app_id = $1 and message_id = $2 and id = $3 for update`,
+  const result = await tx.query<{ finished: boolean }>(
+    `update attempt set response_body = case when outcome is null then response_body end
+      where app_id = $1 and message_id = $2 and id = $3
+      returning outcome is not null as finished`,
     [appId, messageId, attemptId],
   );
-  const row = found.rows[0];
+  const row = result.rows[0];
   if (row === undefined) return 'not_found';
-  if (!row.finished) return 'in_flight';
-  await tx.query('update attempt set response_body = null where id = $1', [attemptId]);
-  return 'expunged';
+  return row.finished ? 'expunged' : 'in_flight';
 }
 
 export interface AttemptedMessageRow {

@@ -150,6 +150,25 @@ export interface RetentionPass {
 }
 
 /**
+ * Runs `step` (one batch, returning how many rows it took) again while `full` says the batch may
+ * have more behind it, until the steady clock passes `until`: how many it took in all, and
+ * whether it stopped with work left (behind), for the next maintenance pass to go on with.
+ */
+export async function drainBatches(
+  step: () => Promise<number>,
+  until: number,
+  full: (n: number) => boolean,
+): Promise<{ done: number; behind: boolean }> {
+  let done = 0;
+  for (;;) {
+    const n = await step();
+    done += n;
+    if (!full(n)) return { done, behind: false };
+    if (steadyNow() >= until) return { done, behind: true };
+  }
+}
+
+/**
  * One pass of payload retention and, with `historyRetentionDays`, history pruning: batch after
  * batch while they come back full, for at most `budgetMs` (the pass shares the maintenance loop
  * with lease recovery). One batch a pass would fall behind for good once more messages expire
@@ -161,17 +180,9 @@ export async function retentionPass(
 ): Promise<RetentionPass> {
   const batch = options.batch ?? RETENTION_BATCH;
   const until = steadyNow() + options.budgetMs;
-  // A step that came back full may have more behind it; history pruning's batches are bounded by
-  // their deliveries too, so only an empty one says it is done.
-  const drain = async (step: () => Promise<number>, full = (n: number) => n >= batch) => {
-    let done = 0;
-    for (;;) {
-      const n = await step();
-      done += n;
-      if (!full(n)) return { done, behind: false };
-      if (steadyNow() >= until) return { done, behind: true };
-    }
-  };
+  // History pruning's batches are bounded by their deliveries too: only an empty one says it is done.
+  const drain = (step: () => Promise<number>, full = (n: number) => n >= batch) =>
+    drainBatches(step, until, full);
   const expired = await drain(() => expireOldPayloads(db, batch));
   const days = options.historyRetentionDays;
   const none = { done: 0, behind: false };

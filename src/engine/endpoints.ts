@@ -128,9 +128,7 @@ export async function replaceEndpoint(
   }
   // Enabled again, or sent to a new URL: its failures are forgiven (updateEndpoint), and so is the
   // rest they imposed; the answer shows the endpoint as the lift left it.
-  const enabled = current.disabled && !updated.disabled;
-  const moved = current.url !== updated.url && !updated.disabled;
-  if (enabled || moved) {
+  if (!updated.disabled && (current.disabled || current.url !== updated.url)) {
     await liftEndpointPause(tx, updated.id, true);
     updated = (await lockEndpoint(tx, updated.id)) ?? updated;
   }
@@ -283,11 +281,11 @@ function mergeHeaders(
 export async function patchHeaders(
   tx: Queryable,
   actor: Actor,
-  endpoint: EndpointRow,
+  endpointId: string,
   set: Record<string, string | null>,
   remove: readonly string[],
 ): Promise<void> {
-  const current = await lockEndpoint(tx, endpoint.id);
+  const current = await lockEndpoint(tx, endpointId);
   if (!current) throw notFound('endpoint');
   await replaceHeaders(tx, actor, current, mergeHeaders(current.headers, set, remove));
 }

@@ -53,27 +53,29 @@ export async function reencryptSecrets(
         }
         resealed.push({ id: row.id, previous: row.sealed, sealed: box.seal(plaintext, row.ownerId) });
       }
-      counts.reencrypted += await db.transaction(async (tx) => {
-        let swapped = 0;
-        for (const r of resealed)
-          if (await resealSecret(tx, sealedTable, r.id, r.previous, r.sealed)) swapped++;
-        if (swapped > 0) {
-          await recordAudit(tx, {
-            actor: actorId,
-            action: 'keys.reencrypted_batch',
-            appId: null,
-            targetType: 'master_key',
-            targetId: box.currentKeyId,
-            details: {
-              table: sealedTable.table,
-              reencrypted: swapped,
-              fromId: rows[0]!.id,
-              toId: rows.at(-1)!.id,
-            },
-          });
-        }
-        return swapped;
-      });
+      // A batch with nothing to reseal (the usual one, once a rotation is done) opens no transaction.
+      if (resealed.length > 0)
+        counts.reencrypted += await db.transaction(async (tx) => {
+          let swapped = 0;
+          for (const r of resealed)
+            if (await resealSecret(tx, sealedTable, r.id, r.previous, r.sealed)) swapped++;
+          if (swapped > 0) {
+            await recordAudit(tx, {
+              actor: actorId,
+              action: 'keys.reencrypted_batch',
+              appId: null,
+              targetType: 'master_key',
+              targetId: box.currentKeyId,
+              details: {
+                table: sealedTable.table,
+                reencrypted: swapped,
+                fromId: rows[0]!.id,
+                toId: rows.at(-1)!.id,
+              },
+            });
+          }
+          return swapped;
+        });
       after = rows.at(-1)!.id;
     }
   }

@@ -11,7 +11,7 @@ import { createPinnedLookup, type Resolver } from './resolve.ts';
 export interface PinnedConnectorOptions {
   policy: AddressPolicy;
   resolve: Resolver;
-  /** Where the connections under way are kept, for a sender that tells their stages apart (send.ts). */
+  /** Where the connections under way are kept, for a sender that tells their stages apart (send.ts); none kept without it. */
   underway?: ConnectionsUnderway;
   /** Bounds a connection attempt that outlives the attempt that asked for it. */
   timeoutMs: number;
@@ -19,7 +19,7 @@ export interface PinnedConnectorOptions {
 }
 
 export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnector.connector {
-  const underway = opts.underway ?? createConnectionsUnderway();
+  const { underway } = opts;
   const connect = buildConnector({
     lookup: createPinnedLookup(opts.policy, opts.resolve),
     timeout: opts.timeoutMs,
@@ -33,15 +33,7 @@ export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnec
 
   return (options, callback) => {
     let tcpConnected = false;
-    // A connection to a host name is looked up first (Node skips that for an IP literal), then
-    // made; until it is made or has failed, it counts as one or the other (ConnectionsUnderway).
-    const origin = originKey(options.protocol, options.hostname, options.port);
-    let stage: Stage | null = isIP(options.hostname) === 0 ? 'lookup' : 'handshake';
-    underway.entered(origin, stage);
-    const settled = () => {
-      if (stage !== null) underway.left(origin, stage);
-      stage = null;
-    };
+    const stages = underway === undefined ? null : connectionStages(underway, options);
     // An error between TCP connect and the end of the handshake is a TLS failure: untrusted,
     // expired or misnamed certificate, protocol mismatch. Deciding by stage rather than by
     // error code covers every OpenSSL verify code without listing them.
@@ -51,7 +43,7 @@ export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnec
     let socket: Socket;
     try {
       socket = connect(options, (...args) => {
-        settled();
+        stages?.moveTo(null);
         const [err] = args;
         if (err !== null && tcpConnected && options.protocol === 'https:') {
           callback(new TlsHandshakeError('TLS handshake failed', { cause: err }), null);
@@ -60,24 +52,40 @@ export function createPinnedConnector(opts: PinnedConnectorOptions): buildConnec
         }
       }) as unknown as Socket;
     } catch (error) {
-      settled();
+      stages?.moveTo(null);
       throw error;
     }
     socket.once('connect', () => {
       tcpConnected = true;
     });
-    socket.once('lookup', () => {
-      if (stage !== 'lookup') return;
-      underway.left(origin, stage);
-      stage = 'handshake';
-      underway.entered(origin, stage);
-    });
-    socket.once('close', settled);
+    if (stages) {
+      socket.once('lookup', () => stages.moveTo('handshake'));
+      socket.once('close', () => stages.moveTo(null));
+    }
     return socket;
   };
 }
 
 type Stage = 'lookup' | 'handshake';
+
+/**
+ * One connection's stage in `underway`, from its start until it is made or has failed (null). A
+ * connection to a host name is looked up first (Node skips that for an IP literal), then made;
+ * it only ever moves on.
+ */
+function connectionStages(underway: ConnectionsUnderway, options: buildConnector.Options) {
+  const origin = originKey(options.protocol, options.hostname, options.port);
+  let stage: Stage | null = isIP(options.hostname) === 0 ? 'lookup' : 'handshake';
+  underway.entered(origin, stage);
+  return {
+    moveTo(next: Stage | null): void {
+      if (stage === null || stage === next) return;
+      underway.left(origin, stage);
+      stage = next;
+      if (next !== null) underway.entered(origin, next);
+    },
+  };
+}
 
 /**
  * Where the connections being made to each origin stand: their host name being looked up, or

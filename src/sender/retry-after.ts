@@ -6,14 +6,14 @@
 const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
 const DAY = '(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun)';
 const LONG_DAY = '(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)';
-const MONTH = `(${MONTHS.join('|')})`;
-const TIME = '(\\d{2}):(\\d{2}):(\\d{2})';
+const MONTH = `(?<month>${MONTHS.join('|')})`;
+const TIME = '(?<hours>\\d{2}):(?<minutes>\\d{2}):(?<seconds>\\d{2})';
 /** `Sun, 06 Nov 1994 08:49:37 GMT` */
-const IMF_FIXDATE = new RegExp(`^${DAY}, (\\d{2}) ${MONTH} (\\d{4}) ${TIME} GMT$`);
+const IMF_FIXDATE = new RegExp(`^${DAY}, (?<day>\\d{2}) ${MONTH} (?<year>\\d{4}) ${TIME} GMT$`);
 /** `Sunday, 06-Nov-94 08:49:37 GMT` */
-const RFC_850 = new RegExp(`^${LONG_DAY}, (\\d{2})-${MONTH}-(\\d{2}) ${TIME} GMT$`);
+const RFC_850 = new RegExp(`^${LONG_DAY}, (?<day>\\d{2})-${MONTH}-(?<year>\\d{2}) ${TIME} GMT$`);
 /** `Sun Nov  6 08:49:37 1994` */
-const ASCTIME = new RegExp(`^${DAY} ${MONTH} ([ \\d]\\d) ${TIME} (\\d{4})$`);
+const ASCTIME = new RegExp(`^${DAY} ${MONTH} (?<day>[ \\d]\\d) ${TIME} (?<year>\\d{4})$`);
 
 /**
  * Whole seconds from `nowMs` (a date already past gives 0; a delay too large to count exactly,
@@ -30,46 +30,20 @@ export function parseRetryAfter(value: string | readonly string[] | undefined, n
   return Math.max(0, Math.ceil((at - nowMs) / 1000));
 }
 
-interface DateParts {
-  day: string;
-  month: string;
-  year: number;
-  time: string[];
-}
-
-/** Each form, and where its fields sit in its match. */
-const FORMS: readonly { pattern: RegExp; parts: (m: RegExpExecArray, nowMs: number) => DateParts }[] = [
-  {
-    pattern: IMF_FIXDATE,
-    parts: (m) => ({ day: m[1]!, month: m[2]!, year: Number(m[3]), time: m.slice(4, 7) }),
-  },
-  {
-    pattern: RFC_850,
-    parts: (m, nowMs) => ({
-      day: m[1]!,
-      month: m[2]!,
-      year: fullYear(Number(m[3]), nowMs),
-      time: m.slice(4, 7),
-    }),
-  },
-  { pattern: ASCTIME, parts: (m) => ({ day: m[2]!, month: m[1]!, year: Number(m[6]), time: m.slice(3, 6) }) },
-];
-
 /** Milliseconds since the epoch of an HTTP-date, or null. */
 function parseHttpDate(text: string, nowMs: number): number | null {
-  for (const form of FORMS) {
-    const match = form.pattern.exec(text);
-    if (match) return exactUtc(form.parts(match, nowMs));
-  }
-  return null;
-}
-
-/** Date.UTC rolls "31 Feb" or "25:00" over into the next day: such a date is not one. */
-function exactUtc(parts: DateParts): number | null {
-  const [hours, minutes, seconds] = parts.time.map(Number) as [number, number, number];
-  const day = Number(parts.day.trim());
-  const month = MONTHS.indexOf(parts.month);
-  const at = Date.UTC(parts.year, month, day, hours, minutes, seconds);
+  const g = (IMF_FIXDATE.exec(text) ?? RFC_850.exec(text) ?? ASCTIME.exec(text))?.groups;
+  if (g === undefined) return null;
+  const year = g['year']!.length === 2 ? fullYear(Number(g['year']), nowMs) : Number(g['year']);
+  const month = MONTHS.indexOf(g['month']!);
+  const [day, hours, minutes, seconds] = [g['day'], g['hours'], g['minutes'], g['seconds']].map(Number) as [
+    number,
+    number,
+    number,
+    number,
+  ];
+  const at = Date.UTC(year, month, day, hours, minutes, seconds);
+  // Date.UTC rolls "31 Feb" or "25:00" over into the next day: such a date is not one.
   const back = new Date(at);
   const exact =
     back.getUTCDate() === day &&

@@ -439,13 +439,12 @@ export function createWorker(options: WorkerOptions): Worker {
       }
     });
     // On the steady clock: a step back of the wall clock must not hold retention off for as long.
-    if (retentionBehind || answersBehind || steadyNow() - lastRetention >= RETENTION_EVERY_MS) {
-      lastRetention = steadyNow();
-      await step('retention', retain);
-      // A step of its own: retention failing (a long walk past the query deadline) must not keep
-      // the kept answers growing.
-      await step('forgetting old idempotency answers', forgetAnswers);
-    }
+    const due = steadyNow() - lastRetention >= RETENTION_EVERY_MS;
+    if (due) lastRetention = steadyNow();
+    if (due || retentionBehind) await step('retention', retain);
+    // A step of its own: retention failing (a long walk past the query deadline) must not keep
+    // the kept answers growing.
+    if (due || answersBehind) await step('forgetting old idempotency answers', forgetAnswers);
   }
 
   async function step(name: string, run: () => Promise<void>): Promise<void> {

@@ -5,6 +5,7 @@
 // the Svix OSS contract has the operation.
 
 import { z } from 'zod';
+import { MAX_IDEMPOTENCY_KEY_LENGTH } from '../../errors.ts';
 import { ReplayIn } from '../../ops/replay.ts';
 import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
 import {
@@ -139,22 +140,19 @@ const yes = z.enum(['true', 'false']).optional();
 const one = (what: string, schema: z.ZodType): Answer => ({ description: what, schema });
 const none = (what: string): Answer => ({ description: what });
 
-const idempotencyKey = {
-  'idempotency-key': {
-    description:
-      'Same key + same content → the same message (no second one); same key + different content → 409. At most 256 characters; keys beginning with `intake:` are those of relayed inbound messages (422).',
-    schema: z.string().max(256),
-  },
-};
+/** An `idempotency-key` header, as every route that reads one bounds it (assertIdempotencyKeyLength). */
+const idempotencyKeyHeader = (description: string) => ({
+  'idempotency-key': { description, schema: z.string().max(MAX_IDEMPOTENCY_KEY_LENGTH) },
+});
+
+const idempotencyKey = idempotencyKeyHeader(
+  `Same key + same content → the same message (no second one); same key + different content → 409. At most ${MAX_IDEMPOTENCY_KEY_LENGTH} characters; keys beginning with \`intake:\` are those of relayed inbound messages (422).`,
+);
 
 /** The key of the other POSTs (src/api/idempotency.ts). */
-const answerOnceKey = {
-  'idempotency-key': {
-    description:
-      'Per caller: the first request with a key runs; a repeat gets its answer again (`idempotent-replayed: true`) and has no effect; the same key with another request → 409. Kept at least 24 h.',
-    schema: z.string().max(256),
-  },
-};
+const answerOnceKey = idempotencyKeyHeader(
+  'Per caller: the first request with a key runs; a repeat gets its answer again (`idempotent-replayed: true`) and has no effect; the same key with another request → 409. Kept at least 24 h.',
+);
 
 export const OPERATIONS: Operation[] = [
   // --- Health -----------------------------------------------------------------------------------
@@ -674,13 +672,9 @@ export const OPERATIONS: Operation[] = [
     summary: 'Create API Key',
     description: 'The token is in this answer and nowhere else; herald keeps only its SHA-256 hash.',
     body: ApiKeyIn,
-    headers: {
-      'idempotency-key': {
-        description:
-          'Per caller: the first request with a key creates the API key; a repeat creates none and is answered 409 naming the key it made (the token is not kept to be shown again). Kept at least 24 h.',
-        schema: z.string().max(256),
-      },
-    },
+    headers: idempotencyKeyHeader(
+      'Per caller: the first request with a key creates the API key; a repeat creates none and is answered 409 naming the key it made (the token is not kept to be shown again). Kept at least 24 h.',
+    ),
     responses: { 201: one('Created', out.ApiKeyCreatedOut) },
   },
   {

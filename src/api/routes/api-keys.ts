@@ -32,7 +32,7 @@ export const apiKeyRoutes =
           'idempotency_conflict',
           `this request created API key ${created.id} already; its token is shown once, in that answer: if it was lost, revoke the key (DELETE /api/v1/api-key/${created.id}) and create another`,
         );
-        return { status: 201, body: created, keptAs: { status: 409, body: repeated.toBody() } };
+        return { status: 201, body: created, keptAs: { status: repeated.status, body: repeated.toBody() } };
       });
     });
 

@@ -229,7 +229,7 @@ export const endpointRoutes =
         validateHeaders(input.headers);
         const { endpoint } = await load(request.actor, request.params);
         await db.transaction((tx) =>
-          patchHeaders(tx, request.actor, endpoint, input.headers, input.deleteHeaders ?? []),
+          patchHeaders(tx, request.actor, endpoint.id, input.headers, input.deleteHeaders ?? []),
         );
         return reply.status(204).send();
       },

@@ -19,7 +19,7 @@ import { verify as verifySignatureBytes, X509Certificate } from 'node:crypto';
 import { z } from 'zod';
 import { decodeBase64 } from './bytes.ts';
 import { headerValue } from './headers.ts';
-import { createRemoteCache } from './remote-cache.ts';
+import { createRemoteCache, type RemoteCache } from './remote-cache.ts';
 import { DEFAULT_TOLERANCE_SECONDS } from './timestamps.ts';
 import type { FetchText, Verifier } from './types.ts';
 import { accept, parseJsonBody, reject } from './verdict.ts';
@@ -81,15 +81,13 @@ const CERT_FETCH_WINDOW_MS = 10 * 60 * 1000;
  * to AWS's regions, not to a source. Kept by whoever builds the verifiers (the ingestor), so that
  * a verifier rebuilt — the source changed, a secret's overlap ended — still has them.
  */
-export interface SnsCertificates {
-  get(url: string, now: Date): Promise<X509Certificate>;
-}
+export type SnsCertificates = Pick<RemoteCache<X509Certificate>, 'get'>;
 
 export function createSnsCertificates(fetchText: FetchText): SnsCertificates {
   const fetchedAt = new Map<string, number[]>();
-  const cache = createRemoteCache<X509Certificate>({
+  return createRemoteCache<X509Certificate>({
     load: async (url, now) => {
-      const region = new URL(url).hostname.split('.')[1]!;
+      const region = regionOf(url);
       const times = fetchedAt.get(region) ?? [];
       fetchedAt.set(region, times);
       const windowStart = now.getTime() - CERT_FETCH_WINDOW_MS;
@@ -102,8 +100,10 @@ export function createSnsCertificates(fetchText: FetchText): SnsCertificates {
     ttlMs: CERT_TTL_MS,
     maxEntries: MAX_CACHED_CERTS,
   });
-  return { get: (url, now) => cache.get(url, now) };
 }
+
+/** The region of an SNS URL (isSnsUrl): `sns.<region>.amazonaws.com`. */
+const regionOf = (url: string): string => new URL(url).hostname.split('.')[1]!;
 
 /**
  * How old a message's signed `Timestamp` may be. SNS gives up on an HTTP(S) delivery within 3,600
@@ -191,7 +191,7 @@ export function createAwsSnsVerifier(settings: AwsSnsSettings, certificates: Sns
       }
       // SNS signs with a certificate of the topic's own region: one of another region is not
       // fetched (nor can a forger make herald fetch, and cache, certificates of every region).
-      if (new URL(certUrl).hostname.split('.')[1] !== String(message['TopicArn']).split(':')[3]) {
+      if (regionOf(certUrl) !== String(message['TopicArn']).split(':')[3]) {
         return reject('bad_signature', "SigningCertURL is not in the topic's region");
       }
 
