@@ -8,12 +8,9 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
-import { buildApi } from '../src/api/server.ts';
-import { loadConfig } from '../src/config.ts';
 import { forgetOldAnswers } from '../src/db/api-idempotency.ts';
-import { createHerald, createLogger } from '../src/herald.ts';
 import { createApp, publishVia } from './support/fixtures.ts';
-import { ADMIN_KEY, MASTER_KEY, startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { ADMIN_KEY, MASTER_KEY, startHeraldOn, startTestHerald, type TestHerald } from './support/herald.ts';
 import { waitFor } from './support/wait.ts';
 
 const EP_URL = 'https://hooks.example.com/orders';
@@ -201,18 +198,21 @@ test('a repeat after the master key was rotated still replays: the kept digest i
   const first = await post(`/api/v1/app/${app}/endpoint`, { url }, 'across-rotation');
   assert.equal(first.status, 201, JSON.stringify(first.body));
   // Another process on the same database, with a new master key and the old one listed.
-  const config = loadConfig(
-    testEnv(t.database.url, {
+  const rotated = await startHeraldOn(t.database, {
+    worker: false,
+    env: {
       HERALD_MASTER_KEY: Buffer.alloc(32, 9).toString('base64'),
       HERALD_PREVIOUS_MASTER_KEYS: MASTER_KEY,
-    }),
-  );
-  const rotated = await createHerald({ config, logger: createLogger('silent'), migrate: false });
-  const api = await buildApi(rotated.core);
+    },
+  });
   try {
-    await api.listen({ port: 0, host: '127.0.0.1' });
-    const base = `http://127.0.0.1:${(api.server.address() as { port: number }).port}`;
-    const again = await post(`/api/v1/app/${app}/endpoint`, { url }, 'across-rotation', ADMIN_KEY, base);
+    const again = await post(
+      `/api/v1/app/${app}/endpoint`,
+      { url },
+      'across-rotation',
+      ADMIN_KEY,
+      rotated.url,
+    );
     assert.deepEqual({ status: again.status, body: again.body }, { status: 201, body: first.body });
     assert.equal(again.replayed, true);
     assert.equal(await endpointsAt(url), 1);
@@ -222,11 +222,10 @@ test('a repeat after the master key was rotated still replays: the kept digest i
       { url: `${url}/2` },
       'across-rotation',
       ADMIN_KEY,
-      base,
+      rotated.url,
     );
     assert.equal(other.status, 409, JSON.stringify(other.body));
   } finally {
-    await api.close();
     await rotated.close();
   }
 });

@@ -4,9 +4,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { loadConfig } from '../src/config.ts';
-import { RETRY_JITTER } from '../src/domain/retry-policy.ts';
 import { createHerald } from '../src/herald.ts';
-import { testEnv } from './support/herald.ts';
+import { startTestHerald, testEnv } from './support/herald.ts';
 
 const base = testEnv('postgres://postgres@127.0.0.1:5432/test');
 
@@ -121,11 +120,17 @@ test('the pooler settings: a flag is true or false; the LISTEN URL is a postgres
   );
 });
 
-test("invariant 8's budgets are the defaults: 8 attempts a cycle on the documented schedule, ±20 % jitter, disabled after 5 known failures", () => {
+test("invariant 8's budgets are the defaults: 8 attempts a cycle on the documented schedule, ±20 % jitter, disabled after 5 known failures", async () => {
   const { HERALD_RETRY_SCHEDULE: _schedule, ...defaults } = base;
   const config = loadConfig(defaults);
   // Immediately, then 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h.
   assert.deepEqual(config.retrySchedule, [5, 300, 1800, 7200, 18_000, 36_000, 36_000]);
   assert.equal(config.disableAfterFailures, 5);
-  assert.equal(RETRY_JITTER, 0.2);
+  // The jitter of the policy herald runs with, not only of a constant.
+  const t = await startTestHerald('config_defaults', { worker: false });
+  try {
+    assert.equal(t.herald.core.policy.jitter, 0.2);
+  } finally {
+    await t.close();
+  }
 });

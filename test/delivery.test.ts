@@ -14,7 +14,7 @@ import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { patchToUpdate, replaceEndpoint } from '../src/engine/endpoints.ts';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
-import { type Receiver, startReceiver } from './support/receiver.ts';
+import { type Receiver, type Respond, startReceiver } from './support/receiver.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
@@ -22,10 +22,7 @@ let receiver: Receiver;
 const SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 
 // Per-path behaviour: each test owns a path prefix and decides how its receiver answers.
-const behaviour = new Map<
-  string,
-  (n: number) => { status: number; body?: string; headers?: Record<string, string> }
->();
+const behaviour = new Map<string, (n: number) => ReturnType<Respond>>();
 
 before(async () => {
   // HERALD_DISABLE_AFTER_FAILURES left at its default (5), which the tests below rely on.
@@ -157,25 +154,12 @@ describe('endpoint headers', () => {
 
 describe('while a request is out', () => {
   test('the worker holds no transaction and no lock (invariant 3): its claim committed before the send', async () => {
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let arrived = 0;
-    const held = http.createServer((req, res) => {
-      arrived++;
-      req.resume();
-      void released.then(() => res.writeHead(204).end());
-    });
-    held.listen(0, '127.0.0.1');
-    await new Promise((resolve) => held.once('listening', resolve));
+    behaviour.set('/held-out', () => 'hold');
     try {
       const app = await createApp(t, 'held-out');
-      const ep = await createEndpoint(t, app, {
-        url: `http://127.0.0.1:${(held.address() as AddressInfo).port}/held`,
-      });
+      const ep = await createEndpoint(t, app, { url: `${receiver.url}/held-out` });
       const msg = await publishVia(t, app, { eventType: 'e', payload: { held: true } });
-      await waitFor('the request to arrive', () => arrived === 1);
+      await waitFor('the request to arrive', () => requestsTo('/held-out').length === 1);
       // Held for a while: a transaction that lived across the send would be as old as the request.
       await waitFor('the request to be out for 300 ms', async () => {
         const { rows } = await t.database.db.query<{ out: boolean }>(
@@ -184,27 +168,31 @@ describe('while a request is out', () => {
         );
         return rows[0]?.out === true;
       });
+      // Only transactions that began before the request arrived and are open still: a claim round
+      // polling meanwhile is none of them. (The database runs on this host: one clock.)
+      const arrivedAt = new Date(requestsTo('/held-out')[0]!.startedAt);
+      const acrossTheSend = `from pg_stat_activity s
+         where s.datname = current_database() and s.backend_type = 'client backend'
+           and s.pid <> pg_backend_pid() and s.xact_start <= $1`;
       const open = await t.database.db.query<{ state: string; query: string }>(
-        `select state, query from pg_stat_activity
-          where datname = current_database() and backend_type = 'client backend' and pid <> pg_backend_pid()
-            and xact_start < now() - interval '200 ms'`,
+        `select s.state, s.query ${acrossTheSend}`,
+        [arrivedAt],
       );
       assert.deepEqual(open.rows, [], 'no transaction open across the send');
       const locks = await t.database.db.query<{ relname: string }>(
         `select c.relname from pg_locks l join pg_class c on c.oid = l.relation
-          where l.database = (select oid from pg_database where datname = current_database())
-            and l.pid <> pg_backend_pid() and c.relname in ('delivery', 'delivery_lease', 'endpoint', 'attempt')`,
+          where c.relname in ('delivery', 'delivery_lease', 'endpoint', 'attempt')
+            and l.pid in (select s.pid ${acrossTheSend})`,
+        [arrivedAt],
       );
       assert.deepEqual(locks.rows, [], 'no lock held on the delivery tables across the send');
-      release();
+      receiver.release();
       await waitFor(
         'the delivery to succeed',
         async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
       );
     } finally {
-      release();
-      held.closeAllConnections();
-      held.close();
+      receiver.release();
     }
   });
 });

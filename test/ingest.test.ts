@@ -7,15 +7,18 @@ import { mkdtemp, writeFile } from 'node:fs/promises';
 import http from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { after, before, describe, mock, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { signedHeaders } from './support/inbound.ts';
-import { runHerald } from './support/processes.ts';
+import { runHerald, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor, waitForLockWaiter } from './support/wait.ts';
+
+const CLOCK_OFFSET = fileURLToPath(new URL('./support/clock-offset.ts', import.meta.url));
 
 const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
@@ -64,8 +67,13 @@ const signed = (id: string, body: string, timestamp = new Date()) =>
   signedHeaders(signer, id, body, timestamp);
 
 /** A string body goes out as text/plain unless `headers` name a type; bytes go out with none. */
-async function deliver(headers: Record<string, string>, body: string | Buffer, source = 'helpdesk') {
-  const response = await fetch(`${t.url}/ingest/${source}`, { method: 'POST', headers, body });
+async function deliver(
+  headers: Record<string, string>,
+  body: string | Buffer,
+  source = 'helpdesk',
+  base = t.url,
+) {
+  const response = await fetch(`${base}/ingest/${source}`, { method: 'POST', headers, body });
   return { status: response.status, body: await response.text() };
 }
 
@@ -652,17 +660,25 @@ describe('the outbound leg', () => {
 });
 
 describe('source secret rotation', () => {
-  test('the replaced secret verifies during its overlap and stops at its end; the new one verifies', async () => {
-    const NEW_SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
-    await createSource('rotating');
-    // Verify once first, so the ingestor has the source cached when the rotation happens.
+  const NEW_SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
+
+  /**
+   * A source verified once through the API at `base` (so that it holds the source's verifier),
+   * then given NEW_SECRET with the old one overlapping for `overlapSeconds`.
+   */
+  async function rotateCached(uid: string, overlapSeconds: number, base = t.url) {
+    await createSource(uid);
     const first = '{"ticket":100,"action":"a"}';
-    assert.equal((await deliver(signed('evt_rot_0', first), first, 'rotating')).status, 204);
-    const rotated = await t.call('PATCH', '/api/v1/source/rotating', {
+    assert.equal((await deliver(signed(`evt_${uid}_0`, first), first, uid, base)).status, 204);
+    const rotated = await t.call('PATCH', `/api/v1/source/${uid}`, {
       secret: NEW_SECRET,
-      secretOverlapSeconds: 2,
+      secretOverlapSeconds: overlapSeconds,
     });
     assert.equal(rotated.status, 200);
+  }
+
+  test('the replaced secret verifies during its overlap and stops at its end; the new one verifies', async () => {
+    await rotateCached('rotating', 2);
     const body = '{"ticket":101,"action":"b"}';
     assert.equal(
       (await deliver(signed('evt_rot_1', body), body, 'rotating')).status,
@@ -677,38 +693,29 @@ describe('source secret rotation', () => {
       200,
     );
     const fresh = new Webhook(NEW_SECRET.slice('whsec_'.length));
-    const now = new Date();
-    const headers = {
-      'content-type': 'application/json',
-      'webhook-id': 'evt_rot_new',
-      'webhook-timestamp': String(Math.floor(now.getTime() / 1000)),
-      'webhook-signature': fresh.sign('evt_rot_new', now, body),
-    };
+    const headers = signedHeaders(fresh, 'evt_rot_new', body);
     assert.equal((await deliver(headers, body, 'rotating')).status, 204, 'the new secret verifies');
   });
-});
 
-describe("source secret rotation, with this host's clock behind the database's", () => {
-  // The overlap's end is written by the database's clock; the verifier kept for the source must
-  // be dropped when the database says the old secret expired, not when this process's clock
-  // reaches that time (a minute later here). Date.now is the only clock moved: two hosts'
-  // clocks cannot be set apart here.
-  test('the replaced secret stops verifying when the database says its overlap ended', async () => {
-    const NEW_SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
-    await createSource('rotating-skewed');
-    const realNow = Date.now.bind(Date);
-    const skew = mock.method(Date, 'now', () => realNow() - 60_000);
+  test("the replaced secret stops verifying when the database says its overlap ended, on an API whose clock is a minute behind the database's", async () => {
+    // The overlap's end is written by the database's clock; the API's verifier for the source
+    // must go when the database says the old secret expired, not when its own clock reaches that
+    // time, a minute later (test/support/clock-offset.ts shifts the child's clock).
+    const { proc, apiUrl } = await startHerald(
+      'api',
+      testEnv(t.database.url, {
+        LOG_LEVEL: 'info',
+        NODE_OPTIONS: `--import ${CLOCK_OFFSET}`,
+        TEST_CLOCK_OFFSET_MS: '-60000',
+      }),
+    );
     try {
-      const first = '{"ticket":200,"action":"a"}';
-      assert.equal((await deliver(signed('evt_skew_0', first), first, 'rotating-skewed')).status, 204);
-      const rotated = await t.call('PATCH', '/api/v1/source/rotating-skewed', {
-        secret: NEW_SECRET,
-        secretOverlapSeconds: 1,
-      });
-      assert.equal(rotated.status, 200);
+      assert.ok(apiUrl);
+      await rotateCached('rotating-skewed', 1, apiUrl);
       const body = '{"ticket":201,"action":"b"}';
-      // Cached now with the old secret, which the database expires in a second.
-      assert.equal((await deliver(signed('evt_skew_1', body), body, 'rotating-skewed')).status, 204);
+      // Cached by the API with the old secret, which the database expires in a second.
+      const inOverlap = await deliver(signed('evt_skew_1', body), body, 'rotating-skewed', apiUrl);
+      assert.equal(inOverlap.status, 204);
       await waitFor('the overlap to end by the database', async () => {
         const { rows } = await t.database.db.query<{ ended: boolean }>(
           `select bool_and(expires_at < now()) as ended from source_secret s join source o on o.id = s.source_id
@@ -717,12 +724,12 @@ describe("source secret rotation, with this host's clock behind the database's",
         return rows[0]!.ended === true;
       });
       assert.equal(
-        (await deliver(signed('evt_skew_2', body), body, 'rotating-skewed')).status,
+        (await deliver(signed('evt_skew_2', body), body, 'rotating-skewed', apiUrl)).status,
         401,
         'the old secret no longer verifies',
       );
     } finally {
-      skew.mock.restore();
+      await proc.kill('SIGTERM');
     }
   });
 });

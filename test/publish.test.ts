@@ -117,6 +117,16 @@ describe('the subscription snapshot', () => {
         await count('from delivery d join app a on a.id = d.app_id where a.uid = $1', ['all-or-nothing']),
         0,
       );
+      // The triggers refuse those three only: a publish of any other event type goes in whole.
+      const accepted = await t.call('POST', `/api/v1/app/${app}/msg`, { eventType: 'accepted', payload: {} });
+      assert.equal(accepted.status, 202, JSON.stringify(accepted.body));
+      assert.equal(await count('from delivery where message_id = $1', [accepted.body.id]), 1);
+      assert.equal(
+        await count(`from audit_entry where action = 'message.created' and target_id = $1`, [
+          accepted.body.id,
+        ]),
+        1,
+      );
     } finally {
       await t.database.db.query('drop trigger test_refuse_delivery on delivery');
       await t.database.db.query('drop trigger test_refuse_audit on audit_entry');

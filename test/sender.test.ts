@@ -13,6 +13,12 @@ import { createSender, RESPONSE_CLASSES, type Resolver, type SenderOptions } fro
 import { waitFor } from './support/wait.ts';
 
 const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
+
+/** A resolver that answers its first lookup (loopback) and never another: a name server gone quiet. */
+function firstLookupOnly(): Resolver {
+  let lookups = 0;
+  return (hostname) => (++lookups === 1 ? toLoopback(hostname) : new Promise(() => {}));
+}
 const JSON_HEADERS = { 'content-type': 'application/json' };
 
 async function listen<S extends net.Server>(server: S, host = '127.0.0.1', port = 0): Promise<number> {
@@ -556,11 +562,7 @@ describe('sender: sent or not sent', () => {
       socket.resume();
     });
     const port = await listen(silent);
-    let lookups = 0;
-    const sender = senderFor({
-      timeoutMs: 400,
-      resolve: () => (++lookups === 1 ? toLoopback('stall.test') : new Promise(() => {})),
-    });
+    const sender = senderFor({ timeoutMs: 400, resolve: firstLookupOnly() });
     try {
       const a = sender.send({ url: `https://stall.test:${port}/`, headers: {}, body: '{}' });
       await waitFor('A connected, its handshake under way', () => connected === 1);
@@ -585,11 +587,7 @@ describe('sender: sent or not sent', () => {
       received++;
     });
     const port = await listen(silent);
-    let lookups = 0;
-    const sender = senderFor({
-      timeoutMs: 400,
-      resolve: () => (++lookups === 1 ? toLoopback('slow.test') : new Promise(() => {})),
-    });
+    const sender = senderFor({ timeoutMs: 400, resolve: firstLookupOnly() });
     try {
       const first = sender.send({ url: `http://slow.test:${port}/`, headers: {}, body: '{}' });
       await waitFor('the first request received', () => received === 1);

@@ -44,16 +44,35 @@ export interface TestHerald {
   close(): Promise<void>;
 }
 
+export interface HeraldOptions {
+  worker?: boolean;
+  /** Variables over testEnv's; a function of the test database's URL when they name it. */
+  env?: Record<string, string> | ((databaseUrl: string) => Record<string, string>);
+}
+
 export async function startTestHerald(
   label: string,
-  options: {
-    worker?: boolean;
-    /** Variables over testEnv's; a function of the test database's URL when they name it. */
-    env?: Record<string, string> | ((databaseUrl: string) => Record<string, string>);
-    settings?: Record<string, string>;
-  } = {},
+  options: HeraldOptions & { settings?: Record<string, string> } = {},
 ): Promise<TestHerald> {
   const database = await freshDatabase(label, { settings: options.settings });
+  const started = await startHeraldOn(database, options);
+  return {
+    ...started,
+    async close() {
+      await started.close();
+      await database.drop();
+    },
+  };
+}
+
+/**
+ * Another herald (its API, and a worker unless told not to) on a test database that is there
+ * already, as a second process would be; its close() leaves the database.
+ */
+export async function startHeraldOn(
+  database: TestDatabase,
+  options: HeraldOptions = {},
+): Promise<TestHerald> {
   const env = typeof options.env === 'function' ? options.env(database.url) : options.env;
   const config = loadConfig(testEnv(database.url, env));
   const herald = await createHerald({ config, logger: createLogger(config.logLevel), migrate: false });
@@ -82,7 +101,6 @@ export async function startTestHerald(
     async close() {
       await api.close();
       await herald.close();
-      await database.drop();
     },
   };
 }

@@ -15,13 +15,15 @@ export interface ReceivedRequest {
 export type Respond = (
   request: ReceivedRequest,
   n: number,
-) => { status: number; body?: string; headers?: Record<string, string> } | 'hang' | 'destroy';
+) => { status: number; body?: string; headers?: Record<string, string> } | 'hang' | 'hold' | 'destroy';
 
 export interface Receiver {
   url: string;
   port: number;
   requests: ReceivedRequest[];
   respond: Respond;
+  /** Answers 204 to every request held so far (a `respond` that said 'hold'). */
+  release(): void;
   /** Most requests in flight at once, per path. */
   maxConcurrentByPath: Map<string, number>;
   close(): Promise<void>;
@@ -32,11 +34,15 @@ export async function startReceiver(respond: Respond = () => ({ status: 204 })):
   const inFlight = new Map<string, number>();
   const maxConcurrentByPath = new Map<string, number>();
   const sockets = new Set<import('node:net').Socket>();
+  const held: (() => void)[] = [];
   const receiver: Receiver = {
     url: '',
     port: 0,
     requests,
     respond,
+    release() {
+      for (const answer of held.splice(0)) answer();
+    },
     maxConcurrentByPath,
     async close() {
       for (const socket of sockets) socket.destroy();
@@ -68,6 +74,10 @@ export async function startReceiver(respond: Respond = () => ({ status: 204 })):
       requests.push(record);
       const answer = receiver.respond(record, requests.length);
       if (answer === 'hang') return;
+      if (answer === 'hold') {
+        held.push(() => res.writeHead(204).end());
+        return;
+      }
       if (answer === 'destroy') {
         req.socket.destroy();
         return;
