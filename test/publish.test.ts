@@ -1165,6 +1165,12 @@ describe('a message whose payload is gone', () => {
     const again = await t.call('POST', `/api/v1/app/${app}/msg`, body, key);
     assert.equal(again.status, 202, JSON.stringify(again.body));
     assert.equal(again.body.id, first.body.id);
+    // Other content under the key has nothing left to be told apart from: the key names the
+    // message, which it gets, and no second message is made (invariant 2 after an expunge).
+    const other = await t.call('POST', `/api/v1/app/${app}/msg`, { ...body, payload: { pin: '0000' } }, key);
+    assert.equal(other.status, 202, JSON.stringify(other.body));
+    assert.equal(other.body.id, first.body.id);
+    assert.deepEqual(other.body.payload, { expired: true });
   });
 });
 
