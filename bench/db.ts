@@ -121,10 +121,10 @@ export async function checkpoint(url: string, notes: string[], before = 'a laten
 /**
  * VACUUM the database, then CHECKPOINT: each measured run (a half of an interleaved pair, an end
  * to end or latency run) starts on the same footing, whatever the one before it left. Every peer
- * run adds and deletes 100,000 jobs, and autovacuum does not keep up with that within minutes:
- * without it, the peer's throughput fell pair after pair (4,938, 4,600 and 4,166 jobs/s in one
- * run) while herald's, whose workers vacuum its queue table themselves, did not — and an
- * autovacuum of the peer's dead rows could land in the next run, whichever side's it is.
+ * run adds and deletes 100,000 jobs. Where autovacuum is off (this project's VM) nothing else
+ * clears their dead rows: without this, the peer's throughput fell pair after pair (4,938, 4,600
+ * and 4,166 jobs/s in one run) while herald's, whose workers vacuum its queue table themselves,
+ * did not. Where it is on, it would clear them in the middle of the next run, whichever side's.
  */
 export async function settle(url: string, notes: string[]): Promise<void> {
   await withClient(url, (client) => client.query('vacuum')).catch((error: Error) => {

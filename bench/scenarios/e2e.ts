@@ -107,8 +107,8 @@ export async function e2e(ctx: Context): Promise<void> {
   const { counts } = ctx.options;
   const h = await ctx.herald();
   await createAppWithEndpoints(h, 'bench-e2e-one', 1, `${ctx.receiver.url}/e2e-one`);
-  // After the peer's 100,000 jobs were added and deleted: their dead rows are vacuumed now, not
-  // by an autovacuum in the middle of herald's run.
+  // After the peer's 100,000 jobs were added and deleted: their dead rows are vacuumed now (see
+  // settle), not left to slow herald's run or be vacuumed in the middle of it.
   await settle(ctx.db.url, ctx.notes);
   ctx.results.e2eOne = await runCase(ctx, 'bench-e2e-one', counts.e2eOneMessages, 1);
   await settle(ctx.db.url, ctx.notes);

@@ -15,17 +15,16 @@ import { peerThroughput } from './peer.ts';
 export async function pairs(ctx: Context): Promise<void> {
   const series: { peer: number; herald: number }[] = [];
   ctx.results.pairs = series;
+  const runs = { peer: peerThroughput, herald: fanThroughput };
   for (let k = 1; k <= ctx.options.counts.e2ePairs; k++) {
     // Which goes first alternates, so that a drift of the VM's speed, or of what the halves leave
     // behind, does not favour the same side in every pair.
-    const half = async (run: (ctx: Context) => Promise<number>) => {
+    const order = k % 2 === 1 ? (['peer', 'herald'] as const) : (['herald', 'peer'] as const);
+    const pair = { peer: 0, herald: 0 };
+    for (const side of order) {
       await settle(ctx.db.url, ctx.notes);
-      return run(ctx);
-    };
-    const pair =
-      k % 2 === 1
-        ? { peer: await half(peerThroughput), herald: await half(fanThroughput) }
-        : await half(fanThroughput).then(async (herald) => ({ herald, peer: await half(peerThroughput) }));
+      pair[side] = await runs[side](ctx);
+    }
     series.push(pair);
     ctx.log(
       `pair ${k}: peer ${Math.round(pair.peer)} jobs/s, herald ${Math.round(pair.herald)} deliveries/s`,
