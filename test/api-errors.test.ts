@@ -173,6 +173,13 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'payloadRetentionHours'],
     },
     {
+      name: "a raw payload (the SDKs' messageInRaw)",
+      method: 'POST',
+      path: '/api/v1/app/acme/msg',
+      body: { eventType: 'invoice.paid', payload: {}, transformationsParams: { rawPayload: 'a,b' } },
+      loc: ['body', 'transformationsParams'],
+    },
+    {
       name: 'a secret set by PATCH',
       method: 'PATCH',
       path: '/api/v1/app/acme/endpoint/ep-1',

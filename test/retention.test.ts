@@ -42,7 +42,7 @@ const retentionOf = async (messageId: string) =>
     )
   ).rows[0]!.days;
 
-test('the retention period comes from the message, else the app, else 90 days', async () => {
+test('the retention period comes from the message (null: none of its own), else the app, else 90 days', async () => {
   const app = await t.call('POST', '/api/v1/app', { name: 'keep', uid: 'keep', retentionDays: 7 });
   assert.equal(app.status, 201);
   assert.equal(app.body.retentionDays, 7);
@@ -53,6 +53,13 @@ test('the retention period comes from the message, else the app, else 90 days', 
       await publishVia(t, 'keep', { eventType: 'e', payload: {}, payloadRetentionPeriod: 30 }),
     ),
     30,
+  );
+  // null, as the SDKs' types allow it, is no period of the message's own.
+  assert.equal(
+    await retentionOf(
+      await publishVia(t, 'keep', { eventType: 'e', payload: {}, payloadRetentionPeriod: null }),
+    ),
+    7,
   );
   assert.equal(await retentionOf(await publishVia(t, plain.body.id, { eventType: 'e', payload: {} })), 90);
 

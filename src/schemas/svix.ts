@@ -145,11 +145,16 @@ export const MessageIn = z.object({
   eventId: ident(256).nullish(),
   payload: z.record(z.string(), z.unknown()),
   channels: channels(5).nullish(),
-  payloadRetentionPeriod: z.number().int().min(5).max(90).optional(),
+  payloadRetentionPeriod: z.number().int().min(5).max(90).nullish(),
   tags: z.array(ident(128)).max(5).nullish(),
   application: ApplicationIn.nullish(),
   deliverAt: notSupported('herald does not schedule messages: publish when the message is due'),
   payloadRetentionHours: notSupported('herald keeps payloads for whole days: use payloadRetentionPeriod'),
+  // The SDKs' messageInRaw() sends `payload: {}` with the body to send in here: dropped, `{}`
+  // would be delivered in its place.
+  transformationsParams: notSupported(
+    'herald delivers the JSON payload as published: a raw payload (messageInRaw) is not sent',
+  ),
 });
 export type MessageIn = z.infer<typeof MessageIn>;
 
