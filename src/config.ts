@@ -158,7 +158,9 @@ function operatorWebhook(env: Env): { url: string | undefined; secret: string | 
  * window no longer than the settle period would leave its checks of the history nothing to judge.
  */
 function doctorWindow(env: Env): { settle: number; lookback: number } {
-  const settle = integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 0, 86_400);
+  // A write in flight is invisible until it commits: below a few seconds, a publish or claim
+  // committing as the doctor reads would be judged unfinished.
+  const settle = integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 5, 86_400);
   const lookback = integer(env, 'HERALD_DOCTOR_LOOKBACK_SECONDS', 86_400, 60, 3650 * 86_400);
   if (lookback <= settle) {
     throw new ConfigError(
@@ -257,8 +259,10 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
     operatorWebhookSecret: operator.secret,
     logLevel,
     doctorSettleSeconds: doctor.settle,
-    doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 0, 30 * 86_400),
-    doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 0, 86_400),
+    // At least 10 s each: workers take due work within a poll interval (1 s by default) and
+    // recover expired leases every 5 s at most, so a shorter threshold fails a healthy system.
+    doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 10, 30 * 86_400),
+    doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 10, 86_400),
     doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
     doctorLookbackSeconds: doctor.lookback,
   });

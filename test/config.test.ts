@@ -21,6 +21,20 @@ test('an attempt deadline must leave half a second of its lease to start in and 
   );
 });
 
+test('herald doctor thresholds a healthy system would fail are refused, naming the variable', () => {
+  for (const [name, min] of [
+    ['HERALD_DOCTOR_SETTLE_SECONDS', 5],
+    ['HERALD_DOCTOR_DUE_SECONDS', 10],
+    ['HERALD_DOCTOR_LEASE_GRACE_SECONDS', 10],
+  ] as const) {
+    assert.throws(
+      () => loadConfig({ ...base, [name]: String(min - 1) }),
+      new RegExp(`^ConfigError: ${name}: expected an integer from ${min} to \\d+, got "${min - 1}"$`),
+    );
+    assert.doesNotThrow(() => loadConfig({ ...base, [name]: String(min) }), name);
+  }
+});
+
 test('an admin key that could never be presented is refused, and not echoed', () => {
   for (const key of ['two words', 'short']) {
     assert.throws(
