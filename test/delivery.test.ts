@@ -567,6 +567,26 @@ describe('send-example', () => {
     ]);
     assert.deepEqual(deliveries.rows, [{ endpoint_id: target }], 'no other endpoint gets the example');
   });
+
+  test('svix.ping, the test event, needs no event type: {"success": true}, as in Svix', async () => {
+    const app = await createApp(t, 'ping');
+    const target = await createEndpoint(t, app, { url: `${receiver.url}/ping-target` });
+    const sent = await t.call('POST', `/api/v1/app/${app}/endpoint/${target}/send-example`, {
+      eventType: 'svix.ping',
+    });
+    assert.equal(sent.status, 200, JSON.stringify(sent.body));
+    assert.equal(sent.body.eventType, 'svix.ping');
+    const [request] = await waitFor(
+      'the ping',
+      () => requestsTo('/ping-target').length === 1 && requestsTo('/ping-target'),
+    );
+    assert.deepEqual(JSON.parse(request!.body), { success: true });
+    // Any other name still needs its event type.
+    const unknown = await t.call('POST', `/api/v1/app/${app}/endpoint/${target}/send-example`, {
+      eventType: 'svix.pong',
+    });
+    assert.equal(unknown.status, 404);
+  });
 });
 
 describe('deletion beside an outcome write', () => {

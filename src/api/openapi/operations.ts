@@ -481,7 +481,7 @@ export const OPERATIONS: Operation[] = [
     tag: 'Endpoint',
     summary: 'Send Event Type Example Message',
     description:
-      'Publishes a message of the event type — example `exampleIndex` (0: the first) of its newest schema, or `{}` — delivered to this endpoint only, whatever its filters.',
+      'Publishes a message of the event type — example `exampleIndex` (0: the first) of its newest schema, or `{}` — delivered to this endpoint only, whatever its filters. `svix.ping`, the test event, needs no event type: its payload is `{"success": true}`.',
     body: EventExampleIn,
     headers: answerOnceKey,
     responses: { 200: one('The example message', out.MessageOut) },
