@@ -21,7 +21,7 @@ import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
 import { idMintedAt } from './support/ids.ts';
 import { freePort, startHerald } from './support/processes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
+import { claimForTest, seedApp, seedEndpoint, seedMessage } from './support/seed.ts';
 import { startTcpProxy } from './support/tcp-proxy.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -505,6 +505,32 @@ test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on
     assert.equal((await fetch(`${api.apiUrl}/api/v1/health`)).status, 204, 'the API is there');
   } finally {
     await api.proc.kill('SIGTERM');
+  }
+});
+
+test('a lease that ran out and that nobody recovers is seen, from when it ran out; a live one is not', async () => {
+  const database = await freshDatabase('metrics_expired_lease');
+  try {
+    const app = await seedApp(database.db, 'expired');
+    await seedEndpoint(database.db, app.id, 'http://127.0.0.1:9/e');
+    await seedMessage(database.db, app.id);
+    const expired = async () => {
+      const text = await createMetrics(database.db).scrape();
+      return Number(/^herald_oldest_expired_lease_seconds (\S+)$/m.exec(text)?.[1]);
+    };
+    assert.equal(await expired(), 0, 'nothing leased');
+    const [claim] = await claimForTest(database.db);
+    assert.ok(claim, 'the delivery is leased');
+    assert.equal(await expired(), 0, 'a live lease');
+    // No worker runs here to recover it: the lease ran out 90 s ago, and stays.
+    await database.db.query(
+      `update delivery_lease set lease_expires_at = now() - interval '90 seconds' where delivery_id = $1`,
+      [claim.deliveryId],
+    );
+    const age = await expired();
+    assert.ok(age >= 90 && age < 120, `expired ${age} s ago`);
+  } finally {
+    await database.drop();
   }
 });
 

@@ -82,6 +82,7 @@ interface DatabaseSnapshot {
   oldestUnknownSeconds: number;
   endpointsDisabled: number;
   endpointsResting: number;
+  oldestExpiredLeaseSeconds: number;
 }
 
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
@@ -109,7 +110,8 @@ const SNAPSHOT_SQL = `
     f.unknown::float8 as "unknownParked",
     coalesce(extract(epoch from now() - f.parked_since), 0)::float8 as "oldestUnknownSeconds",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled",
-    l.resting::float8 as "endpointsResting"
+    l.resting::float8 as "endpointsResting",
+    coalesce(extract(epoch from now() - l.oldest_expired), 0)::float8 as "oldestExpiredLeaseSeconds"
     -- One read of the failed deliveries for their three gauges, and one of the slots. Awaiting
     -- review since its delivery was parked (its last change): looked up by key, and only for the
     -- deliveries that counted unknown attempts (the filter comes before the aggregate's argument).
@@ -118,7 +120,9 @@ const SNAPSHOT_SQL = `
                    filter (where u.unknown_attempts > 0) as parked_since
             from delivery_failed u) f,
          (select count(*) filter (where s.delivery_id is not null) as sending,
-                 count(*) filter (where ${SLOT_RESTING}) as resting
+                 count(*) filter (where ${SLOT_RESTING}) as resting,
+                 min(s.lease_expires_at) filter (where s.delivery_id is not null and s.lease_expires_at < now())
+                   as oldest_expired
             from delivery_lease s) l`;
 
 const DURATION_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60];
@@ -309,6 +313,13 @@ export function createMetrics(
     'herald_endpoints_resting',
     'Endpoints resting after failures or a Retry-After: no request starts until the rest ends.',
     (s) => s.endpointsResting,
+  );
+  // What no counter can show: leases that ran out and that nobody recovers (every worker gone, or
+  // none scraped). herald_lease_recoveries_total moves only when a running worker recovers one.
+  fromDatabase(
+    'herald_oldest_expired_lease_seconds',
+    'How long ago the longest-expired lease still held ran out (0: none): running workers recover expired leases within seconds.',
+    (s) => s.oldestExpiredLeaseSeconds,
   );
 
   return {
