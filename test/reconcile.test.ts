@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
 import { claimDeliveries } from '../src/db/deliveries.ts';
+import type { Queryable } from '../src/db/port.ts';
 import { type Reconciliation, reconcileWindow } from '../src/ops/reconcile.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
@@ -244,6 +245,25 @@ test('an attempt with no outcome yet is not known either: in flight, or its leas
       JSON.parse(printed.stdout).map((r: { message: { id: string } }) => r.message.id),
       [message, ...more],
     );
+    // A page's messages are looked up a few at a time, not all at once: a page of 500 at once
+    // waited for the pool's connections past its connect timeout, failing the command.
+    let running = 0;
+    let most = 0;
+    const counting: Queryable = {
+      async query(text, params, prepareAs) {
+        most = Math.max(most, ++running);
+        try {
+          return await s.database.db.query(text, params, prepareAs);
+        } finally {
+          running--;
+        }
+      },
+    };
+    for (let n = 4; n < 10; n++) await publishVia(s, app, { eventType: 'order.paid', payload: { n } });
+    const paged: Reconciliation[] = [];
+    for await (const found of reconcileWindow(counting, everything, 500)) paged.push(found);
+    assert.equal(paged.length, 9);
+    assert.ok(most <= 4, `${most} lookups at once`);
   } finally {
     await s.close();
   }

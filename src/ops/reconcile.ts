@@ -43,6 +43,11 @@ export async function reconcileMessage(db: Queryable, messageId: string): Promis
 }
 
 const WINDOW_PAGE = 500;
+/**
+ * Messages of a page looked up at once. A page's worth at once would queue for the pool's few
+ * connections, and a lookup that waits past the pool's connect timeout fails the whole command.
+ */
+const LOOKUPS_AT_ONCE = 4;
 
 /**
  * Every message of the window, a page of ids at a time, each page given as it is read: a window
@@ -56,8 +61,11 @@ export async function* reconcileWindow(
 ): AsyncGenerator<Reconciliation> {
   for (let after = ''; ; ) {
     const ids = await messageIdsInWindow(db, window, after, pageSize);
-    for (const reconciled of await Promise.all(ids.map((id) => reconcileMessage(db, id)))) {
-      if (reconciled) yield reconciled;
+    for (let at = 0; at < ids.length; at += LOOKUPS_AT_ONCE) {
+      const some = ids.slice(at, at + LOOKUPS_AT_ONCE);
+      for (const reconciled of await Promise.all(some.map((id) => reconcileMessage(db, id)))) {
+        if (reconciled) yield reconciled;
+      }
     }
     if (ids.length < pageSize) return;
     after = ids.at(-1)!;
