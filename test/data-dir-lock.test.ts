@@ -2,7 +2,8 @@
 // file holds its owner's pid and host name. A live owner's lock refuses another opener; a dead
 // owner's is taken over â€” also when the dead owner had this process's pid, as a restarted
 // container's pid 1 does. A lock taken on another host (a container on a shared volume, pid 1
-// too) is held: its owner cannot be checked from here.
+// too) is held: its owner cannot be checked from here. Within this process, a directory opened
+// and not closed refuses a second opener.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -65,5 +66,21 @@ test('the lock names its host; one written without a host is taken as this hostâ
     unlock();
     fs.writeFileSync(lockFile, String(process.ppid));
     assert.throws(() => lockDataDir(dir), DataDirBusyError);
+  });
+});
+
+test('a second opener in this process is refused while the first holds the directory; a second unlock frees nothing', () => {
+  withDir((dir, lockFile) => {
+    const unlock = lockDataDir(dir);
+    assert.throws(
+      () => lockDataDir(path.join(dir, '.')),
+      (error: Error) => error instanceof DataDirBusyError && /this process already/.test(error.message),
+    );
+    unlock();
+    const again = lockDataDir(dir);
+    unlock();
+    assert.ok(fs.existsSync(lockFile), "the first opener's second unlock leaves the new holder's lock");
+    again();
+    assert.equal(fs.existsSync(lockFile), false);
   });
 });

@@ -28,12 +28,22 @@ export function assertEmbeddedDatabase(dataDir: string): void {
 }
 
 /**
+ * The data directories this process holds, by real path. A second opener in this process (a second
+ * createHerald on the directory, not closed; a development server's reload) finds a lock with its
+ * own pid, which reads as a dead process's — two PGlite instances writing one directory would
+ * corrupt it.
+ */
+const heldHere = new Set<string>();
+
+/**
  * Takes the data directory's lock, or explains who holds it. The lock file appears with the
  * owner's pid and host name already in it (written aside, then hard-linked into place in one
  * step), so another opener never reads an empty lock; an unreadable or empty lock counts as held.
  */
 export function lockDataDir(dataDir: string): () => void {
   fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const held = fs.realpathSync(dataDir);
+  if (heldHere.has(held)) throw busy(dataDir, 'this process already (a herald opened on it and not closed)');
   const lockPath = path.join(dataDir, LOCK_FILE);
   const staging = `${lockPath}.${process.pid}`;
   fs.writeFileSync(staging, `${process.pid} ${os.hostname()}`, { mode: 0o600 });
@@ -41,7 +51,15 @@ export function lockDataDir(dataDir: string): () => void {
     for (let tries = 0; tries < 3; tries++) {
       try {
         fs.linkSync(staging, lockPath);
-        return () => fs.rmSync(lockPath, { force: true });
+        heldHere.add(held);
+        let released = false;
+        // Once only: a second call must not remove the lock of whoever took the directory since.
+        return () => {
+          if (released) return;
+          released = true;
+          heldHere.delete(held);
+          fs.rmSync(lockPath, { force: true });
+        };
       } catch (error) {
         if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
       }
