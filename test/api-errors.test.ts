@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 
 const MAX_BODY = 2048;
@@ -951,6 +952,33 @@ test('a statement past the pool’s query deadline, its commit unknown, is a 503
     assert.equal(answer.status, 503, JSON.stringify(answer.body));
     assert.equal(answer.body.code, 'store_unavailable');
   } finally {
+    await slow.close();
+  }
+});
+
+test('a source whose app the database could not look up is a 503 to retry, not a 422 naming the app', async () => {
+  const slow = await startTestHerald('api_errors_source_app', {
+    env: { HERALD_DB_QUERY_TIMEOUT_MS: '1000' },
+  });
+  const holder = new pg.Client({ connectionString: slow.database.url });
+  await holder.connect();
+  try {
+    assert.equal((await slow.call('POST', '/api/v1/app', { name: 'Shop', uid: 'shop' })).status, 201);
+    // The app table locked past the pool's query deadline: the lookup fails, the app is there.
+    await holder.query('begin');
+    await holder.query('lock table app in access exclusive mode');
+    const answer = await slow.call('POST', '/api/v1/source', {
+      uid: 'payments',
+      scheme: 'standard-webhooks',
+      secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+      app: 'shop',
+      eventType: 'payment.settled',
+    });
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    assert.equal(answer.body.code, 'store_unavailable');
+  } finally {
+    await holder.query('rollback').catch(() => {});
+    await holder.end();
     await slow.close();
   }
 });

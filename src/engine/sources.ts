@@ -13,7 +13,7 @@ import {
   type SourceRow,
   updateSource,
 } from '../db/sources.ts';
-import { invalidField, notFound } from '../errors.ts';
+import { HeraldError, invalidField, notFound } from '../errors.ts';
 import { BusinessKeyTemplateError, compileBusinessKey } from '../inbound/business-key.ts';
 import { createVerifier, SchemeConfig } from '../inbound/verifiers/index.ts';
 import type { SourceIn } from '../schemas/sources.ts';
@@ -24,8 +24,12 @@ export const DEFAULT_SECRET_OVERLAP_SECONDS = 24 * 3600;
 const SCHEMES_WITHOUT_SECRET = new Set(['gcp-pubsub', 'aws-sns']);
 
 async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Promise<SourceFields> {
-  const app = await requireApp(db, actor, input.app).catch(() => {
-    throw invalidField(['app'], `application ${input.app} not found`);
+  // Only "not found" (or out of the key's reach) is the field's fault: a database that failed is
+  // a 503 to retry, not a 422.
+  const app = await requireApp(db, actor, input.app).catch((error: unknown) => {
+    if (error instanceof HeraldError && error.kind === 'not_found')
+      throw invalidField(['app'], `application ${input.app} not found`);
+    throw error;
   });
   const config = SchemeConfig.safeParse({ ...(input.settings ?? {}), scheme: input.scheme });
   if (!config.success) {
