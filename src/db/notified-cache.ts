@@ -14,6 +14,7 @@
 //   at most. Where LISTEN fails, nothing is cached (it is tried again a minute later).
 
 import type { Logger } from 'pino';
+import { steadyNow } from '../domain/steady-clock.ts';
 import type { Db } from './port.ts';
 
 export interface NotifiedCacheOptions<V> {
@@ -70,13 +71,13 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
   /** Resolves once announcements are heard (true), or false when they cannot be now. */
   async function heard(): Promise<boolean> {
     if (closed) return false;
-    if (listening === null && Date.now() - listenFailedAt >= RETRY_LISTEN_MS) {
+    if (listening === null && steadyNow() - listenFailedAt >= RETRY_LISTEN_MS) {
       listening = options.db.listen(options.channel, evict).catch((error: Error) => {
         options.log.warn(
           { channel: options.channel, err: error.message },
           'cannot LISTEN for changes; reading every time until it can',
         );
-        listenFailedAt = Date.now();
+        listenFailedAt = steadyNow();
         listening = null;
         return null;
       });
@@ -88,7 +89,7 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
     if (!(await heard())) return options.load(keys);
     const found = new Map<string, V>();
     const missing: string[] = [];
-    const now = Date.now();
+    const now = steadyNow();
     for (const key of keys) {
       const cached = entries.get(key);
       if (cached && now < cached.until) found.set(key, cached.row);
@@ -103,7 +104,7 @@ export function createNotifiedCache<V>(options: NotifiedCacheOptions<V>): Notifi
       found.set(key, row);
       if (!fresh) continue;
       if (entries.size >= maxEntries) entries.clear();
-      entries.set(key, { row, until: Date.now() + maxAgeMs });
+      entries.set(key, { row, until: steadyNow() + maxAgeMs });
     }
     return found;
   }

@@ -12,6 +12,7 @@ import { claimedBusinessKey, type IntakeReceipt, recordReceipts } from '../db/in
 import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
 import { findSource, liveSourceSecrets, SOURCE_CHANGED_CHANNEL, type SourceRow } from '../db/sources.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
 import { failpoint } from '../ops/failpoints.ts';
@@ -132,7 +133,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   function prepared(source: SourceRow): Promise<CachedSource> {
     const version = versionOf(source);
     const cached = cache.get(source.id);
-    if (cached?.version === version && Date.now() < cached.validUntil) return Promise.resolve(cached);
+    if (cached?.version === version && steadyNow() < cached.validUntil) return Promise.resolve(cached);
     // Requests that come together for a source not cached (a start, a change) build its verifier
     // once: each its own would read the secrets and fetch its JWKS anew, the last one kept.
     const key = `${source.id}\u0000${version}`;
@@ -154,7 +155,7 @@ export function createIngestor(deps: IngestDeps): Ingestor {
         validUntil:
           secrets.firstExpiresInMs === null
             ? Number.POSITIVE_INFINITY
-            : Date.now() + secrets.firstExpiresInMs,
+            : steadyNow() + secrets.firstExpiresInMs,
         verifier: createVerifier(
           { ...source.settings, scheme: source.scheme } as never,
           secrets.sealed.map((sealed) => deps.box.open(sealed, source.id)),

@@ -5,6 +5,7 @@
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { liveSecrets } from '../db/endpoint-secrets.ts';
 import type { Queryable } from '../db/port.ts';
+import { steadyNow } from '../domain/steady-clock.ts';
 import { decodeEndpointSecret } from '../signing/standard-webhooks.ts';
 
 export interface SigningKeyCache {
@@ -24,7 +25,7 @@ export function createSigningKeyCache(
 
   return {
     async keysFor(wanted) {
-      const now = Date.now();
+      const now = steadyNow();
       const found = new Map<string, Buffer[]>();
       const missing: string[] = [];
       for (const [endpointId, version] of wanted) {

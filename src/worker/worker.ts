@@ -499,12 +499,12 @@ export function createWorker(options: WorkerOptions): Worker {
 
   /** Moves deferred deliveries coming due back into the claims' reach (migration 0030). */
   async function tend(): Promise<void> {
-    const releaseHeld = Date.now() - lastReleaseHeld >= RELEASE_HELD_EVERY_MS;
+    const releaseHeld = steadyNow() - lastReleaseHeld >= RELEASE_HELD_EVERY_MS;
     for (let pass = 0; pass < TENDINGS_PER_PASS && running; pass++) {
       const tended = await tendDeferred(db, releaseHeld);
       // Another worker was tending: the walk over held rows is still this one's to do.
       if (!tended.tended) return;
-      if (releaseHeld) lastReleaseHeld = Date.now();
+      if (releaseHeld) lastReleaseHeld = steadyNow();
       if (tended.requeued + tended.held + tended.released > 0)
         log.debug(tended, 'tended deferred deliveries');
       if (tended.requeued + tended.released > 0) nudge();
