@@ -366,16 +366,23 @@ const answers204 = () => () => ({ status: 204 });
  * which recovery would call the attempt `unknown` and park the delivery as failed — and each
  * delivery must have exactly one attempt, a success.
  */
-async function lostAnswerCase(label: string, messages: number, lost: (answer: Answer) => boolean) {
-  const { proxy, herald, receiver, logs, appUid } = await rig(label, {}, answers204, { idempotent: false });
+async function lostAnswerCase(
+  label: string,
+  messages: number,
+  lost: ((answer: Answer) => boolean) | { silenced: string },
+  { env = {}, withinMs = 5000 } = {},
+) {
+  const { proxy, herald, receiver, logs, appUid } = await rig(label, env, answers204, { idempotent: false });
   const ids: string[] = [];
   for (let n = 0; n < messages; n++) {
     ids.push((await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n } })).message.id);
   }
   let answerLost = false;
-  void proxy.loseAnswer(lost).then(() => {
-    answerLost = true;
-  });
+  void (typeof lost === 'function' ? proxy.loseAnswer(lost) : proxy.silenceRequest(lost.silenced)).then(
+    () => {
+      answerLost = true;
+    },
+  );
   await herald.startWorker();
   await waitFor('the proxy to lose the answer', () => answerLost, 10_000);
   await waitFor(
@@ -384,7 +391,7 @@ async function lostAnswerCase(label: string, messages: number, lost: (answer: An
       for (const id of ids) if ((await deliveryOf(id)).state !== 'succeeded') return false;
       return true;
     },
-    5000,
+    withinMs,
   );
   const metrics = await herald.core.metrics.scrape();
   await herald.close();
@@ -416,6 +423,23 @@ test("an outcome write's claim along lost after it committed: recorded once, the
   assert.ok(count(logs, RETRYING) >= 1, 'the outcome write was retried');
   assert.equal(count(logs, DISCARDED), 0, 'the retried write found its outcome recorded');
   assert.match(metrics, /herald_attempts_not_sent_total\{reason="claim_lost"\} 1\b/);
+});
+
+test('an outcome write whose connection goes silent is written again on another within the lease: recorded once', async () => {
+  // The write never reaches the database, and no reset comes: the client's own query deadline
+  // (12 s here) comes after the 10 s lease, so the write must not wait for it. Its next try, half
+  // the lease later, records the outcome; without it, recovery would make the attempt unknown.
+  const { logs } = await lostAnswerCase(
+    'outcome_silent',
+    1,
+    { silenced: 'record_' },
+    {
+      env: { HERALD_DB_QUERY_TIMEOUT_MS: '12000' },
+      withinMs: 9000,
+    },
+  );
+  assert.ok(count(logs, RETRYING) >= 1, 'the outcome write was tried again');
+  assert.equal(count(logs, DISCARDED), 0);
 });
 
 test('signing keys that cannot be read after a claim: its leases are given back unsent', async () => {

@@ -2,7 +2,8 @@
 // in the next one (group commit), so a busy worker spends one round trip per batch, not per
 // attempt; the first try of each write also claims the next deliveries for the worker (claim
 // along). A write that fails (database down, connection cut) is retried with backoff for as long
-// as the results' leases last, recording only: fencing makes a repeated outcome write harmless,
+// as the results' leases last, recording only — and so is one left unanswered past half of what
+// is left of them (tryDeadlineMs): fencing makes a repeated outcome write harmless,
 // because an item whose lease is no longer held is simply not applied, and a claim that failed —
 // or may have committed unseen — is not repeated behind the worker's back.
 
@@ -80,6 +81,35 @@ export interface Finalizer {
 /** Retries of a write while the database fails: the first wait, doubling up to the last. */
 export const FIRST_BACKOFF_MS = 50;
 export const MAX_BACKOFF_MS = 2000;
+/** The shortest and the longest time a try of a write is given (see tryDeadlineMs). */
+const MIN_TRY_MS = 1000;
+const MAX_TRY_MS = 10_000;
+
+/**
+ * How long a try of a write may go unanswered before the next try goes, on another connection:
+ * half of what is left of its results' shortest lease, from a second to ten (a write answers in
+ * milliseconds; one of 500 outcomes on a struggling database, in a second or two). A connection gone silent
+ * (a failover, a NAT's timeout: no reset) would otherwise hold the write until the client's query
+ * deadline — as long as a lease — with no try left to make inside it (invariant 7). The try left
+ * behind may still commit: fencing makes the two harmless to each other.
+ */
+function tryDeadlineMs(live: readonly PendingResult[]): number {
+  const shortest = Math.min(...live.map((p) => p.leaseEndsBy.getTime()));
+  return Math.min(MAX_TRY_MS, Math.max(MIN_TRY_MS, (shortest - steadyNow()) / 2));
+}
+
+/** `work`, or a rejection once `ms` have passed without its answer (work goes on, unheard). */
+function answeredWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+  work.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`no answer from the database within ${Math.round(ms)} ms`)),
+      ms,
+    );
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
 
 export function createFinalizer(options: FinalizerOptions): Finalizer {
   const queue: PendingResult[] = [];
@@ -94,13 +124,16 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         const startedAt = performance.now();
         const results = live.map((p) => p.result);
         const { afterRecord } = options;
-        const { recorded, claimedAlong } = afterRecord
-          ? await options.db.transaction(async (tx) => {
-              const rows = await recordOutcomes(tx, results, options.disableAfter);
-              await afterRecord(tx, results, rows);
-              return { recorded: rows, claimedAlong: false };
-            })
-          : await recordAndClaim(results, firstTry);
+        const { recorded, claimedAlong } = await answeredWithin(
+          afterRecord
+            ? options.db.transaction(async (tx) => {
+                const rows = await recordOutcomes(tx, results, options.disableAfter);
+                await afterRecord(tx, results, rows);
+                return { recorded: rows, claimedAlong: false };
+              })
+            : recordAndClaim(results, firstTry),
+          tryDeadlineMs(live),
+        );
         const seconds = (performance.now() - startedAt) / 1000;
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {

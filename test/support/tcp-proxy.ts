@@ -28,6 +28,13 @@ export interface TcpProxy {
    * is relayed then. Resolves once it happened.
    */
   loseAnswer(matches: (answer: Answer) => boolean): Promise<void>;
+  /**
+   * Arms a one-shot silence: the next client message that holds `marker` (a prepared statement's
+   * name, say) is swallowed, never reaching the server, and its connection goes silent both ways
+   * without a reset, as behind a peer gone unannounced (a failover, a NAT's timeout). Resolves
+   * once it happened.
+   */
+  silenceRequest(marker: string): Promise<void>;
   /** From now on, new connections are reset as soon as they arrive. */
   pause(): void;
   resume(): void;
@@ -50,6 +57,7 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
   const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
   let paused = false;
   let armed: { matches: (answer: Answer) => boolean; lost: () => void } | null = null;
+  let silencing: { marker: Buffer; silenced: () => void } | null = null;
   let connectionAttempts = 0;
   let refused = 0;
 
@@ -73,7 +81,21 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     };
     client.on('close', drop);
     upstream.on('close', drop);
-    client.pipe(upstream);
+    let silent = false;
+    client.on('data', (chunk: Buffer) => {
+      if (silent) return;
+      if (silencing !== null && chunk.includes(silencing.marker)) {
+        const { silenced } = silencing;
+        silencing = null;
+        // Open, and nothing more goes through either way: the client hears nothing, ever.
+        silent = true;
+        upstream.removeAllListeners('data');
+        upstream.removeAllListeners('end');
+        silenced();
+        return;
+      }
+      upstream.write(chunk);
+    });
     relayAnswers(
       upstream,
       client,
@@ -126,6 +148,11 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     loseAnswer(matches) {
       return new Promise((lost) => {
         armed = { matches, lost };
+      });
+    },
+    silenceRequest(marker) {
+      return new Promise((silenced) => {
+        silencing = { marker: Buffer.from(marker), silenced };
       });
     },
     pause() {
