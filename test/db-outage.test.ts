@@ -442,6 +442,21 @@ test('an outcome write whose connection goes silent is written again on another 
   assert.equal(count(logs, DISCARDED), 0);
 });
 
+test("a claim round whose connection goes silent is given up half a lease on, and the next round's claim sends", async () => {
+  // The claim never reaches the database, and no reset comes: the client's query deadline (12 s)
+  // comes after the 10 s lease. Given up at 5 s (and given back by its id: nothing to give), the
+  // worker claims again in its next round.
+  await lostAnswerCase(
+    'claim_silent',
+    1,
+    { silenced: 'claim_deliveries' },
+    {
+      env: { HERALD_DB_QUERY_TIMEOUT_MS: '12000' },
+      withinMs: 9000,
+    },
+  );
+});
+
 test('signing keys that cannot be read after a claim: its leases are given back unsent', async () => {
   const { logs, metrics } = await lostAnswerCase('keys_lost', 1, signingKeysAnswer);
   assert.equal(count(logs, GAVE_BACK), 1);

@@ -18,6 +18,7 @@ import {
 } from '../db/deliveries.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
+import { answeredWithin } from './answered-within.ts';
 
 export interface PendingResult {
   result: AttemptResult;
@@ -96,19 +97,6 @@ const MAX_TRY_MS = 10_000;
 function tryDeadlineMs(live: readonly PendingResult[]): number {
   const shortest = Math.min(...live.map((p) => p.leaseEndsBy.getTime()));
   return Math.min(MAX_TRY_MS, Math.max(MIN_TRY_MS, (shortest - steadyNow()) / 2));
-}
-
-/** `work`, or a rejection once `ms` have passed without its answer (work goes on, unheard). */
-function answeredWithin<T>(work: Promise<T>, ms: number): Promise<T> {
-  work.catch(() => {});
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new Error(`no answer from the database within ${Math.round(ms)} ms`)),
-      ms,
-    );
-  });
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 export function createFinalizer(options: FinalizerOptions): Finalizer {

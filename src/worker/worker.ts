@@ -27,6 +27,7 @@ import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
+import { answeredWithin } from './answered-within.ts';
 import { runAttempt } from './attempt.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
@@ -138,6 +139,10 @@ export function createWorker(options: WorkerOptions): Worker {
   // and to retry that write through a database blip (invariant 7): half of what the lease leaves
   // beyond the deadline, at most 5 s.
   const recordingReserveMs = Math.min(5000, (options.leaseSeconds * 1000 - options.attemptTimeoutMs) / 2);
+  // A claim round's answer is awaited for half a lease (1 to 30 s): one left unanswered (a
+  // connection gone silent) is given back by its id while its leases still run, instead of after
+  // the client's query deadline, when recovery has made its unsent attempts unknown.
+  const claimAnswerMs = Math.min(30_000, Math.max(1000, options.leaseSeconds * 500));
 
   let running = false;
   let loop: Promise<void> | null = null;
@@ -570,7 +575,7 @@ export function createWorker(options: WorkerOptions): Worker {
     if (slots === null) return 0;
     let claimed: ClaimedDelivery[];
     try {
-      claimed = await claimDeliveries(db, slots.request);
+      claimed = await answeredWithin(claimDeliveries(db, slots.request), claimAnswerMs);
     } catch (error) {
       slots.settle(null);
       throw error;

@@ -1,0 +1,18 @@
+// A bound on how long the worker waits for the database's answer to one try of a write. A
+// connection gone silent (a failover, a NAT's timeout: no reset) answers nothing until the client's
+// query deadline, which is as long as a lease: the worker goes on without it instead, while what
+// it sent may still run — every such write of the worker's is safe to be left behind (fencing, a
+// claim given back by its id).
+
+/** `work`, or a rejection once `ms` have passed without its answer (work goes on, unheard). */
+export function answeredWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+  work.catch(() => {});
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`no answer from the database within ${Math.round(ms)} ms`)),
+      ms,
+    );
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
+}
