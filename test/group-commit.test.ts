@@ -220,6 +220,35 @@ describe('group commit', () => {
     assert.deepEqual(gated.batches, [[1], [2, 3, 4], [6]]);
   });
 
+  test('callers waiting hold four batches’ worth of batchSize at most: past that a caller is refused at once', async () => {
+    const gated = gatedWrite((items: string[]) => items.map((item) => item.length));
+    const submit = createGroupCommit(gated.write, {
+      ...ONE_WRITER,
+      batchSize: { of: (item: string) => item.length, max: 10 },
+    });
+    const first = submit('x'.repeat(10));
+    await settle();
+    // The first is being written, out of the queue; 40 characters' worth may wait.
+    const waiting = [submit('a'.repeat(10)), submit('b'.repeat(25)), submit('c'.repeat(5))];
+    // Refused at once: a caller let in would wait for the gate instead.
+    await assert.rejects(Promise.race([submit('d'), settle()]), Overloaded);
+    gated.releaseAll();
+    assert.equal(await first, 10);
+    // Taken into the next batch, a caller frees its room for another.
+    await settle();
+    assert.deepEqual(gated.batches.at(-1), ['a'.repeat(10)]);
+    waiting.push(submit('f'.repeat(10)));
+    let done = false;
+    const all = Promise.all(waiting).finally(() => {
+      done = true;
+    });
+    while (!done) {
+      gated.releaseAll();
+      await settle();
+    }
+    assert.deepEqual(await all, [10, 25, 5, 10]);
+  });
+
   test('refuses a splitAt outside 1..maxBatch, and no writer on the pipeline', () => {
     const write = async (items: number[]) => items;
     const options = { ...ONE_WRITER, maxBatch: 10, pipelined: 2, beside: 1, splitAt: 5 };

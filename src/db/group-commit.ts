@@ -68,7 +68,9 @@ export interface GroupCommitOptions<O = unknown, I = unknown> {
    * A bound on a batch's size besides `maxBatch`: items are taken while their `of` adds up to
    * `max` at most (one item at least, whatever its size). Where items may be large (inbound bodies
    * up to 8 MiB), a batch of `maxBatch` of them could pass what one statement's text can hold, and
-   * the whole batch would fail for no item's fault.
+   * the whole batch would fail for no item's fault. The callers waiting hold QUEUED_BATCHES
+   * batches' worth at most: past that a caller is refused as past `maxQueued` — 2,048 bodies of
+   * 8 MiB would be 16 GiB held while the database struggles.
    */
   batchSize?: { of: (item: I) => number; max: number };
 }
@@ -83,6 +85,8 @@ export const MAX_BATCH_CHARS = 32 * 1024 * 1024;
 
 /** Callers of a group commit waiting at most (publishes, receipts): several batches' worth. */
 const MAX_QUEUED_WRITES = 2048;
+/** Batches' worth of `batchSize` that the callers waiting may hold at most. */
+const QUEUED_BATCHES = 4;
 
 /** Returns `submit(item)`, which resolves to the item's result once its batch has committed. */
 export function createGroupCommit<I, O>(
@@ -106,10 +110,21 @@ export function createGroupCommit<I, O>(
     : untimedWrite;
   interface Waiting {
     item: I;
+    /** Its share of the queue's size (batchSize.of). */
+    size: number;
     resolve: (result: O) => void;
     reject: (error: unknown) => void;
   }
   const queue: Waiting[] = [];
+  /** What the callers waiting hold, by batchSize.of. */
+  let queuedSize = 0;
+  const maxQueuedSize = (options.batchSize?.max ?? Number.POSITIVE_INFINITY) * QUEUED_BATCHES;
+  /** The queue's first `n` callers, out of the queue. */
+  const take = (n: number): Waiting[] => {
+    const taken = queue.splice(0, n);
+    for (const w of taken) queuedSize -= w.size;
+    return taken;
+  };
   const writers: Record<WriteLane, number> = { pipelined: 0, beside: 0 };
   /** When each write on the pipeline was sent (performance.now()), oldest first. */
   const onThePipeline: { sentAt: number }[] = [];
@@ -189,7 +204,7 @@ export function createGroupCommit<I, O>(
           clearTimeout(waitTimer);
           waitTimer = null;
         }
-        await writeBatch(queue.splice(0, nextBatchLength()), lane);
+        await writeBatch(take(nextBatchLength()), lane);
         if (lane === 'beside' && !options.besideStays) break;
       }
     } finally {
@@ -200,11 +215,17 @@ export function createGroupCommit<I, O>(
 
   return (item) =>
     new Promise<O>((resolve, reject) => {
-      if (queue.length >= (options.maxQueued ?? MAX_QUEUED_WRITES)) {
+      const size = options.batchSize?.of(item) ?? 0;
+      // (One caller is always let in, whatever its size, as a batch always takes one.)
+      if (
+        queue.length >= (options.maxQueued ?? MAX_QUEUED_WRITES) ||
+        (queue.length > 0 && queuedSize + size > maxQueuedSize)
+      ) {
         reject(options.overloaded());
         return;
       }
-      queue.push({ item, resolve, reject });
+      queue.push({ item, size, resolve, reject });
+      queuedSize += size;
       // (A writer that takes the queue disarms the timer.)
       if (
         writers.pipelined === 0 ||
