@@ -93,7 +93,7 @@ export function createPgPipeline(
  * statements are no longer what the client believes (a Parse that failed, a statement whose
  * result changed under a migration). Its successor prepares them afresh.
  */
-function unfitForMore(error: unknown): boolean {
+export function unfitForMore(error: unknown): boolean {
   const code = refusedStatementCode(error);
   return code === null || code === '26000' || code === '42P05' || code === '0A000';
 }

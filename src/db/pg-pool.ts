@@ -5,7 +5,7 @@ import crypto from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { createPgListener } from './pg-listener.ts';
-import { createPgPipeline } from './pg-pipeline.ts';
+import { createPgPipeline, unfitForMore } from './pg-pipeline.ts';
 import type { Db, Pipeline, Transaction } from './port.ts';
 import { preparingQueryable } from './port.ts';
 
@@ -134,8 +134,10 @@ export function createPgDb(options: PgDbOptions): Db {
         throw error;
       } finally {
         client.off('error', onError);
-        // A connection that failed mid-transaction may be unusable: destroy it rather than reuse it.
-        client.release(isConnectionError(broken) ? broken : undefined);
+        // A connection that failed mid-transaction may be unusable, or its named statements no
+        // longer what the client believes (a migration changed a result, a pooler lost one):
+        // destroy it rather than reuse it — pool.query already does so for any failed statement.
+        client.release(broken && (isConnectionError(broken) || unfitForMore(broken)) ? broken : undefined);
       }
     },
     async listen(channel, onNotify) {
