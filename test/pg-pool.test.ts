@@ -1,10 +1,12 @@
 // herald's pool of PostgreSQL connections (src/db/pg-pool.ts): a transaction whose connection can
-// no longer be trusted gives it up, so that the next one does not meet the same failure.
+// no longer be trusted gives it up, so that the next one does not meet the same failure; one that
+// failed for its caller's reasons keeps it (a reconnect per 404 would cost every API error).
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
+import { HeraldError } from '../src/errors.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 
 let database: TestDatabase;
@@ -34,4 +36,23 @@ test('a transaction that meets a named statement the server no longer has: the n
   await assert.rejects(named(), (error: { code?: string }) => error.code === '26000');
   assert.equal((await named()).rows[0]!.one, 1, 'prepared again');
   assert.notEqual(await backend(), first, 'on a new connection');
+});
+
+test('a transaction that fails on its caller’s own error, or on a constraint, keeps its connection', async () => {
+  const backend = () =>
+    db.transaction(
+      async (tx) => (await tx.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid,
+    );
+  const first = await backend();
+  await assert.rejects(
+    db.transaction(async () => {
+      throw new HeraldError('not_found', 'application not found');
+    }),
+    HeraldError,
+  );
+  await assert.rejects(
+    db.transaction((tx) => tx.query('select 1 / 0')),
+    (error: { code?: string }) => error.code === '22012',
+  );
+  assert.equal(await backend(), first, 'the same connection');
 });

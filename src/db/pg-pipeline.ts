@@ -93,7 +93,15 @@ export function createPgPipeline(
  * statements are no longer what the client believes (a Parse that failed, a statement whose
  * result changed under a migration). Its successor prepares them afresh.
  */
-export function unfitForMore(error: unknown): boolean {
+function unfitForMore(error: unknown): boolean {
   const code = refusedStatementCode(error);
-  return code === null || code === '26000' || code === '42P05' || code === '0A000';
+  return code === null || namedStatementsStale(code);
+}
+
+/**
+ * SQLSTATEs that say the server's named statements are not what the client believes: one it does
+ * not have (26000), one it has already (42P05), a cached plan whose result changed (0A000).
+ */
+export function namedStatementsStale(code: string | null): boolean {
+  return code === '26000' || code === '42P05' || code === '0A000';
 }

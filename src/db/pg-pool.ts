@@ -5,9 +5,10 @@ import crypto from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { createPgListener } from './pg-listener.ts';
-import { createPgPipeline, unfitForMore } from './pg-pipeline.ts';
+import { createPgPipeline, namedStatementsStale } from './pg-pipeline.ts';
 import type { Db, Pipeline, Transaction } from './port.ts';
 import { preparingQueryable } from './port.ts';
+import { refusedStatementCode } from './server-error.ts';
 
 export interface PgDbOptions {
   connectionString: string;
@@ -137,7 +138,11 @@ export function createPgDb(options: PgDbOptions): Db {
         // A connection that failed mid-transaction may be unusable, or its named statements no
         // longer what the client believes (a migration changed a result, a pooler lost one):
         // destroy it rather than reuse it — pool.query already does so for any failed statement.
-        client.release(broken && (isConnectionError(broken) || unfitForMore(broken)) ? broken : undefined);
+        client.release(
+          broken && (isConnectionError(broken) || namedStatementsStale(refusedStatementCode(broken)))
+            ? broken
+            : undefined,
+        );
       }
     },
     async listen(channel, onNotify) {
