@@ -4,13 +4,16 @@
 // it sent may still run — every such write of the worker's is safe to be left behind (fencing, a
 // claim given back by its id).
 
-/** `work`, or a rejection once `ms` have passed without its answer (work goes on, unheard). */
+/** A try left behind: it may still run, and commit. */
+export class NoAnswerInTime extends Error {}
+
+/** `work`, or NoAnswerInTime once `ms` have passed without its answer (work goes on, unheard). */
 export function answeredWithin<T>(work: Promise<T>, ms: number): Promise<T> {
   work.catch(() => {});
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new Error(`no answer from the database within ${Math.round(ms)} ms`)),
+      () => reject(new NoAnswerInTime(`no answer from the database within ${Math.round(ms)} ms`)),
       ms,
     );
   });

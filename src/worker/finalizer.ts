@@ -18,7 +18,7 @@ import {
 } from '../db/deliveries.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
-import { answeredWithin } from './answered-within.ts';
+import { answeredWithin, NoAnswerInTime } from './answered-within.ts';
 
 export interface PendingResult {
   result: AttemptResult;
@@ -32,6 +32,11 @@ export interface FinalizerOptions {
   log: Logger;
   maxBatch?: number;
   onRetry?: () => void;
+  /**
+   * The longest a try of a write is given before the next goes (default 10 s): results queued
+   * behind it wait for it, with what is left of their leases (the worker's recording reserve).
+   */
+  maxTryMs?: number;
   /**
    * Told of every write that committed: its outcomes and how long its committing try took — with
    * the claim it carries, or with `afterRecord`'s writes in its transaction. Failed tries and the
@@ -62,8 +67,11 @@ export interface ClaimReservation {
   readonly request: ClaimRequest;
   /** The write committed with these claims (`request.batch` of them at most). */
   claimed(claimed: ClaimedDelivery[]): void;
-  /** The write failed: nothing was claimed. */
-  released(): void;
+  /**
+   * The write failed: nothing was claimed — unless it was left behind unanswered (`leftBehind`),
+   * when it may still claim: whatever it claims is given back by the claim's id once it settles.
+   */
+  released(leftBehind?: Promise<unknown>): void;
 }
 
 export interface Recorded {
@@ -82,21 +90,22 @@ export interface Finalizer {
 /** Retries of a write while the database fails: the first wait, doubling up to the last. */
 export const FIRST_BACKOFF_MS = 50;
 export const MAX_BACKOFF_MS = 2000;
-/** The shortest and the longest time a try of a write is given (see tryDeadlineMs). */
+/** The shortest and (by default) the longest time a try of a write is given (see tryDeadlineMs). */
 const MIN_TRY_MS = 1000;
 const MAX_TRY_MS = 10_000;
 
 /**
  * How long a try of a write may go unanswered before the next try goes, on another connection:
- * half of what is left of its results' shortest lease, from a second to ten (a write answers in
- * milliseconds; one of 500 outcomes on a struggling database, in a second or two). A connection gone silent
+ * half of what is left of the shortest lease of its results and of those queued behind it, at
+ * most `maxTryMs`, at least a second (a write answers in milliseconds; one of 500 outcomes on a
+ * struggling database, in a second or two). A connection gone silent
  * (a failover, a NAT's timeout: no reset) would otherwise hold the write until the client's query
  * deadline — as long as a lease — with no try left to make inside it (invariant 7). The try left
  * behind may still commit: fencing makes the two harmless to each other.
  */
-function tryDeadlineMs(live: readonly PendingResult[]): number {
-  const shortest = Math.min(...live.map((p) => p.leaseEndsBy.getTime()));
-  return Math.min(MAX_TRY_MS, Math.max(MIN_TRY_MS, (shortest - steadyNow()) / 2));
+function tryDeadlineMs(waiting: readonly PendingResult[], maxTryMs: number): number {
+  const shortest = Math.min(...waiting.map((p) => p.leaseEndsBy.getTime()));
+  return Math.max(MIN_TRY_MS, Math.min(maxTryMs, (shortest - steadyNow()) / 2));
 }
 
 export function createFinalizer(options: FinalizerOptions): Finalizer {
@@ -112,16 +121,18 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         const startedAt = performance.now();
         const results = live.map((p) => p.result);
         const { afterRecord } = options;
-        const { recorded, claimedAlong } = await answeredWithin(
-          afterRecord
-            ? options.db.transaction(async (tx) => {
+        // The results queued behind this try wait for it too.
+        const tryMs = tryDeadlineMs([...live, ...queue], options.maxTryMs ?? MAX_TRY_MS);
+        const { recorded, claimedAlong } = afterRecord
+          ? await answeredWithin(
+              options.db.transaction(async (tx) => {
                 const rows = await recordOutcomes(tx, results, options.disableAfter);
                 await afterRecord(tx, results, rows);
                 return { recorded: rows, claimedAlong: false };
-              })
-            : recordAndClaim(results, firstTry),
-          tryDeadlineMs(live),
-        );
+              }),
+              tryMs,
+            )
+          : await recordAndClaim(results, firstTry, tryMs);
         const seconds = (performance.now() - startedAt) / 1000;
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
         for (const p of live) {
@@ -162,19 +173,22 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
   async function recordAndClaim(
     results: AttemptResult[],
     claiming: boolean,
+    tryMs: number,
   ): Promise<{ recorded: RecordedOutcome[]; claimedAlong: boolean }> {
     const reservation = claiming ? (options.claimAlong?.reserve() ?? null) : null;
     if (reservation === null) {
       return {
-        recorded: await recordOutcomes(options.db, results, options.disableAfter),
+        recorded: await answeredWithin(recordOutcomes(options.db, results, options.disableAfter), tryMs),
         claimedAlong: false,
       };
     }
-    let written: Awaited<ReturnType<typeof recordOutcomesAndClaim>>;
+    const writing = recordOutcomesAndClaim(options.db, results, options.disableAfter, reservation.request);
+    let written: Awaited<typeof writing>;
     try {
-      written = await recordOutcomesAndClaim(options.db, results, options.disableAfter, reservation.request);
+      written = await answeredWithin(writing, tryMs);
     } catch (error) {
-      reservation.released();
+      // Its slots go back now, not when a write left behind settles (a query deadline away).
+      reservation.released(error instanceof NoAnswerInTime ? writing : undefined);
       throw error;
     }
     reservation.claimed(written.claimed);

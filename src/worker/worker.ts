@@ -27,7 +27,7 @@ import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
-import { answeredWithin } from './answered-within.ts';
+import { answeredWithin, NoAnswerInTime } from './answered-within.ts';
 import { runAttempt } from './attempt.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
@@ -100,11 +100,18 @@ export function createWorker(options: WorkerOptions): Worker {
     log.error({ endpointId, err: error.message }, 'an endpoint signing secret cannot be opened'),
   );
   const { metrics } = options;
+  // What a request's start limit keeps of the lease after its deadline, to record its outcome —
+  // and to retry that write through a database blip (invariant 7): half of what the lease leaves
+  // beyond the deadline, at most 5 s.
+  const recordingReserveMs = Math.min(5000, (options.leaseSeconds * 1000 - options.attemptTimeoutMs) / 2);
   const finalizer = createFinalizer({
     db,
     disableAfter: options.disableAfterFailures,
     log,
     onRetry: () => metrics?.finalizationRetried(),
+    // An outcome comes with its recording reserve left at least: a try of the write before it
+    // takes half of that at most, so that it is written in time behind one left unanswered.
+    maxTryMs: recordingReserveMs / 2,
     written: (items, seconds) => metrics?.batchWritten('outcome', items, seconds),
     // Read at every write: see WorkerOptions.afterRecord.
     get afterRecord() {
@@ -124,8 +131,8 @@ export function createWorker(options: WorkerOptions): Worker {
             if (running) track(dispatching, startClaimed(claimed, slots.request.claimId));
             else giveBackWhileStopping(claimed);
           },
-          released() {
-            if (slots.settle(null)) nudge();
+          released(leftBehind) {
+            if (slots.settle(null, leftBehind)) nudge();
           },
         };
       },
@@ -135,10 +142,6 @@ export function createWorker(options: WorkerOptions): Worker {
   // Expired leases are looked for a few times per lease, so a dead worker's deliveries come back
   // soon after their lease ends, without a query per claim round.
   const recoverEveryMs = Math.min(5000, (options.leaseSeconds * 1000) / 4);
-  // What a request's start limit keeps of the lease after its deadline, to record its outcome —
-  // and to retry that write through a database blip (invariant 7): half of what the lease leaves
-  // beyond the deadline, at most 5 s.
-  const recordingReserveMs = Math.min(5000, (options.leaseSeconds * 1000 - options.attemptTimeoutMs) / 2);
   // A claim round's answer is awaited for half a lease (1 to 30 s): one left unanswered (a
   // connection gone silent) is given back by its id while its leases still run, instead of after
   // the client's query deadline, when recovery has made its unsent attempts unknown.
@@ -545,7 +548,7 @@ export function createWorker(options: WorkerOptions): Worker {
    */
   function reserveSlots(): {
     request: ClaimRequest & { claimId: string };
-    settle(claimed: ClaimedDelivery[] | null): boolean;
+    settle(claimed: ClaimedDelivery[] | null, leftBehind?: Promise<unknown>): boolean;
   } | null {
     const free = claimable();
     if (free === 0) {
@@ -558,9 +561,16 @@ export function createWorker(options: WorkerOptions): Worker {
     const claimId = randomUUID();
     return {
       request: { batch: free, leaseSeconds: options.leaseSeconds, afterEndpoint: cursor, claimId },
-      settle(claimed) {
+      settle(claimed, leftBehind) {
         inFlight -= free;
-        if (claimed === null) track(givingBack, giveBackClaim(claimId, 'claim_lost'));
+        if (claimed === null) {
+          track(givingBack, giveBackClaim(claimId, 'claim_lost'));
+          // A claim left unanswered may still reach the database after that give-back, and claim:
+          // what it claims is given back once it settles. (stop() waits for that, as it would
+          // have waited for the claim.)
+          const again = () => giveBackClaim(claimId, 'claim_lost');
+          if (leftBehind) track(givingBack, leftBehind.then(again, again));
+        }
         const refusedMeanwhile = refusals !== refusalsBefore;
         // A full batch suggests more due work; a partial one took everything due and free —
         // unless a wake-up found no free slot meanwhile.
@@ -574,10 +584,11 @@ export function createWorker(options: WorkerOptions): Worker {
     const slots = reserveSlots();
     if (slots === null) return 0;
     let claimed: ClaimedDelivery[];
+    const claiming = claimDeliveries(db, slots.request);
     try {
-      claimed = await answeredWithin(claimDeliveries(db, slots.request), claimAnswerMs);
+      claimed = await answeredWithin(claiming, claimAnswerMs);
     } catch (error) {
-      slots.settle(null);
+      slots.settle(null, error instanceof NoAnswerInTime ? claiming : undefined);
       throw error;
     }
     slots.settle(claimed);
