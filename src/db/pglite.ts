@@ -140,8 +140,13 @@ export async function openEmbeddedDb(dataDir: string): Promise<Db> {
     },
     pipeline: () => ({ query: queryable.query, close: async () => {} }),
     async close() {
-      await pglite.close();
-      unlock();
+      try {
+        await pglite.close();
+      } finally {
+        // Closed or not, this opener is done with it: held on, the lock would keep this process
+        // out of the directory for good.
+        unlock();
+      }
     },
   };
 }
