@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
 import { z } from 'zod';
-import { type ConfigUse, type HeraldConfig, loadConfig } from './config.ts';
+import { assertDoctorThresholds, type ConfigUse, type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp } from './db/apps.ts';
@@ -434,6 +434,7 @@ program
   .action(async (options: { json?: boolean; skip?: DoctorCheck[] }) => {
     // Read-only, unlike withHerald: a probe must never apply migrations (it reports them pending).
     const config = loadConfig(process.env, OPENS_NO_SECRET);
+    assertDoctorThresholds(config);
     const herald = await createHerald({ config, logger: createLogger(config.logLevel, 2), migrate: false });
     try {
       const findings = await runDoctor(

@@ -158,9 +158,7 @@ function operatorWebhook(env: Env): { url: string | undefined; secret: string | 
  * window no longer than the settle period would leave its checks of the history nothing to judge.
  */
 function doctorWindow(env: Env): { settle: number; lookback: number } {
-  // A write in flight is invisible until it commits: below a few seconds, a publish or claim
-  // committing as the doctor reads would be judged unfinished.
-  const settle = integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 5, 86_400);
+  const settle = integer(env, 'HERALD_DOCTOR_SETTLE_SECONDS', 60, 0, 86_400);
   const lookback = integer(env, 'HERALD_DOCTOR_LOOKBACK_SECONDS', 86_400, 60, 3650 * 86_400);
   if (lookback <= settle) {
     throw new ConfigError(
@@ -259,13 +257,35 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
     operatorWebhookSecret: operator.secret,
     logLevel,
     doctorSettleSeconds: doctor.settle,
-    // At least 10 s each: workers take due work within a poll interval (1 s by default) and
-    // recover expired leases every 5 s at most, so a shorter threshold fails a healthy system.
-    doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 10, 30 * 86_400),
-    doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 10, 86_400),
+    doctorDueSeconds: integer(env, 'HERALD_DOCTOR_DUE_SECONDS', 300, 0, 30 * 86_400),
+    doctorLeaseGraceSeconds: integer(env, 'HERALD_DOCTOR_LEASE_GRACE_SECONDS', 60, 0, 86_400),
     doctorUnknownReviewSeconds: integer(env, 'HERALD_DOCTOR_UNKNOWN_REVIEW_SECONDS', 86_400, 0, 365 * 86_400),
     doctorLookbackSeconds: doctor.lookback,
   });
+}
+
+/**
+ * herald doctor's thresholds below which a healthy system fails its checks: a write in flight is
+ * invisible until it commits (settle), workers take due work within a poll interval (1 s by
+ * default) and recover expired leases every 5 s at most. Checked when the doctor runs, not at
+ * every start: no other command reads them, and none must refuse to start over them.
+ */
+const DOCTOR_FLOORS = [
+  ['HERALD_DOCTOR_SETTLE_SECONDS', 'doctorSettleSeconds', 5],
+  ['HERALD_DOCTOR_DUE_SECONDS', 'doctorDueSeconds', 10],
+  ['HERALD_DOCTOR_LEASE_GRACE_SECONDS', 'doctorLeaseGraceSeconds', 10],
+] as const;
+
+export function assertDoctorThresholds(config: HeraldConfig): void {
+  for (const [name, key, floor] of DOCTOR_FLOORS) {
+    if (config[key] < floor) {
+      throw new ConfigError(
+        name,
+        `at least ${floor} for herald doctor, or a healthy system fails`,
+        String(config[key]),
+      );
+    }
+  }
 }
 
 /** A connection string, or undefined when the variable is unset or empty. */

@@ -3,7 +3,7 @@
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { loadConfig } from '../src/config.ts';
+import { assertDoctorThresholds, loadConfig } from '../src/config.ts';
 import { createHerald } from '../src/herald.ts';
 import { startTestHerald, testEnv } from './support/herald.ts';
 
@@ -21,17 +21,21 @@ test('an attempt deadline must leave half a second of its lease to start in and 
   );
 });
 
-test('herald doctor thresholds a healthy system would fail are refused, naming the variable', () => {
+test('herald doctor refuses thresholds a healthy system would fail, naming the variable; a server starts with them', () => {
   for (const [name, min] of [
     ['HERALD_DOCTOR_SETTLE_SECONDS', 5],
     ['HERALD_DOCTOR_DUE_SECONDS', 10],
     ['HERALD_DOCTOR_LEASE_GRACE_SECONDS', 10],
   ] as const) {
+    // No other command reads them: an upgrade must not stop a server over one.
+    const config = loadConfig({ ...base, [name]: String(min - 1) });
     assert.throws(
-      () => loadConfig({ ...base, [name]: String(min - 1) }),
-      new RegExp(`^ConfigError: ${name}: expected an integer from ${min} to \\d+, got "${min - 1}"$`),
+      () => assertDoctorThresholds(config),
+      new RegExp(
+        `^ConfigError: ${name}: expected at least ${min} for herald doctor, or a healthy system fails, got "${min - 1}"$`,
+      ),
     );
-    assert.doesNotThrow(() => loadConfig({ ...base, [name]: String(min) }), name);
+    assert.doesNotThrow(() => assertDoctorThresholds(loadConfig({ ...base, [name]: String(min) })), name);
   }
 });
 

@@ -222,6 +222,13 @@ test('the checks of the history look back HERALD_DOCTOR_LOOKBACK_SECONDS, by id'
   await assertHealthy();
 });
 
+test('a threshold a healthy system would fail is refused, naming the variable', async () => {
+  const run = await runHerald(['doctor'], testEnv(t.database.url, { HERALD_DOCTOR_DUE_SECONDS: '0' }));
+  assert.equal(run.code, 1, `${run.stdout}\n${run.stderr}`);
+  assert.match(run.stderr, /HERALD_DOCTOR_DUE_SECONDS: expected at least 10 for herald doctor/);
+  assert.doesNotMatch(run.stdout, /ok|FAIL/);
+});
+
 test('a window no longer than the settle period is refused, naming the variable', async () => {
   const run = await runHerald(
     ['doctor'],
