@@ -958,7 +958,7 @@ test('a statement past the pool’s query deadline, its commit unknown, is a 503
 
 test('a source whose app the database could not look up is a 503 to retry, not a 422 naming the app', async () => {
   const slow = await startTestHerald('api_errors_source_app', {
-    env: { HERALD_DB_QUERY_TIMEOUT_MS: '1000' },
+    env: { HERALD_DB_QUERY_TIMEOUT_MS: '3000' },
   });
   const holder = new pg.Client({ connectionString: slow.database.url });
   await holder.connect();
