@@ -7,8 +7,10 @@
 /** A try left behind: it may still run, and commit. */
 export class NoAnswerInTime extends Error {}
 
-/** `work`, or NoAnswerInTime once `ms` have passed without its answer (work goes on, unheard). */
+/** `work`, or NoAnswerInTime once `ms` have passed without its answer (work goes on, unheard); `work` itself for an infinite `ms`. */
 export function answeredWithin<T>(work: Promise<T>, ms: number): Promise<T> {
+  // (No bound: a timer of Infinity would fire at once.)
+  if (!Number.isFinite(ms)) return work;
   work.catch(() => {});
   let timer: NodeJS.Timeout | undefined;
   const late = new Promise<never>((_, reject) => {

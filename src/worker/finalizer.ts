@@ -2,8 +2,8 @@
 // in the next one (group commit), so a busy worker spends one round trip per batch, not per
 // attempt; the first try of each write also claims the next deliveries for the worker (claim
 // along). A write that fails (database down, connection cut) is retried with backoff for as long
-// as the results' leases last, recording only — and so is one left unanswered past half of what
-// is left of them (tryDeadlineMs): fencing makes a repeated outcome write harmless,
+// as the results' leases last, recording only — and so, once, is one left unanswered past half
+// of what is left of them (tryDeadlineMs): fencing makes a repeated outcome write harmless,
 // because an item whose lease is no longer held is simply not applied, and a claim that failed —
 // or may have committed unseen — is not repeated behind the worker's back.
 
@@ -116,13 +116,21 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
   async function writeWithRetry(batch: PendingResult[]): Promise<void> {
     let backoff = FIRST_BACKOFF_MS;
     let live = batch;
+    /**
+     * A try was left behind unanswered. The tries after it wait for their answers: on a database
+     * that is slow rather than gone, each would otherwise leave one more copy of the write queued
+     * behind the first's row locks, a pool connection each.
+     */
+    let leftOne = false;
     for (let firstTry = true; ; firstTry = false) {
       try {
         const startedAt = performance.now();
         const results = live.map((p) => p.result);
         const { afterRecord } = options;
         // The results queued behind this try wait for it too.
-        const tryMs = tryDeadlineMs([...live, ...queue], options.maxTryMs ?? MAX_TRY_MS);
+        const tryMs = leftOne
+          ? Number.POSITIVE_INFINITY
+          : tryDeadlineMs([...live, ...queue], options.maxTryMs ?? MAX_TRY_MS);
         const { recorded, claimedAlong } = afterRecord
           ? await answeredWithin(
               options.db.transaction(async (tx) => {
@@ -148,6 +156,7 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
         options.written?.(live.length, seconds);
         return;
       } catch (error) {
+        if (error instanceof NoAnswerInTime) leftOne = true;
         options.onRetry?.();
         const now = steadyNow();
         const expired = live.filter((p) => p.leaseEndsBy.getTime() <= now + backoff);
