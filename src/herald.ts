@@ -80,11 +80,26 @@ export interface Herald {
  * herald's statements prepared once on it under names that begin with `herald:`.
  */
 function callerQueryable(client: ForeignQueryable | undefined, prepare: boolean): Queryable | null {
+  // A pool lends each statement whichever connection is free, each its own transaction: the
+  // publish would commit at once, whatever the caller's transaction does after.
+  if (client && isPool(client)) {
+    throw new HeraldError(
+      'validation',
+      'db must be the client your transaction runs on (await pool.connect(), or a transaction’s tx), not a pool',
+    );
+  }
   if (!prepare) return client ? asQueryable(client) : null;
   if (client && isNodePostgresClient(client)) return preparingQueryable(client, { prefix: 'herald:' });
   throw new HeraldError(
     'validation',
     'prepare: true needs db, a node-postgres client (pg Client or PoolClient)',
+  );
+}
+
+/** A node-postgres Pool, or herald's own Db: each hands its statements to any connection. */
+function isPool(client: ForeignQueryable): boolean {
+  return (
+    ('totalCount' in client && 'idleCount' in client) || ('transaction' in client && 'pipeline' in client)
   );
 }
 

@@ -244,6 +244,25 @@ describe('the library face', () => {
     }
   });
 
+  test('a pool, or herald’s own Db, as db is refused, and nothing is published: it would commit outside the transaction', async () => {
+    const pool = new pg.Pool({ connectionString: t.database.url, max: 1 });
+    try {
+      for (const db of [pool, t.herald.core.db]) {
+        await assert.rejects(
+          t.herald.publish('library', { eventType: 'e', payload: { pooled: true } }, { db }),
+          (error: Error & { code?: string }) => {
+            assert.equal(error.code, 'validation');
+            assert.match(error.message, /db must be the client your transaction runs on/);
+            return true;
+          },
+        );
+      }
+      assert.equal(await count(`from message where payload like '%pooled%'`, []), 0);
+    } finally {
+      await pool.end();
+    }
+  });
+
   test('close() may be called more than once, at once or after: the first closes, the others wait for it', async () => {
     const config = loadConfig(testEnv(t.database.url));
     const herald = await createHerald({ config, logger: createLogger('silent'), migrate: false });
