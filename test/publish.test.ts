@@ -728,6 +728,29 @@ describe('idempotent publish', () => {
     assert.equal(longest.status, 202);
   });
 
+  test('a library key with U+0000 is refused before anything is written: the caller’s transaction goes on; an empty key is none, as in the API', async () => {
+    const app = await createApp(t, 'idem-nul');
+    const body = { eventType: 'e', payload: { a: 1 } };
+    const client = new pg.Client({ connectionString: t.database.url });
+    await client.connect();
+    try {
+      await client.query('begin');
+      await assert.rejects(
+        t.herald.publish(app, body, { db: client, idempotencyKey: 'a\u0000b' }),
+        (error: Error & { code?: string }) => error.code === 'validation' && /U\+0000/.test(error.message),
+      );
+      // Not aborted: the transaction goes on, and commits what it publishes next.
+      await t.herald.publish(app, body, { db: client });
+      await client.query('commit');
+    } finally {
+      await client.end();
+    }
+    assert.equal(await count('from message where app_id = $1', [app]), 1);
+    const first = await t.herald.publish(app, body, { idempotencyKey: '' });
+    const second = await t.herald.publish(app, body, { idempotencyKey: '' });
+    assert.notEqual(first.message.id, second.message.id, 'two messages: no key');
+  });
+
   test('concurrent duplicates resolve to one message', async () => {
     const app = await createApp(t, 'idem-race');
     await createEndpoint(t, app, { url: `${receiver.url}/race` });

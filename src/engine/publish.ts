@@ -59,8 +59,7 @@ export async function publish(
   if (Buffer.byteLength(payload) > core.config.maxBodyBytes) {
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
-  const key = options.idempotencyKey ?? null;
-  if (key !== null) assertIdempotencyKeyLength(key);
+  const key = idempotencyKeyOf(options.idempotencyKey);
   if (key?.startsWith(INTAKE_KEY_PREFIX))
     throw invalidIdempotencyKey(
       `keys beginning with "${INTAKE_KEY_PREFIX}" are those of messages relayed from inbound sources`,
@@ -115,6 +114,19 @@ export async function publish(
     );
   }
   return { message: result.message, created: result.kind === 'created' };
+}
+
+/**
+ * The key as the API reads its header: '' is none. Anything but a string without U+0000 is
+ * refused before anything is written: PostgreSQL refuses U+0000 in the write, which would abort a
+ * library caller's transaction.
+ */
+function idempotencyKeyOf(given: unknown): string | null {
+  if (given === undefined || given === null || given === '') return null;
+  if (typeof given !== 'string' || given.includes('\0'))
+    throw invalidIdempotencyKey('a string without U+0000');
+  assertIdempotencyKeyLength(given);
+  return given;
 }
 
 /** One publish waiting for its group commit: the app is looked up with the others of its batch. */
