@@ -375,6 +375,16 @@ describe('the library face', () => {
         return true;
       },
     );
+    // What only a library caller can hand over: a payload that is no JSON.
+    const cyclic: Record<string, unknown> = {};
+    cyclic['self'] = cyclic;
+    for (const payload of [{ id: 10n }, cyclic]) {
+      await assert.rejects(
+        t.herald.publish('library', { eventType: 'e', payload }),
+        (error: Error & { code?: string }) =>
+          error.code === 'validation' && /payload: must be JSON/.test(error.message),
+      );
+    }
   });
 });
 

@@ -55,7 +55,7 @@ export async function publish(
   input: MessageIn,
   options: PublishOptions = {},
 ): Promise<Published> {
-  const payload = JSON.stringify(input.payload);
+  const payload = payloadJson(input.payload);
   if (Buffer.byteLength(payload) > core.config.maxBodyBytes) {
     throw new HeraldError('payload_too_large', `payload exceeds ${core.config.maxBodyBytes} bytes`);
   }
@@ -114,6 +114,18 @@ export async function publish(
     );
   }
   return { message: result.message, created: result.kind === 'created' };
+}
+
+/**
+ * The payload as JSON text. What a library caller hands over may not be JSON (a BigInt, a cycle):
+ * a validation error naming the field, not JSON.stringify's TypeError.
+ */
+function payloadJson(payload: Record<string, unknown>): string {
+  try {
+    return JSON.stringify(payload);
+  } catch (error) {
+    throw invalidField(['payload'], `must be JSON: ${(error as Error).message}`);
+  }
 }
 
 /**
