@@ -322,18 +322,22 @@ type RecordedIntake = Extract<IngestResult, { kind: 'accepted' }> & { relayed: b
  * as {"body": …} around those same bytes — parsed and written again, a number past what a double
  * holds (an id like 1234567890123456789) would change; other text as {"body": "…"}; and bytes that
  * are not UTF-8 (a Latin-1 form post, a binary body) as {"bodyBase64": …}: as text they would lose
- * what they hold for good. A leading byte-order mark is dropped: it is not part of the JSON text
- * (RFC 8259, 8.1), the parser skipped it, and a stored payload must parse as JSON wherever it is
- * read back or delivered.
+ * what they hold for good. A leading byte-order mark is dropped from JSON: it is not part of the
+ * JSON text (RFC 8259, 8.1), the parser skipped it, and a stored payload must parse as JSON
+ * wherever it is read back or delivered.
  */
 function relayedPayload(rawBody: Buffer, parsed: unknown): string {
   if (!isUtf8(rawBody)) return JSON.stringify({ bodyBase64: rawBody.toString('base64') });
   const decoded = rawBody.toString('utf8');
   const text = decoded.charCodeAt(0) === BYTE_ORDER_MARK ? decoded.slice(1) : decoded;
   if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) return text;
-  // parseJsonBody answers null for what is not JSON, and for the JSON text `null`.
-  if (parsed !== null || text.trim() === 'null') return `{"body":${text}}`;
-  return JSON.stringify({ body: text });
+  // parseJsonBody answers null for what is not JSON, and for the JSON text `null` — around which
+  // only JSON's own whitespace may stand: `trim()` also takes a no-break space or U+2028 away, and
+  // `{"body": null}` with one inside is no JSON.
+  if (parsed !== null || JSON_NULL.test(text)) return `{"body":${text}}`;
+  // Other text whole, byte-order mark included: it is part of what was signed.
+  return JSON.stringify({ body: decoded });
 }
 
 const BYTE_ORDER_MARK = 0xfeff;
+const JSON_NULL = /^[ \t\n\r]*null[ \t\n\r]*$/;
