@@ -177,6 +177,28 @@ describe('verification happens before anything is stored', () => {
   });
 });
 
+test('a template with two fields side by side is refused, naming the field: nothing would tell their values apart', async () => {
+  const source = (uid: string, businessKey: string) => ({
+    uid,
+    scheme: 'standard-webhooks',
+    secret: SOURCE_SECRET,
+    app: 'tickets',
+    eventType: 'ticket.changed',
+    businessKey,
+  });
+  // {"a":"ab","b":"c"} and {"a":"a","b":"bc"} would both be `abc`.
+  const refused = await t.call('POST', '/api/v1/source', source('adjacent', '{{body.a}}{{body.b}}'));
+  assert.equal(refused.status, 422, JSON.stringify(refused.body));
+  assert.deepEqual(refused.body.detail[0].loc, ['body', 'businessKey']);
+  assert.match(refused.body.detail[0].msg, /separator between two fields/);
+  const separated = await t.call('POST', '/api/v1/source', source('separated', 'x{{body.a}}-{{body.b}}'));
+  assert.equal(separated.status, 201, JSON.stringify(separated.body));
+  const patched = await t.call('PATCH', '/api/v1/source/separated', {
+    businessKey: 'x{{delivery_id}}{{body.b}}',
+  });
+  assert.equal(patched.status, 422, JSON.stringify(patched.body));
+});
+
 describe('claim and outbox', () => {
   test('a redelivery of a claimed id is a duplicate (2xx) even when the changed template makes no key of it', async () => {
     const made = await t.call('POST', '/api/v1/source', {

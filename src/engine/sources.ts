@@ -14,7 +14,11 @@ import {
   updateSource,
 } from '../db/sources.ts';
 import { HeraldError, invalidField, notFound } from '../errors.ts';
-import { BusinessKeyTemplateError, compileBusinessKey } from '../inbound/business-key.ts';
+import {
+  assertFieldsSeparated,
+  BusinessKeyTemplateError,
+  compileBusinessKey,
+} from '../inbound/business-key.ts';
 import { createVerifier, SchemeConfig } from '../inbound/verifiers/index.ts';
 import type { SourceIn } from '../schemas/sources.ts';
 import { requireApp } from './apps.ts';
@@ -39,6 +43,7 @@ async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Prom
   const businessKey = input.businessKey ?? '{{delivery_id}}';
   try {
     compileBusinessKey(businessKey);
+    assertFieldsSeparated(businessKey);
   } catch (error) {
     if (error instanceof BusinessKeyTemplateError) throw invalidField(['businessKey'], error.message);
     throw error;

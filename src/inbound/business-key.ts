@@ -55,7 +55,7 @@ function parsePlaceholder(expression: string): Part {
   );
 }
 
-export function compileBusinessKey(template: string): BusinessKeyTemplate {
+function partsOf(template: string): Part[] {
   const parts: Part[] = [];
   let last = 0;
   for (const match of template.matchAll(PLACEHOLDER)) {
@@ -64,6 +64,29 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
     last = match.index + match[0].length;
   }
   if (last < template.length) parts.push({ literal: template.slice(last) });
+  return parts;
+}
+
+/**
+ * Refuses a template with two fields side by side: with nothing between them no escaping tells
+ * where one value ends — `{{body.a}}{{body.b}}` renders `abc` for "ab" + "c" and for "a" + "bc",
+ * two events, one key. Asked of a new or changed template only: a stored one goes on rendering the
+ * keys its deliveries already have.
+ */
+export function assertFieldsSeparated(template: string): void {
+  const parts = partsOf(template);
+  for (const [i, part] of parts.entries()) {
+    const next = parts[i + 1];
+    if (next !== undefined && !('literal' in part) && !('literal' in next)) {
+      throw new BusinessKeyTemplateError(
+        `${spelled(part)}${spelled(next)}: put a separator between two fields (as in {{body.a}}:{{body.b}}), or two events could render one key`,
+      );
+    }
+  }
+}
+
+export function compileBusinessKey(template: string): BusinessKeyTemplate {
+  const parts = partsOf(template);
   const fields = parts.filter((p) => !('literal' in p)).length;
   if (fields === 0) {
     throw new BusinessKeyTemplateError('the template names no field: every delivery would share one key');
