@@ -281,9 +281,18 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const workers: Worker[] = [];
   const senders: { close(): Promise<void> }[] = [];
 
+  /** Set when close() begins: herald's own pool takes no more work. */
+  let closed = false;
+  const assertOpen = () => {
+    if (closed) throw new HeraldError('store_unavailable', 'this herald is closed');
+  };
+
   return {
     core,
     async publish(app, message, publishOptions = {}) {
+      // In a caller's transaction it writes through their client; on herald's own pool, not once
+      // it closes (the pool's own error says nothing a caller can act on).
+      if (!publishOptions.db) assertOpen();
       const input = parseOrThrow(MessageIn, message);
       const target = callerQueryable(publishOptions.db, publishOptions.prepare ?? false) ?? db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
@@ -301,6 +310,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       ),
     ),
     async startWorker() {
+      assertOpen();
       const sender = createSender({
         allowPrivateNetworks: config.allowPrivateNetworks,
         timeoutMs: config.attemptTimeoutMs,
@@ -328,9 +338,15 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       });
       await worker.start();
       workers.push(worker);
+      // Closed while it started: close() did not see it, so it stops here.
+      if (closed) {
+        await worker.stop(config.shutdownGraceMs);
+        assertOpen();
+      }
       return worker;
     },
     close: onlyOnce(async () => {
+      closed = true;
       const stopping = workers.splice(0);
       try {
         await Promise.all(stopping.map((w) => w.stop(config.shutdownGraceMs)));

@@ -271,11 +271,11 @@ describe('the library face', () => {
     await herald.startWorker();
     await Promise.all([herald.close(), herald.close()]);
     await herald.close();
-    // To an app that exists: only a closed pool refuses it.
-    await assert.rejects(
-      herald.publish('closing-app', { eventType: 'e', payload: {} }),
-      'its pool is closed',
-    );
+    // To an app that exists: a closed herald refuses it, as it refuses a worker, saying so.
+    const refusedAsClosed = (error: Error & { code?: string }) =>
+      error.code === 'store_unavailable' && /this herald is closed/.test(error.message);
+    await assert.rejects(herald.publish('closing-app', { eventType: 'e', payload: {} }), refusedAsClosed);
+    await assert.rejects(herald.startWorker(), refusedAsClosed);
   });
 
   /**
