@@ -21,6 +21,7 @@ import {
   preparingQueryable,
   type Queryable,
 } from './db/port.ts';
+import { isStoreUnavailable } from './db/store-unavailable.ts';
 import { RETRY_JITTER } from './domain/retry-policy.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
@@ -298,6 +299,14 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
         wake: publishOptions.wake,
+      }).catch((error: unknown) => {
+        // On herald's own pool, what the API answers 503 is a HeraldError to retry; in a caller's
+        // transaction the database's error stays itself (it tells whether that was aborted).
+        if (publishOptions.db || !isStoreUnavailable(error)) throw error;
+        throw new HeraldError(
+          'store_unavailable',
+          `the database could not take the publish now (${(error as Error).message}); publish again — with an idempotency key, a repeat is safe`,
+        );
       });
       // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
       // rolled-back publish is still counted (README, Metrics).

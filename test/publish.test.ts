@@ -456,6 +456,12 @@ describe('application changes made anywhere', () => {
         assert.equal(answer.status, 503, JSON.stringify(answer.body));
         assert.equal(answer.body.code, 'store_unavailable');
       }
+      // The library on herald's own pool: the same verdict, as a HeraldError to retry.
+      await assert.rejects(
+        t.herald.publish('locked-app', { eventType: 'e', payload: {} }),
+        (error: Error & { code?: string }) =>
+          error.code === 'store_unavailable' && /publish again/.test(error.message),
+      );
     } finally {
       await deleter.query('rollback');
       await deleter.end();

@@ -10,8 +10,8 @@ import Fastify, {
   LogController,
 } from 'fastify';
 import { coalesced } from '../db/group-commit.ts';
-import { PipelineClosedError } from '../db/pg-pipeline.ts';
 import { listSources, SOURCE_CHANGED_CHANNEL } from '../db/sources.ts';
+import { isStoreUnavailable } from '../db/store-unavailable.ts';
 import type { Actor, Core } from '../engine/core.ts';
 import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
@@ -47,39 +47,6 @@ const PUBLIC_PATHS = new Set(['/api/v1/health', '/api/v1/health/ping']);
  * would refuse identifiers that the API accepts in bodies.
  */
 const MAX_PATH_PARAM_LENGTH = 256 * 12;
-
-/**
- * Errors that mean the database could not do it now: it could not be reached, or it rolled the
- * transaction back to break a deadlock (40P01) or a serialization conflict (40001). The client
- * should retry later.
- */
-function isStoreUnavailable(error: unknown): boolean {
-  const code = (error as { code?: string }).code ?? '';
-  return (
-    [
-      'ECONNREFUSED',
-      'ECONNRESET',
-      'ETIMEDOUT',
-      'EPIPE',
-      '55P03', // lock_not_available: a publish waited past its lock timeout (migration 0038)
-      '57014',
-      '57P01',
-      '57P03',
-      '53300',
-      '40P01',
-      '40001',
-    ].includes(code) ||
-    code.startsWith('08') ||
-    // The group commit's pipeline, closed as the process stops.
-    error instanceof PipelineClosedError ||
-    // node-postgres's own, told by their words only: a connection lost or not had in time, and a
-    // statement past the client's deadline (HERALD_DB_QUERY_TIMEOUT_MS), whose commit is unknown
-    // — a retry with the same idempotency key is safe, where a 500 tells a client not to retry.
-    /Connection terminated|connection timeout|Query read timeout|timeout exceeded when trying to connect/i.test(
-      (error as Error).message ?? '',
-    )
-  );
-}
 
 function toHeraldError(error: FastifyError | Error): HeraldError {
   if (error instanceof HeraldError) return error;

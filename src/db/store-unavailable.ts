@@ -1,0 +1,37 @@
+// Errors that mean the database could not do a write now — not that the write was wrong: the API
+// answers them 503 to retry (src/api/server.ts), and so does the library on its own pool.
+
+import { PipelineClosedError } from './pg-pipeline.ts';
+
+/**
+ * Errors that mean the database could not do it now: it could not be reached, or it rolled the
+ * transaction back to break a deadlock (40P01) or a serialization conflict (40001). The client
+ * should retry later.
+ */
+export function isStoreUnavailable(error: unknown): boolean {
+  const code = (error as { code?: string }).code ?? '';
+  return (
+    [
+      'ECONNREFUSED',
+      'ECONNRESET',
+      'ETIMEDOUT',
+      'EPIPE',
+      '55P03', // lock_not_available: a publish waited past its lock timeout (migration 0038)
+      '57014',
+      '57P01',
+      '57P03',
+      '53300',
+      '40P01',
+      '40001',
+    ].includes(code) ||
+    code.startsWith('08') ||
+    // The group commit's pipeline, closed as the process stops.
+    error instanceof PipelineClosedError ||
+    // node-postgres's own, told by their words only: a connection lost or not had in time, and a
+    // statement past the client's deadline (HERALD_DB_QUERY_TIMEOUT_MS), whose commit is unknown
+    // — a retry with the same idempotency key is safe, where a 500 tells a client not to retry.
+    /Connection terminated|connection timeout|Query read timeout|timeout exceeded when trying to connect/i.test(
+      (error as Error).message ?? '',
+    )
+  );
+}
