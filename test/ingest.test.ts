@@ -197,6 +197,16 @@ test('a template with two fields side by side is refused, naming the field: noth
     businessKey: 'x{{delivery_id}}{{body.b}}',
   });
   assert.equal(patched.status, 422, JSON.stringify(patched.body));
+  // A source that has such a template from before keeps it, and the rest of it can still change
+  // (a secret rotated after a leak): its keys stay as its deliveries have them.
+  await t.database.db.query(
+    `update source set business_key = '{{body.a}}{{body.b}}' where uid = 'separated'`,
+  );
+  const rotated = await t.call('PATCH', '/api/v1/source/separated', {
+    secret: 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD',
+  });
+  assert.equal(rotated.status, 200, JSON.stringify(rotated.body));
+  assert.equal(rotated.body.businessKey, '{{body.a}}{{body.b}}');
 });
 
 describe('claim and outbox', () => {

@@ -27,7 +27,16 @@ import type { Actor, Core } from './core.ts';
 export const DEFAULT_SECRET_OVERLAP_SECONDS = 24 * 3600;
 const SCHEMES_WITHOUT_SECRET = new Set(['gcp-pubsub', 'aws-sns']);
 
-async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Promise<SourceFields> {
+/**
+ * `storedTemplate`: the template the source has, on a change — kept as it is, it is not judged
+ * again by rules newer than it (assertFieldsSeparated): its keys stay as its deliveries have them.
+ */
+async function checkedFields(
+  db: Queryable,
+  actor: Actor,
+  input: SourceIn,
+  storedTemplate?: string,
+): Promise<SourceFields> {
   // Only "not found" (or out of the key's reach) is the field's fault: a database that failed is
   // a 503 to retry, not a 422.
   const app = await requireApp(db, actor, input.app).catch((error: unknown) => {
@@ -43,7 +52,7 @@ async function checkedFields(db: Queryable, actor: Actor, input: SourceIn): Prom
   const businessKey = input.businessKey ?? '{{delivery_id}}';
   try {
     compileBusinessKey(businessKey);
-    assertFieldsSeparated(businessKey);
+    if (businessKey !== storedTemplate) assertFieldsSeparated(businessKey);
   } catch (error) {
     if (error instanceof BusinessKeyTemplateError) throw invalidField(['businessKey'], error.message);
     throw error;
@@ -118,7 +127,7 @@ export async function changeSource(
     businessKey: patch.businessKey ?? current.businessKey,
     retentionDays: patch.retentionDays === undefined ? current.retentionDays : patch.retentionDays,
   };
-  const fields = await checkedFields(tx, actor, merged);
+  const fields = await checkedFields(tx, actor, merged, current.businessKey);
   const updated = await updateSource(tx, current.id, fields);
   const secrets = secretsOf(patch);
   if (secrets.length > 0) {
