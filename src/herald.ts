@@ -284,6 +284,8 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
 
   /** Set when close() begins: herald's own pool takes no more work. */
   let closed = false;
+  /** Workers' starts under way (startWorker): close() waits for them. */
+  const starting = new Set<Promise<void>>();
   const assertOpen = () => {
     if (closed) throw new HeraldError('store_unavailable', 'this herald is closed');
   };
@@ -302,7 +304,10 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       }).catch((error: unknown) => {
         // On herald's own pool, what the API answers 503 is a HeraldError to retry; in a caller's
         // transaction the database's error stays itself (it tells whether that was aborted).
-        if (publishOptions.db || !isStoreUnavailable(error)) throw error;
+        if (publishOptions.db) throw error;
+        // Closed while it waited: the pool's own error says nothing a caller can act on.
+        assertOpen();
+        if (!isStoreUnavailable(error)) throw error;
         throw new HeraldError(
           'store_unavailable',
           `the database could not take the publish now (${(error as Error).message}); publish again — with an idempotency key, a repeat is safe`,
@@ -345,17 +350,22 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         afterRecover: emitRecoveryEvents,
         operatorWebhooksConfigured: config.operatorWebhookUrl !== undefined,
       });
-      await worker.start();
-      workers.push(worker);
-      // Closed while it started: close() did not see it, so it stops here.
-      if (closed) {
-        await worker.stop(config.shutdownGraceMs);
-        assertOpen();
+      const started = worker.start();
+      starting.add(started);
+      try {
+        await started;
+      } finally {
+        starting.delete(started);
       }
+      workers.push(worker);
+      // Closed while it started: close() waited for the start, and stops it with the others.
+      assertOpen();
       return worker;
     },
     close: onlyOnce(async () => {
       closed = true;
+      // A worker still starting is stopped with the others, once it has started.
+      await Promise.allSettled(starting);
       const stopping = workers.splice(0);
       try {
         await Promise.all(stopping.map((w) => w.stop(config.shutdownGraceMs)));

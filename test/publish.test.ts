@@ -276,6 +276,16 @@ describe('the library face', () => {
       error.code === 'store_unavailable' && /this herald is closed/.test(error.message);
     await assert.rejects(herald.publish('closing-app', { eventType: 'e', payload: {} }), refusedAsClosed);
     await assert.rejects(herald.startWorker(), refusedAsClosed);
+
+    // A worker still starting when close() begins: close() waits for it and stops it.
+    const racing = await createHerald({ config, logger: createLogger('silent'), migrate: false });
+    const started = racing.startWorker().then(
+      () => null,
+      (error: Error & { code?: string }) => error,
+    );
+    await racing.close();
+    const refused = await started;
+    assert.ok(refused && refusedAsClosed(refused), String(refused));
   });
 
   /**
@@ -762,6 +772,11 @@ describe('idempotent publish', () => {
       await client.end();
     }
     assert.equal(await count('from message where app_id = $1', [app]), 1);
+    // Two keys that would be stored alike (U+FFFD for a lone surrogate) are refused too.
+    await assert.rejects(
+      t.herald.publish(app, body, { idempotencyKey: 'k\uD800' }),
+      (error: Error & { code?: string }) => error.code === 'validation',
+    );
     const first = await t.herald.publish(app, body, { idempotencyKey: '' });
     const second = await t.herald.publish(app, body, { idempotencyKey: '' });
     assert.notEqual(first.message.id, second.message.id, 'two messages: no key');

@@ -135,8 +135,9 @@ function payloadJson(payload: Record<string, unknown>): string {
  */
 function idempotencyKeyOf(given: unknown): string | null {
   if (given === undefined || given === null || given === '') return null;
-  if (typeof given !== 'string' || given.includes('\0'))
-    throw invalidIdempotencyKey('a string without U+0000');
+  // (A lone surrogate would be written as U+FFFD, which two different keys could share.)
+  if (typeof given !== 'string' || given.includes('\0') || !given.isWellFormed())
+    throw invalidIdempotencyKey('a string without U+0000 or a lone UTF-16 surrogate');
   assertIdempotencyKeyLength(given);
   return given;
 }
