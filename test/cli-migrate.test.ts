@@ -141,6 +141,32 @@ test('a migration that outlasts the pool’s query deadline is applied, not give
   }
 });
 
+test('a server statement_timeout set for the database does not cancel a migration; one the database refuses is named, with its hint', async () => {
+  const empty = await freshDatabase('cli_migrate_server_timeout', { upTo: 0 });
+  try {
+    const name = new URL(empty.url).pathname.slice(1);
+    // As an operator may set it for herald's role or database (README: HERALD_DB_QUERY_TIMEOUT_MS).
+    await empty.db.query(`alter database ${name} set statement_timeout = '500ms'`);
+    const config = loadConfig(testEnv(empty.url));
+    const slow = [{ version: 1, name: 'slow_1', sql: 'select pg_sleep(1); create table slow_done (n int)' }];
+    assert.deepEqual(await migrateDatabase(config, slow), [1]);
+    const refusing = [
+      ...slow,
+      {
+        version: 2,
+        name: 'refused',
+        sql: "do $$ begin raise exception 'rows stand in the way' using hint = 'remove them, then migrate again'; end $$",
+      },
+    ];
+    await assert.rejects(
+      migrateDatabase(config, refusing),
+      /^Error: migration 2_refused failed and was rolled back, nothing of it applied: rows stand in the way \(remove them, then migrate again\)$/,
+    );
+  } finally {
+    await empty.drop();
+  }
+});
+
 test('herald migrate makes the embedded database in a directory that has none', async () => {
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-migrate-'));
   try {

@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type { Db, Queryable } from './port.ts';
+import { refusedStatementCode } from './server-error.ts';
 
 export const MIGRATIONS_DIR = fileURLToPath(new URL('../../migrations/', import.meta.url));
 
@@ -60,28 +61,50 @@ function assertSameMigration(migration: Migration, recorded: string | undefined)
   }
 }
 
-/** Applies every pending migration; returns the versions this call applied. */
+/**
+ * Applies every pending migration; returns the versions this call applied. A migration the
+ * database refuses is named in the error, with the database's hint: it was rolled back whole.
+ */
 export async function migrate(db: Db, migrations = readMigrations()): Promise<number[]> {
   const done: number[] = [];
   for (const migration of migrations) {
-    const applied = await db.transaction(async (tx) => {
-      await tx.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
-      await tx.query(`create table if not exists herald_migration (
-        version int primary key, name text not null, applied_at timestamptz not null default now())`);
-      const seen = await tx.query<{ name: string }>('select name from herald_migration where version = $1', [
-        migration.version,
-      ]);
-      const recorded = seen.rows[0]?.name;
-      assertSameMigration(migration, recorded);
-      if (recorded !== undefined) return false;
-      await tx.script(migration.sql);
-      await tx.query('insert into herald_migration (version, name) values ($1, $2)', [
-        migration.version,
-        migration.name,
-      ]);
-      return true;
+    const applied = await applyOnce(db, migration).catch((error: unknown) => {
+      // The database refused it (a connection lost, or another build's migration, is not this one's).
+      if (refusedStatementCode(error) === null) throw error;
+      const { message, hint } = error as { message?: string; hint?: string };
+      throw new Error(
+        `migration ${migration.version}_${migration.name} failed and was rolled back, nothing of it ` +
+          `applied: ${message ?? String(error)}${hint ? ` (${hint})` : ''}`,
+        { cause: error },
+      );
     });
     if (applied) done.push(migration.version);
   }
   return done;
+}
+
+/** Applies one migration unless it was (under the lock): whether this call applied it. */
+function applyOnce(db: Db, migration: Migration): Promise<boolean> {
+  return db.transaction(async (tx) => {
+    // The server's own deadlines, where an operator set them for the role or the database, are
+    // not a migration's: one building an index over a large table, or waiting for another
+    // process's migration, must not be cancelled and rolled back at every try.
+    await tx.query('set local statement_timeout = 0');
+    await tx.query('set local lock_timeout = 0');
+    await tx.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY]);
+    await tx.query(`create table if not exists herald_migration (
+        version int primary key, name text not null, applied_at timestamptz not null default now())`);
+    const seen = await tx.query<{ name: string }>('select name from herald_migration where version = $1', [
+      migration.version,
+    ]);
+    const recorded = seen.rows[0]?.name;
+    assertSameMigration(migration, recorded);
+    if (recorded !== undefined) return false;
+    await tx.script(migration.sql);
+    await tx.query('insert into herald_migration (version, name) values ($1, $2)', [
+      migration.version,
+      migration.name,
+    ]);
+    return true;
+  });
 }
