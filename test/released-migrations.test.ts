@@ -5,6 +5,9 @@
 
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { test } from 'node:test';
 import { readMigrations } from '../src/db/migrate.ts';
 
@@ -59,5 +62,35 @@ test('released migrations are never edited', () => {
     assert.ok(migration, `migration ${version} is still there`);
     const actual = crypto.createHash('sha256').update(migration.sql).digest('hex');
     assert.equal(actual, digest, `migration ${version} (${migration.name}) changed after its release`);
+  }
+});
+
+test('a migration named otherwise, a number twice or one skipped is refused when the files are read', () => {
+  const dirWith = (files: string[]) => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-migrations-'));
+    for (const file of files) fs.writeFileSync(path.join(dir, file), 'select 1;');
+    return dir;
+  };
+  const cases: [string[], RegExp][] = [
+    [['0001_core.sql', '0002-add-thing.sql'], /0002-add-thing\.sql: expected a name like/],
+    [['0001_core.sql', '0002_a.sql', '0002_b.sql'], /0002_b\.sql: expected number 0003/],
+    [['0001_core.sql', '0003_later.sql'], /0003_later\.sql: expected number 0002/],
+  ];
+  for (const [files, refusal] of cases) {
+    const dir = dirWith(files);
+    try {
+      assert.throws(() => readMigrations(dir), refusal, files.join(', '));
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  }
+  const fine = dirWith(['0001_core.sql', '0002_next.sql', 'README.txt']);
+  try {
+    assert.deepEqual(
+      readMigrations(fine).map((m) => `${m.version}_${m.name}`),
+      ['1_core', '2_next'],
+    );
+  } finally {
+    fs.rmSync(fine, { recursive: true, force: true });
   }
 });

@@ -18,16 +18,26 @@ export interface Migration {
   sql: string;
 }
 
+/**
+ * The migrations of `dir`, in order. A `.sql` file named otherwise, two of one number, or a number
+ * skipped is refused: one would never run, or two branches' files would each take a database its
+ * own way.
+ */
 export function readMigrations(dir: string = MIGRATIONS_DIR): Migration[] {
-  return fs
+  const files = fs
     .readdirSync(dir)
-    .filter((file) => /^\d{4}_[a-z0-9_]+\.sql$/.test(file))
-    .sort()
-    .map((file) => ({
-      version: Number(file.slice(0, 4)),
-      name: file.slice(5, -4),
-      sql: fs.readFileSync(`${dir}/${file}`, 'utf8'),
-    }));
+    .filter((file) => file.endsWith('.sql'))
+    .sort();
+  return files.map((file, at) => {
+    if (!/^\d{4}_[a-z0-9_]+\.sql$/.test(file))
+      throw new Error(`migration ${file}: expected a name like 0001_what_it_does.sql`);
+    const version = Number(file.slice(0, 4));
+    if (version !== at + 1)
+      throw new Error(
+        `migration ${file}: expected number ${String(at + 1).padStart(4, '0')} (no number twice, none skipped)`,
+      );
+    return { version, name: file.slice(5, -4), sql: fs.readFileSync(`${dir}/${file}`, 'utf8') };
+  });
 }
 
 export interface MigrationState {
