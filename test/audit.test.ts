@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, test } from 'node:test';
+import pg from 'pg';
 import { type AuditRow, listAuditForTarget } from '../src/db/audit.ts';
 import { createApp, publishVia } from './support/fixtures.ts';
 import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
@@ -185,6 +186,36 @@ test('endpoints: created, updated, disabled, enabled, secret rotated, headers up
 
   await ok('DELETE', path, undefined, 204);
   await entry(ep.id, 'endpoint.deleted', target);
+});
+
+test('two DELETEs of one endpoint at once: one deletes it and is audited, the other is a 404', async () => {
+  const app = await createApp(t, 'audit-double-delete');
+  const ep = await ok('POST', `/api/v1/app/${app}/endpoint`, { url: `${receiver.url}/ok` }, 201);
+  const path = `/api/v1/app/${app}/endpoint/${ep.id}`;
+  // Both pass their lookup, then wait for the endpoint's row, held here, to delete it.
+  const holder = new pg.Client({ connectionString: t.database.url });
+  await holder.connect();
+  try {
+    await holder.query('begin');
+    await holder.query('select 1 from endpoint where id = $1 for update', [ep.id]);
+    const deletes = [call('DELETE', path), call('DELETE', path)];
+    await waitFor('both deletes to wait for the endpoint', async () => {
+      const { rows } = await t.database.db.query<{ n: number }>(
+        `select count(*)::int as n from pg_stat_activity
+          where wait_event_type = 'Lock' and query like 'delete from endpoint where id%'`,
+      );
+      return rows[0]!.n === 2;
+    });
+    await holder.query('commit');
+    const statuses = (await Promise.all(deletes)).map((answer) => answer.status).sort();
+    assert.deepEqual(statuses, [204, 404]);
+  } finally {
+    await holder.end();
+  }
+  const audited = (await listAuditForTarget(t.database.db, ep.id)).filter(
+    (r) => r.action === 'endpoint.deleted',
+  );
+  assert.equal(audited.length, 1, 'one deletion, one entry');
 });
 
 test('messages: resent, content expunged; endpoints recovered; attempt content expunged', async () => {

@@ -173,10 +173,11 @@ export async function setEndpointHeaders(db: Queryable, id: string, headers: Rec
  * outcome write takes them in (the delivery and its slot, then the endpoint's failure count). The
  * delete's cascade took them the other way round, and one that met an outcome write in between
  * deadlocked with it — PostgreSQL then aborted one: the delete, or the whole batch of outcomes.
+ * Whether it deleted the endpoint: a concurrent delete may have, first.
  */
-export async function deleteEndpoint(db: Queryable, id: string): Promise<void> {
+export async function deleteEndpoint(db: Queryable, id: string): Promise<boolean> {
   await db.query(`select 1 from delivery where endpoint_id = $1 and state = 'sending' for update`, [id]);
-  await db.query('delete from endpoint where id = $1', [id]);
+  return (await db.query('delete from endpoint where id = $1', [id])).rowCount === 1;
 }
 
 export interface EndpointStatsRow {

@@ -21,7 +21,7 @@ import {
   validateHeaders,
 } from '../../engine/endpoints.ts';
 import { publishExample } from '../../engine/publish.ts';
-import { HeraldError } from '../../errors.ts';
+import { HeraldError, notFound } from '../../errors.ts';
 import { emitEndpointEvent } from '../../ops/operational-webhooks.ts';
 import {
   EndpointHeadersIn,
@@ -166,7 +166,8 @@ export const endpointRoutes =
     app.delete<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request, reply) => {
       const { endpoint } = await load(request.actor, request.params);
       await db.transaction(async (tx) => {
-        await deleteEndpoint(tx, endpoint.id);
+        // Deleted meanwhile by another request: that one was audited and announced, not this one.
+        if (!(await deleteEndpoint(tx, endpoint.id))) throw notFound('endpoint');
         await audit(tx, request.actor, 'endpoint.deleted', endpoint, {});
         await emitEndpointEvent(tx, 'endpoint.deleted', endpoint);
       });
