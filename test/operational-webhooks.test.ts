@@ -4,7 +4,9 @@
 // caused them. Changes to the operator's own endpoint report nothing (no feedback loop).
 
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import pino from 'pino';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { findApp } from '../src/db/apps.ts';
@@ -523,4 +525,28 @@ describe('delivery events', () => {
       operator.endpointId,
     ]);
   });
+});
+
+test('processes started with different operator secrets all start: past the rotation limit the secret in use stays, and the log says so', async () => {
+  const own = await startTestHerald('operator_secret_flips');
+  try {
+    const logged: { msg: string; variable?: string }[] = [];
+    const logger = pino({ level: 'error' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+    // Seven starts with seven secrets: the first sets it, five rotations fit (each keeps the one
+    // before signing for a day), the seventh would pass the limit.
+    for (let n = 0; n < 7; n++) {
+      const secret = `whsec_${crypto.randomBytes(24).toString('base64')}`;
+      const config = loadConfig(
+        testEnv(own.database.url, { ...env, HERALD_OPERATOR_WEBHOOK_SECRET: secret }),
+      );
+      const started = await createHerald({ config, logger });
+      await started.close();
+    }
+    assert.ok(
+      logged.some((line) => line.variable === 'HERALD_OPERATOR_WEBHOOK_SECRET'),
+      JSON.stringify(logged),
+    );
+  } finally {
+    await own.close();
+  }
 });

@@ -86,7 +86,15 @@ export async function ensureOperatorWebhooks(core: Core): Promise<OperatorWebhoo
       }
       if (secret && (await revealSecret(core, tx, current)) !== secret) {
         // The old secret keeps signing for the usual grace period, so a receiver can switch over.
-        await rotateEndpointSecret(core, tx, HERALD_ACTOR, current, secret, null);
+        await rotateEndpointSecret(core, tx, HERALD_ACTOR, current, secret, null).catch((error: unknown) => {
+          // Processes started with different secrets rotate it at each start: past the limit of
+          // previous secrets, none would start again. The secret in use stays, and the log says why.
+          if (!(error instanceof HeraldError && error.kind === 'limit_reached')) throw error;
+          core.log.error(
+            { variable: 'HERALD_OPERATOR_WEBHOOK_SECRET', err: error.message },
+            'the operational webhooks secret was not changed: do processes start with different secrets?',
+          );
+        });
       }
       return { appId: app.id, endpointId: current.id };
     });
