@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
+import pg from 'pg';
 import pino from 'pino';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
@@ -15,7 +16,7 @@ import { OPERATOR_APP_UID } from '../src/engine/apps.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint as createEndpointInTx } from '../src/engine/endpoints.ts';
 import { createHerald, createLogger } from '../src/herald.ts';
-import { emitOutcomeEvents } from '../src/ops/operational-webhooks.ts';
+import { emitEndpointEvent, emitOutcomeEvents } from '../src/ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks } from '../src/ops/operator-app.ts';
 import { EndpointIn } from '../src/schemas/svix.ts';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
@@ -548,5 +549,31 @@ test('processes started with different operator secrets all start: past the rota
     );
   } finally {
     await own.close();
+  }
+});
+
+test('an operator app being deleted holds up no change that would report to it: that change reports nothing', async () => {
+  const app = await createApp(t, 'reporting-while-deleted');
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}/ok` });
+  const endpoint = { id: ep, appId: (await findApp(t.database.db, app))!.id, uid: null };
+  // As its deletion holds it while the cascade runs through its history.
+  const deleting = new pg.Client({ connectionString: t.database.url });
+  await deleting.connect();
+  try {
+    await deleting.query('begin');
+    await deleting.query('select 1 from app where uid = $1 for update', [OPERATOR_APP_UID]);
+    const before = (await storedEvents({ endpointId: ep })).length;
+    const reported = t.herald.core.db.transaction((tx) =>
+      emitEndpointEvent(tx, 'endpoint.updated', endpoint),
+    );
+    const outcome = await Promise.race([
+      reported.then(() => 'done'),
+      new Promise((resolve) => setTimeout(resolve, 5000, 'held up')),
+    ]);
+    assert.equal(outcome, 'done');
+    assert.equal((await storedEvents({ endpointId: ep })).length, before, 'nothing reported');
+  } finally {
+    await deleting.query('rollback');
+    await deleting.end();
   }
 });

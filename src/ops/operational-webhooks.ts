@@ -67,6 +67,10 @@ async function publishEvent(
  * Publishes endpoint.created/updated/deleted about `endpoint` in `tx`, the transaction that made
  * the change. Nothing when the operator app does not exist (operational webhooks are off: no
  * process's HERALD_OPERATOR_WEBHOOK_URL made it), or the endpoint is the operator's own.
+ *
+ * The operator app is looked up `for key share skip locked`, here and for attempts' events: one
+ * being deleted (its row locked by the deletion, for as long as its history takes to cascade)
+ * reports nothing, where every outcome write and endpoint change waited for that deletion.
  */
 export async function emitEndpointEvent(
   tx: Queryable,
@@ -75,7 +79,8 @@ export async function emitEndpointEvent(
 ): Promise<void> {
   const found = await tx.query<OperatorApp & { appUid: string | null }>(
     `select o.id, o.retention_days as "retentionDays", (select a.uid from app a where a.id = $2) as "appUid"
-       from app o where o.uid = $1`,
+       from app o where o.uid = $1
+        for key share of o skip locked`,
     [OPERATOR_APP_UID, endpoint.appId],
   );
   const operator = found.rows[0];
@@ -144,9 +149,10 @@ async function emitAttemptEvents(
 ): Promise<void> {
   if (leases.length === 0) return;
   const operator = (
-    await tx.query<OperatorApp>(`select id, retention_days as "retentionDays" from app where uid = $1`, [
-      OPERATOR_APP_UID,
-    ])
+    await tx.query<OperatorApp>(
+      `select id, retention_days as "retentionDays" from app where uid = $1 for key share skip locked`,
+      [OPERATOR_APP_UID],
+    )
   ).rows[0];
   if (!operator) return;
   const facts = await tx.query<OutcomeFacts & { deliveryId: string }>(
