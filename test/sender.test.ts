@@ -33,6 +33,15 @@ async function shut(server: net.Server): Promise<void> {
   await once(server, 'close');
 }
 
+/** An HTTP receiver that counts the requests it gets and answers none of them. */
+async function startSilentReceiver(): Promise<{ port: number; received: () => number; server: http.Server }> {
+  let received = 0;
+  const server = http.createServer(() => {
+    received++;
+  });
+  return { port: await listen(server), received: () => received, server };
+}
+
 /** A TCP listener that only counts connections: what must never be reached. */
 async function startCanary(): Promise<{ port: number; connections: () => number; server: net.Server }> {
   let count = 0;
@@ -488,14 +497,10 @@ describe('sender: sent or not sent', () => {
   });
 
   it('times out a receiver that never answers as unknown, within about timeoutMs', async () => {
-    let received = 0;
-    const server = http.createServer(() => {
-      received++;
-    });
-    const port = await listen(server);
+    const { port, received, server } = await startSilentReceiver();
     const sender = senderFor({ timeoutMs: 300 });
     const result = await sender.send({ url: `http://receiver.test:${port}/`, headers: {}, body: '{}' });
-    assert.equal(received, 1);
+    assert.equal(received(), 1);
     assert.equal(result.outcome, 'unknown');
     assert.equal(result.responseClass, 'timeout');
     assert.equal(result.requestSent, true);
@@ -582,15 +587,11 @@ describe('sender: sent or not sent', () => {
   it('a request that left and timed out is a timeout, whatever another connection to its origin is looking up', async () => {
     // The first request is received and never answered; the second, to the same origin, needs a
     // second connection, whose lookup never ends. At the first's deadline only a lookup is under way.
-    let received = 0;
-    const silent = http.createServer(() => {
-      received++;
-    });
-    const port = await listen(silent);
+    const { port, received, server: silent } = await startSilentReceiver();
     const sender = senderFor({ timeoutMs: 400, resolve: firstLookupOnly() });
     try {
       const first = sender.send({ url: `http://slow.test:${port}/`, headers: {}, body: '{}' });
-      await waitFor('the first request received', () => received === 1);
+      await waitFor('the first request received', () => received() === 1);
       const second = sender.send({ url: `http://slow.test:${port}/`, headers: {}, body: '{}' });
       const [timedOut, unresolved] = await Promise.all([first, second]);
       assert.equal(timedOut.requestSent, true);
