@@ -242,10 +242,10 @@ describe('group commit', () => {
     const all = Promise.all(waiting).finally(() => {
       done = true;
     });
-    while (!done) {
+    await waitFor('every waiting caller written', () => {
       gated.releaseAll();
-      await settle();
-    }
+      return done;
+    });
     assert.deepEqual(await all, [10, 25, 5, 10]);
   });
 
