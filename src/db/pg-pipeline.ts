@@ -9,7 +9,7 @@
 
 import pg from 'pg';
 import { type Naming, type Pipeline, preparingQueryable, type Queryable } from './port.ts';
-import { refusedStatementCode } from './server-error.ts';
+import { namedStatementsStale, refusedStatementCode } from './server-error.ts';
 
 /** A write handed to a pipeline its owner has closed (the process is stopping): not written. */
 export class PipelineClosedError extends Error {}
@@ -94,14 +94,5 @@ export function createPgPipeline(
  * result changed under a migration). Its successor prepares them afresh.
  */
 function unfitForMore(error: unknown): boolean {
-  const code = refusedStatementCode(error);
-  return code === null || namedStatementsStale(code);
-}
-
-/**
- * SQLSTATEs that say the server's named statements are not what the client believes: one it does
- * not have (26000), one it has already (42P05), a cached plan whose result changed (0A000).
- */
-export function namedStatementsStale(code: string | null): boolean {
-  return code === '26000' || code === '42P05' || code === '0A000';
+  return refusedStatementCode(error) === null || namedStatementsStale(error);
 }

@@ -5,10 +5,10 @@ import crypto from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
 import { createPgListener } from './pg-listener.ts';
-import { createPgPipeline, namedStatementsStale } from './pg-pipeline.ts';
+import { createPgPipeline } from './pg-pipeline.ts';
 import type { Db, Pipeline, Transaction } from './port.ts';
 import { preparingQueryable } from './port.ts';
-import { refusedStatementCode } from './server-error.ts';
+import { namedStatementsStale } from './server-error.ts';
 
 export interface PgDbOptions {
   connectionString: string;
@@ -139,9 +139,7 @@ export function createPgDb(options: PgDbOptions): Db {
         // longer what the client believes (a migration changed a result, a pooler lost one):
         // destroy it rather than reuse it — pool.query already does so for any failed statement.
         client.release(
-          broken && (isConnectionError(broken) || namedStatementsStale(refusedStatementCode(broken)))
-            ? broken
-            : undefined,
+          broken && (isConnectionError(broken) || namedStatementsStale(broken)) ? broken : undefined,
         );
       }
     },

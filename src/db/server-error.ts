@@ -17,3 +17,11 @@ export function refusedStatementCode(error: unknown): string | null {
   if (severity === 'FATAL' || severity === 'PANIC' || ENDS_SESSION.test(code)) return null;
   return code;
 }
+
+/**
+ * An error that says the server's named statements are not what the client believes: one it does
+ * not have (26000), one it has already (42P05), a cached plan whose result changed (0A000).
+ */
+export function namedStatementsStale(error: unknown): boolean {
+  return ['26000', '42P05', '0A000'].includes(refusedStatementCode(error) ?? '');
+}
