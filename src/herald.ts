@@ -97,6 +97,25 @@ function callerQueryable(client: ForeignQueryable | undefined, prepare: boolean)
   );
 }
 
+/**
+ * A publish on herald's own pool that failed: closed while it waited (the pool's own error says
+ * nothing a caller can act on), or refused for now by the database — store_unavailable, to retry.
+ */
+function ownPoolErrorOf(assertOpen: () => void) {
+  return (error: unknown): never => {
+    assertOpen();
+    if (!isStoreUnavailable(error)) throw error;
+    throw new HeraldError(
+      'store_unavailable',
+      `the database could not take the publish now (${(error as Error).message}); publish again — with an idempotency key, a repeat is safe`,
+    );
+  };
+}
+
+const rethrow = (error: unknown): never => {
+  throw error;
+};
+
 /** A node-postgres Pool, or herald's own Db: each hands its statements to any connection. */
 function isPool(client: ForeignQueryable): boolean {
   return (
@@ -289,30 +308,22 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const assertOpen = () => {
     if (closed) throw new HeraldError('store_unavailable', 'this herald is closed');
   };
+  const ownPoolError = ownPoolErrorOf(assertOpen);
 
   return {
     core,
     async publish(app, message, publishOptions = {}) {
-      // In a caller's transaction it writes through their client; on herald's own pool, not once
-      // it closes (the pool's own error says nothing a caller can act on).
-      if (!publishOptions.db) assertOpen();
+      // In a caller's transaction it writes through their client, and the database's error stays
+      // itself (it tells whether that transaction was aborted). On herald's own pool: not once it
+      // closes, and what the API answers 503 is a HeraldError to retry.
+      const ownPool = !publishOptions.db;
+      if (ownPool) assertOpen();
       const input = parseOrThrow(MessageIn, message);
       const target = callerQueryable(publishOptions.db, publishOptions.prepare ?? false) ?? db;
       const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
         wake: publishOptions.wake,
-      }).catch((error: unknown) => {
-        // On herald's own pool, what the API answers 503 is a HeraldError to retry; in a caller's
-        // transaction the database's error stays itself (it tells whether that was aborted).
-        if (publishOptions.db) throw error;
-        // Closed while it waited: the pool's own error says nothing a caller can act on.
-        assertOpen();
-        if (!isStoreUnavailable(error)) throw error;
-        throw new HeraldError(
-          'store_unavailable',
-          `the database could not take the publish now (${(error as Error).message}); publish again — with an idempotency key, a repeat is safe`,
-        );
-      });
+      }).catch(ownPool ? ownPoolError : rethrow);
       // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
       // rolled-back publish is still counted (README, Metrics).
       if (published.created) core.metrics.published('library');

@@ -564,12 +564,12 @@ export function createWorker(options: WorkerOptions): Worker {
       settle(claimed, leftBehind) {
         inFlight -= free;
         if (claimed === null) {
-          track(givingBack, giveBackClaim(claimId, 'claim_lost'));
+          const giveBack = () => giveBackClaim(claimId, 'claim_lost');
+          track(givingBack, giveBack());
           // A claim left unanswered may still reach the database after that give-back, and claim:
           // what it claims is given back once it settles. (stop() waits for that, as it would
           // have waited for the claim.)
-          const again = () => giveBackClaim(claimId, 'claim_lost');
-          if (leftBehind) track(givingBack, leftBehind.then(again, again));
+          if (leftBehind) track(givingBack, leftBehind.then(giveBack, giveBack));
         }
         const refusedMeanwhile = refusals !== refusalsBefore;
         // A full batch suggests more due work; a partial one took everything due and free —
