@@ -429,6 +429,38 @@ describe('delivery events', () => {
     assert.equal((await storedEvents({ msgId: last.messageId })).length, before, 'a repeat: nothing new');
     const disabled = await storedEvents({ endpointId: (await deliveryOfId(last.deliveryId)).endpoint_id });
     assert.equal(disabled.filter((e) => e.type === 'endpoint.disabled').length, 1);
+
+    // A repeat that comes after later attempts of its delivery were recorded (its first reply was
+    // lost for longer than the retry's delay) sees its attempt as it was, not the cycle as it is
+    // now: an early failure of a spent cycle ends nothing (no second exhausted), and one before
+    // the fourth failure is not the fourth (no second failing).
+    for (const uid of ['dead-tenant', 'flaky-tenant']) {
+      const attempts = await t.database.db.query<{
+        deliveryId: string;
+        leaseToken: string;
+        messageId: string;
+      }>(
+        `select a.delivery_id as "deliveryId", a.lease_token as "leaseToken", a.message_id as "messageId"
+           from attempt a where a.app_id = $1 order by a.id`,
+        [(await findApp(t.database.db, uid))!.id],
+      );
+      for (const attempt of attempts.rows) {
+        const events = (await storedEvents({ msgId: attempt.messageId })).length;
+        const repeat = { deliveryId: attempt.deliveryId, leaseToken: attempt.leaseToken } as AttemptResult;
+        await t.herald.core.db.transaction((tx) =>
+          emitOutcomeEvents(
+            tx,
+            [repeat],
+            [{ deliveryId: attempt.deliveryId, recorded: true, endpointDisabled: false }],
+          ),
+        );
+        assert.equal(
+          (await storedEvents({ msgId: attempt.messageId })).length,
+          events,
+          `${uid}: a late repeat`,
+        );
+      }
+    }
   });
 
   test('a lease that expires on the last attempt of a cycle: message.attempt.exhausted, from lease recovery', async () => {

@@ -106,8 +106,10 @@ interface OutcomeFacts {
   endpointUid: string | null;
   msgId: string;
   msgEventId: string | null;
-  /** Known failures in this delivery's current cycle, this attempt included. */
+  /** Known failures in this attempt's cycle up to it, this attempt included. */
   failuresInCycle: number;
+  /** A later attempt of the delivery exists: this is a repeated write, and the delivery moved on. */
+  superseded: boolean;
 }
 
 /**
@@ -135,7 +137,10 @@ export async function emitRecoveryEvents(tx: Queryable, recovered: readonly Reco
 }
 
 /**
- * For each attempt (by its delivery and lease token), as things stand after its outcome was written:
+ * For each attempt (by its delivery and lease token), as things stood when its outcome was first
+ * written. A repeated write (its first reply lost) may come after later attempts of the delivery:
+ * so failures are counted up to this attempt (attempt ids follow time, and a delivery has one
+ * attempt at a time), and an attempt that a later one followed ends no cycle. Then:
  * - message.attempt.failing: the cycle's FAILING_AFTER-th known failure (once per cycle);
  * - message.attempt.exhausted: the cycle ended without a success (budget spent, or the outcome
  *   policy stopped it): no further attempt will be made unless someone resends or replays;
@@ -161,8 +166,9 @@ async function emitAttemptEvents(
             d.endpoint_id as "endpointId", e.uid as "endpointUid",
             d.message_id as "msgId", m.event_id as "msgEventId",
             (select count(*) from attempt f
-              where f.delivery_id = a.delivery_id and f.cycle = a.cycle and f.outcome = 'failure')::int
-              as "failuresInCycle"
+              where f.delivery_id = a.delivery_id and f.cycle = a.cycle and f.outcome = 'failure'
+                and f.id <= a.id)::int as "failuresInCycle",
+            exists (select 1 from attempt n where n.delivery_id = a.delivery_id and n.id > a.id) as "superseded"
        from unnest($1::text[], $3::uuid[]) as l(delivery_id, lease_token)
        join attempt a on a.delivery_id = l.delivery_id and a.lease_token = l.lease_token
        join delivery d on d.id = a.delivery_id
@@ -194,7 +200,7 @@ async function emitAttemptEvents(
     if (f.outcome === 'failure' && f.failuresInCycle === FAILING_AFTER) {
       await emit('message.attempt.failing', data);
     }
-    if (f.outcome !== 'success' && f.state === 'failed') {
+    if (f.outcome !== 'success' && f.state === 'failed' && !f.superseded) {
       await emit('message.attempt.exhausted', data);
     }
     if (f.outcome === 'success' && f.failuresInCycle > 0) {
