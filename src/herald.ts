@@ -249,6 +249,8 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     log,
   });
   const metrics = createMetrics(db, log);
+  // Closed by close(), or sooner by its deadline: either way once.
+  const closeDb = onlyOnce(() => db.close());
   // Publishes go on a pipeline of their own: a second write goes right behind the first once 16
   // wait, and one beside them only when publishes have waited 5 ms behind a long write such as a
   // large fan-out (see group-commit.ts).
@@ -375,6 +377,14 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     },
     close: onlyOnce(async () => {
       closed = true;
+      // Once every lease this process could hold has expired, nothing it still has to write counts
+      // (a fenced outcome would be refused; recovery has the leases). A database that has gone
+      // silent must not hold the stop longer, for a query deadline at each of its steps: its
+      // connections are dropped, and what still waits on them fails at once.
+      const leasesOver = setTimeout(() => {
+        log.warn('stopping: the database has not let the stop end within a lease; dropping its connections');
+        void closeDb();
+      }, config.leaseSeconds * 1000);
       // A worker still starting is stopped with the others, once it has started.
       await Promise.allSettled(starting);
       const stopping = workers.splice(0);
@@ -386,8 +396,12 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         await Promise.all(stopping.map((w) => w.finish()));
       } finally {
         // A worker that failed to stop cleanly must not leave the pool and its connections open.
-        await apps.close();
-        await db.close();
+        try {
+          await apps.close();
+          await closeDb();
+        } finally {
+          clearTimeout(leasesOver);
+        }
       }
     }),
   };

@@ -457,6 +457,47 @@ test("a claim round whose connection goes silent is given up half a lease on, an
   );
 });
 
+test('a stop while the database has gone silent ends once every lease the worker could hold has expired', async () => {
+  // The claim round is given up half a lease on, but the claim may still land: its give-back
+  // waits for it, which the client's query deadline (60 s) would end. At the lease's end nothing
+  // the worker could still write counts, and its connections are dropped, those that never answer
+  // their goodbye (test/pg-pool.test.ts) too.
+  const { proxy, herald, appUid, logs } = await rig(
+    'silent_claim_close',
+    {
+      HERALD_SHUTDOWN_GRACE_MS: '0',
+      HERALD_LEASE_SECONDS: '4',
+      HERALD_ATTEMPT_TIMEOUT_MS: '2000',
+      HERALD_DB_QUERY_TIMEOUT_MS: '60000',
+    },
+    answers204,
+  );
+  const silenced = proxy.silenceRequest('claim_deliveries');
+  await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 1 } });
+  await herald.startWorker();
+  await silenced;
+  proxy.silenceAll();
+  let closed = false;
+  void herald.close().then(() => {
+    closed = true;
+  });
+  await waitFor('close() to end within the lease and a goodbye', () => closed, 7_000);
+  assert.equal(
+    count(logs, 'stopping: the database has not let the stop end within a lease; dropping its connections'),
+    1,
+  );
+  assert.equal(
+    count(
+      logs,
+      'stopping: attempts still in flight after the grace; each ends within the attempt timeout, and its outcome is recorded before exit',
+    ),
+    0,
+    'none was in flight',
+  );
+  // Nothing of this one may be left due for the tests after it.
+  await database.db.query('delete from app where uid = $1', [appUid]);
+});
+
 test('signing keys that cannot be read after a claim: its leases are given back unsent', async () => {
   const { logs, metrics } = await lostAnswerCase('keys_lost', 1, signingKeysAnswer);
   assert.equal(count(logs, GAVE_BACK), 1);

@@ -1,6 +1,7 @@
 // herald's pool of PostgreSQL connections (src/db/pg-pool.ts): a transaction whose connection can
 // no longer be trusted gives it up, so that the next one does not meet the same failure; one that
-// failed for its caller's reasons keeps it (a reconnect per 404 would cost every API error).
+// failed for its caller's reasons keeps it (a reconnect per 404 would cost every API error). And a
+// database gone silent does not hold its close.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -8,6 +9,8 @@ import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { HeraldError } from '../src/errors.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
+import { startTcpProxy } from './support/tcp-proxy.ts';
+import { waitFor } from './support/wait.ts';
 
 let database: TestDatabase;
 let db: Db;
@@ -55,4 +58,34 @@ test('a transaction that fails on its caller’s own error, or on a constraint, 
     (error: { code?: string }) => error.code === '22012',
   );
   assert.equal(await backend(), first, 'the same connection');
+});
+
+test('a database gone silent: letting go of a channel and closing take a goodbye’s second, not the query deadline', async () => {
+  // A peer gone without a reset answers nothing, not even the close that answers a client's own:
+  // a client's end() would wait for it for as long as the kernel retransmits (minutes).
+  const target = new URL(database.url);
+  const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
+  const silent = createPgDb({ connectionString: proxy.urlFor(database.url), max: 2, queryTimeoutMs: 60_000 });
+  try {
+    const stopA = await silent.listen('goodbye_a', () => {});
+    await silent.listen('goodbye_b', () => {});
+    await silent.query('select 1');
+    const pipeline = silent.pipeline();
+    await pipeline.query('select 1');
+    proxy.silenceAll();
+
+    const done = { unlistened: false, closed: false };
+    void stopA().then(() => {
+      done.unlistened = true;
+    });
+    // Its notifications already reach no handler: nothing waits for the UNLISTEN's answer.
+    await waitFor('one channel let go', () => done.unlistened, 2_000);
+    // The LISTEN connection, the pipeline's and the pool's, each dropped once its second is up.
+    void silent.close().then(() => {
+      done.closed = true;
+    });
+    await waitFor('the Db closed', () => done.closed, 3_000);
+  } finally {
+    await proxy.close();
+  }
 });

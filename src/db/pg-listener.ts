@@ -4,6 +4,7 @@
 // that a waiter can catch up and a cache can start afresh.
 
 import pg from 'pg';
+import { endConnection } from './pg-goodbye.ts';
 
 type Handler = (payload: string) => void;
 
@@ -39,7 +40,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
       for (const channel of handlers.keys()) await next.query(`listen ${pg.escapeIdentifier(channel)}`);
     } catch (error) {
       // Not this listener's connection yet: nothing else would end it, and each retry opens one.
-      void next.end().catch(() => {});
+      void endConnection(next);
       throw error;
     }
     return next;
@@ -49,7 +50,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
     if (closed || client !== which) return;
     client = null;
     options.onState?.('lost', error);
-    void which.end().catch(() => {});
+    void endConnection(which);
     reconnecting = true;
     let retryMs = 100;
     const attempt = () => {
@@ -57,7 +58,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
       connect().then(
         (next) => {
           reconnecting = false;
-          if (closed) return void next.end().catch(() => {});
+          if (closed) return void endConnection(next);
           client = next;
           options.onState?.('restored');
           for (const set of handlers.values()) for (const handler of set) handler('');
@@ -78,9 +79,11 @@ export function createPgListener(options: PgListenerOptions): PgListener {
     if (handlers.size === 0) {
       const last = client;
       client = null;
-      await last?.end().catch(() => {});
+      if (last) await endConnection(last);
     } else {
-      await client?.query(`unlisten ${pg.escapeIdentifier(channel)}`).catch(() => {});
+      // Not awaited: the channel's notifications already reach no handler, and a connection gone
+      // silent would hold the caller (a cache closing) for the whole query deadline.
+      void client?.query(`unlisten ${pg.escapeIdentifier(channel)}`).catch(() => {});
     }
   }
 
@@ -100,7 +103,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
           // meanwhile (it starts only from a live connection that is lost).
           const next = await connecting;
           if (closed) {
-            await next.end().catch(() => {});
+            await endConnection(next);
             throw new Error('the listener is closed');
           }
           client = next;
@@ -118,7 +121,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
       handlers.clear();
       const last = client;
       client = null;
-      await last?.end().catch(() => {});
+      if (last) await endConnection(last);
     },
   };
 }

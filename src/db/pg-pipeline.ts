@@ -8,6 +8,7 @@
 // a second write already on the wire, the server goes on to it as soon as the first has committed.
 
 import pg from 'pg';
+import { endConnection } from './pg-goodbye.ts';
 import { type Naming, type Pipeline, preparingQueryable, type Queryable } from './port.ts';
 import { namedStatementsStale, refusedStatementCode } from './server-error.ts';
 
@@ -38,7 +39,7 @@ export function createPgPipeline(
   function retire(broken: pg.Client): void {
     if (open?.client !== broken) return;
     open = null;
-    broken.end().catch(() => {});
+    void endConnection(broken);
   }
 
   async function connect(): Promise<Open> {
@@ -50,7 +51,7 @@ export function createPgPipeline(
     try {
       await fresh.connect();
     } catch (error) {
-      await fresh.end().catch(() => {});
+      await endConnection(fresh);
       throw error;
     }
     open = { client: fresh, queryable: preparingQueryable(fresh, naming) };
@@ -82,7 +83,7 @@ export function createPgPipeline(
       onClose?.();
       const last = open ?? (await connecting?.catch(() => null)) ?? null;
       open = null;
-      await last?.client.end();
+      if (last) await endConnection(last.client);
     },
   };
 }

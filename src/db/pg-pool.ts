@@ -4,6 +4,7 @@
 import crypto from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import pg from 'pg';
+import { endPool } from './pg-goodbye.ts';
 import { createPgListener } from './pg-listener.ts';
 import { createPgPipeline } from './pg-pipeline.ts';
 import type { Db, Pipeline, Transaction } from './port.ts';
@@ -56,6 +57,10 @@ export function createPgDb(options: PgDbOptions): Db {
   const pool = new pg.Pool({ ...clientConfig, max: options.max ?? 10, idleTimeoutMillis: 30_000 });
   // A connection that dies while idle must not crash the process; the pool replaces it.
   pool.on('error', () => {});
+  // Those that close() drops if they do not end in time.
+  const connections = new Set<pg.Client>();
+  pool.on('connect', (client) => connections.add(client));
+  pool.on('remove', (client) => connections.delete(client));
   const naming = {
     prepare: options.prepare ?? true,
     lostHint: 'behind a pooler in transaction mode? set HERALD_DB_PREPARE=false',
@@ -158,9 +163,12 @@ export function createPgDb(options: PgDbOptions): Db {
     },
     async close() {
       closed = true;
-      await listener.close();
-      await Promise.all([...pipelines].map((p) => p.close()));
-      await pool.end();
+      // At once: a database gone silent has each of them wait a goodbye's deadline.
+      await Promise.all([
+        listener.close(),
+        ...[...pipelines].map((p) => p.close()),
+        endPool(pool, connections),
+      ]);
     },
   };
 }

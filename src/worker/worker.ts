@@ -151,6 +151,11 @@ export function createWorker(options: WorkerOptions): Worker {
   let loop: Promise<void> | null = null;
   let maintenanceLoop: Promise<void> | null = null;
   let stopping = new AbortController();
+  /**
+   * A lease from the stop on: by then every lease this worker could hold has expired, and a
+   * give-back retried past it gives back nothing (herald's close drops the database then).
+   */
+  let leasesOverAt = Number.POSITIVE_INFINITY;
   let unlisten: (() => Promise<void>) | null = null;
   let operatorEndpointId: string | null = null;
   const reportsToOperator = () => options.operatorWebhooksConfigured === true || operatorEndpointId !== null;
@@ -222,7 +227,7 @@ export function createWorker(options: WorkerOptions): Worker {
       try {
         return await write();
       } catch (error) {
-        if (steadyNow() + backoff >= until) throw error;
+        if (steadyNow() + backoff >= Math.min(until, leasesOverAt)) throw error;
         log.warn({ err: (error as Error).message, backoff, reason }, 'retrying a give-back of unsent leases');
         await sleep(backoff);
       }
@@ -651,6 +656,7 @@ export function createWorker(options: WorkerOptions): Worker {
     async start() {
       if (running) return;
       running = true;
+      leasesOverAt = Number.POSITIVE_INFINITY;
       options.sender.resumeStarting();
       // A database away at the start must not stop it: the maintenance clock asks again.
       await step('finding the operator endpoint', findOperatorEndpoint);
@@ -663,6 +669,7 @@ export function createWorker(options: WorkerOptions): Worker {
       // The grace counts from the stop: a claim or a maintenance pass (a long retention delete)
       // still running spends it, rather than extending the stop by its own length.
       const grace = new Promise<'timeout'>((resolve) => setTimeout(resolve, graceMs, 'timeout').unref());
+      leasesOverAt = steadyNow() + options.leaseSeconds * 1000;
       running = false;
       // Requests still waiting for their origin are not sent now: their leases go back unsent,
       // budget kept, instead of going out one by one while the process is being stopped.
@@ -676,7 +683,9 @@ export function createWorker(options: WorkerOptions): Worker {
       unlisten = null;
       // Attempts that an outcome write claimed just before the stop are under way too.
       await Promise.all(dispatching);
-      if ((await Promise.race([Promise.all(attempts).then(() => 'done' as const), grace])) === 'timeout') {
+      // (A grace spent on a claim or a pass that outlasted it says nothing of attempts: none may be left.)
+      const inGrace = Promise.all(attempts).then(() => 'done' as const);
+      if (attempts.size > 0 && (await Promise.race([inGrace, grace])) === 'timeout') {
         log.warn(
           { inFlight },
           'stopping: attempts still in flight after the grace; each ends within the attempt timeout, and its outcome is recorded before exit',

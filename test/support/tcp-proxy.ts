@@ -35,6 +35,11 @@ export interface TcpProxy {
    * once it happened.
    */
   silenceRequest(marker: string): Promise<void>;
+  /**
+   * Every live connection goes silent both ways without a reset, as `silenceRequest`'s does: the
+   * client hears nothing more, not even the close that answers its own (a peer that is gone).
+   */
+  silenceAll(): void;
   /** From now on, new connections are reset as soon as they arrive. */
   pause(): void;
   resume(): void;
@@ -54,14 +59,16 @@ export interface Answer {
 }
 
 export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
-  const pairs = new Set<{ client: net.Socket; upstream: net.Socket }>();
+  const pairs = new Set<{ client: net.Socket; upstream: net.Socket; silence: () => void }>();
   let paused = false;
   let armed: { matches: (answer: Answer) => boolean; lost: () => void } | null = null;
   let silencing: { marker: Buffer; silenced: () => void } | null = null;
   let connectionAttempts = 0;
   let refused = 0;
 
-  const server = net.createServer((client) => {
+  // Half-open allowed, so that a silent connection can leave a client's FIN unanswered; the others
+  // pass it on to the server, whose close comes back to the client.
+  const server = net.createServer({ allowHalfOpen: true }, (client) => {
     connectionAttempts++;
     client.on('error', () => {});
     if (paused) {
@@ -72,7 +79,14 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     }
     const upstream = net.connect(target.port, target.host);
     upstream.on('error', () => {});
-    const pair = { client, upstream };
+    let silent = false;
+    // Open, and nothing more goes through either way: the client hears nothing, ever.
+    const silence = () => {
+      silent = true;
+      upstream.removeAllListeners('data');
+      upstream.removeAllListeners('end');
+    };
+    const pair = { client, upstream, silence };
     pairs.add(pair);
     const drop = () => {
       pairs.delete(pair);
@@ -81,16 +95,15 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     };
     client.on('close', drop);
     upstream.on('close', drop);
-    let silent = false;
+    client.on('end', () => {
+      if (!silent) upstream.end();
+    });
     client.on('data', (chunk: Buffer) => {
       if (silent) return;
       if (silencing !== null && chunk.includes(silencing.marker)) {
         const { silenced } = silencing;
         silencing = null;
-        // Open, and nothing more goes through either way: the client hears nothing, ever.
-        silent = true;
-        upstream.removeAllListeners('data');
-        upstream.removeAllListeners('end');
+        silence();
         silenced();
         return;
       }
@@ -154,6 +167,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
       return new Promise((silenced) => {
         silencing = { marker: Buffer.from(marker), silenced };
       });
+    },
+    silenceAll() {
+      for (const pair of pairs) pair.silence();
     },
     pause() {
       paused = true;

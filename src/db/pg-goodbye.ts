@@ -1,0 +1,43 @@
+// Ending a PostgreSQL connection with a deadline. A client's end() says goodbye and waits for the
+// server to close its side; a server gone without a reset (a failover, a NAT's timeout, a network
+// that went silent) never does, and the kernel waits for it for as long as it retransmits, minutes.
+// A process stopping on SIGTERM would hang that long, or until it was killed with its attempts'
+// outcomes unwritten. Past the deadline the socket is dropped: nothing is lost by it, as the
+// connection had no more work.
+
+import type pg from 'pg';
+
+/** A server answers a goodbye at once; a second is one that will not answer. */
+const GOODBYE_MS = 1_000;
+
+/** Whether `done` settled within `ms`. */
+async function settledWithin(done: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  try {
+    return await Promise.race([done.then(() => true), late]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** Ends `client`; past the deadline, drops its socket. Never rejects. */
+export async function endConnection(client: pg.Client): Promise<void> {
+  const ended = client.end().catch(() => {});
+  if (await settledWithin(ended, GOODBYE_MS)) return;
+  client.connection.stream.destroy();
+  await ended;
+}
+
+/**
+ * Ends `pool` (which waits for its connections in use to come back, and ends each); past the
+ * deadline, drops every connection it still has, `clients` being those it made and has not removed.
+ */
+export async function endPool(pool: pg.Pool, clients: ReadonlySet<pg.Client>): Promise<void> {
+  const ended = pool.end();
+  if (await settledWithin(ended, GOODBYE_MS)) return ended;
+  for (const client of clients) client.connection.stream.destroy();
+  await ended;
+}
