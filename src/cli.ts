@@ -16,7 +16,7 @@ import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './e
 import { createSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald, migrateDatabase } from './herald.ts';
-import { DOCTOR_CHECKS, type DoctorCheck, formatFindings, runDoctor } from './ops/doctor.ts';
+import { type DoctorCheck, formatFindings, runDoctor, SKIPPABLE_CHECKS } from './ops/doctor.ts';
 import {
   acknowledgeUnknown,
   formatReconciliation,
@@ -424,9 +424,9 @@ program
   .option('--json', 'machine-readable output')
   .option(
     '--skip <check>',
-    `a check not to run (repeatable): ${DOCTOR_CHECKS.filter((c) => c !== 'migrations_pending').join(', ')}`,
+    `a check not to run (repeatable): ${SKIPPABLE_CHECKS.join(', ')}`,
     (check: string, previous: DoctorCheck[] = []) => {
-      if (!(DOCTOR_CHECKS as readonly string[]).includes(check) || check === 'migrations_pending')
+      if (!(SKIPPABLE_CHECKS as readonly string[]).includes(check))
         throw new InvalidArgumentError(`not a check that can be skipped: ${check}`);
       return [...previous, check as DoctorCheck];
     },

@@ -10,7 +10,7 @@ import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
 import { coalesced, createGroupCommit, MAX_BATCH_CHARS } from './db/group-commit.ts';
 import { wakeWorkers } from './db/messages.ts';
-import { type Migration, migrate } from './db/migrate.ts';
+import { type Migration, migrate, migrationState } from './db/migrate.ts';
 import { createNotifiedCache } from './db/notified-cache.ts';
 import { createPgDb } from './db/pg-pool.ts';
 import {
@@ -236,6 +236,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   try {
     // The embedded database is one process's: its migrations run on the Db it opened.
     if (options.migrate !== false && embedded) await migrate(db);
+    await warnIfDatabaseAhead(db, log);
   } catch (error) {
     await db.close();
     throw error;
@@ -405,6 +406,21 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       }
     }),
   };
+}
+
+/**
+ * A build started on a database that a newer build migrated (a rollback, a host left behind)
+ * runs, as a rolling deploy needs it to, but says so: what those migrations changed is unknown
+ * to it. `herald doctor` reports it too (migrations_ahead).
+ */
+async function warnIfDatabaseAhead(db: Db, log: Logger): Promise<void> {
+  const { ahead } = await migrationState(db);
+  if (ahead.length > 0) {
+    log.warn(
+      { migrations: ahead },
+      'the database has migrations this build does not know: a newer build migrated it; run that build',
+    );
+  }
 }
 
 /** `run` once: later calls share the first one's end (a second close() closes nothing twice). */

@@ -60,7 +60,7 @@ async function assertFails(check: string, id: string, count = 1) {
 test('a fresh database is healthy: exit 0, every check ok', async () => {
   const run = await doctor();
   assert.equal(run.code, 0, run.stderr);
-  assert.equal(DOCTOR_CHECKS.length, 7, 'a new check needs its own stuck-state test below');
+  assert.equal(DOCTOR_CHECKS.length, 8, 'a new check needs its own stuck-state test below');
   for (const check of DOCTOR_CHECKS) {
     assert.match(run.stdout, new RegExp(`^ok +${check}$`, 'm'));
   }
@@ -382,6 +382,32 @@ test('a schema behind this build: migrations pending, the other checks skipped',
     assert.match(run.stdout, /^skip deliveries_overdue$/m);
   } finally {
     await sql(`insert into herald_migration (version, name) values ($1, $2)`, [version, name]);
+  }
+  await assertHealthy();
+});
+
+test('a schema ahead of this build: migrations ahead, named at start and by the doctor; the other checks still run', async () => {
+  // What a rollback to an older build finds: a newer build's migration recorded past this build's last.
+  const { rows } = await sql<{ version: number }>(
+    `insert into herald_migration (version, name)
+     select max(version) + 1, 'from_a_newer_build' from herald_migration returning version`,
+  );
+  const version = rows[0]!.version;
+  try {
+    const run = await runHerald(['doctor'], { ...testEnv(t.database.url), LOG_LEVEL: 'warn' });
+    assert.equal(run.code, 2, run.stderr);
+    assert.match(run.stdout, new RegExp(`^FAIL migrations_ahead: 1 .*\\b${version}\\b`, 'm'));
+    assert.equal(run.stdout.match(/^FAIL /gm)?.length, 1, run.stdout);
+    assert.match(run.stdout, /^ok +deliveries_overdue$/m);
+    // Every process of this build says so as it starts (the doctor's own log goes to stderr).
+    assert.match(run.stderr, /migrations this build does not know/);
+    assert.match(run.stderr, new RegExp(`\\b${version}\\b`));
+    // A probe that restarts processes skips it: a restart of the same build does not change it.
+    const probe = await doctor('--skip', 'migrations_ahead');
+    assert.equal(probe.code, 0, probe.stdout);
+    assert.match(probe.stdout, /^skip migrations_ahead$/m);
+  } finally {
+    await sql('delete from herald_migration where version = $1', [version]);
   }
   await assertHealthy();
 });

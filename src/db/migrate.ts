@@ -43,6 +43,8 @@ export function readMigrations(dir: string = MIGRATIONS_DIR): Migration[] {
 export interface MigrationState {
   applied: number[];
   pending: number[];
+  /** Applied, and not among this build's: a newer build migrated the database. */
+  ahead: number[];
 }
 
 export async function migrationState(db: Queryable, migrations = readMigrations()): Promise<MigrationState> {
@@ -55,7 +57,12 @@ export async function migrationState(db: Queryable, migrations = readMigrations(
   for (const migration of migrations)
     assertSameMigration(migration, recorded.find((r) => r.version === migration.version)?.name);
   const applied = recorded.map((r) => r.version).sort((a, b) => a - b);
-  return { applied, pending: migrations.map((m) => m.version).filter((v) => !applied.includes(v)) };
+  const known = new Set(migrations.map((m) => m.version));
+  return {
+    applied,
+    pending: [...known].filter((v) => !applied.includes(v)),
+    ahead: applied.filter((v) => !known.has(v)),
+  };
 }
 
 /**

@@ -27,6 +27,7 @@ export interface DoctorThresholds {
 
 export const DOCTOR_CHECKS = [
   'migrations_pending',
+  'migrations_ahead',
   'intake_without_message',
   'message_without_deliveries',
   'deliveries_overdue',
@@ -36,6 +37,11 @@ export const DOCTOR_CHECKS = [
 ] as const;
 
 export type DoctorCheck = (typeof DOCTOR_CHECKS)[number];
+
+/** Those `--skip` takes: all but a schema behind this build, which every run checks first. */
+export const SKIPPABLE_CHECKS: readonly DoctorCheck[] = DOCTOR_CHECKS.filter(
+  (c) => c !== 'migrations_pending',
+);
 
 export interface Finding {
   check: DoctorCheck;
@@ -49,7 +55,7 @@ export interface Finding {
 }
 
 interface Check {
-  name: Exclude<DoctorCheck, 'migrations_pending'>;
+  name: Exclude<DoctorCheck, 'migrations_pending' | 'migrations_ahead'>;
   /** Selects the offending rows as (id, t): t is the moment the age is measured from. */
   sql: (t: DoctorThresholds) => { text: string; params: unknown[] };
   detail: string;
@@ -193,6 +199,18 @@ export async function runDoctor(
     ];
   }
   const findings: Finding[] = [];
+  if (migrations.ahead.length > 0 && !skip.includes('migrations_ahead')) {
+    // The other checks still run: every table and column this build reads is there.
+    findings.push({
+      check: 'migrations_ahead',
+      count: migrations.ahead.length,
+      oldestSeconds: 0,
+      examples: migrations.ahead.map(String),
+      detail:
+        'a newer build migrated the database: this build does not know what those migrations changed, ' +
+        'and may call functions in a shape they no longer have; run the newer build',
+    });
+  }
   for (const check of CHECKS) {
     if (skip.includes(check.name)) continue;
     const { text, params } = check.sql(thresholds);
