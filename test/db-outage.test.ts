@@ -320,6 +320,47 @@ test('a lease given back as the worker stops, while the database is away, is giv
   await database.db.query('delete from app where id = $1', [app.id]);
 });
 
+test('a give-back whose answer was lost after it committed is reported as given back, not as recovered', async () => {
+  // The stop's give-back of a lease waiting for its origin commits, and its answer is lost: the
+  // retry finds nothing left to give back. Its attempt row is gone with the give-back (recovery
+  // would have kept it, as unknown), so the worker counts it as given back, once.
+  const { proxy, herald, receiver, logs, appUid } = await rig(
+    'give_back_answer_lost',
+    { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '10', HERALD_ATTEMPT_TIMEOUT_MS: '3000' },
+    () => (_request, n) => (n === 1 ? 'hang' : { status: 204 }),
+  );
+  const app = (await findApp(database.db, appUid))!;
+  await addEndpoint(herald, database.db, app, { url: `${receiver.url}/other` });
+  const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 6 } });
+  const worker = await herald.startWorker();
+  await waitFor(
+    'one request hanging at the receiver, the other lease waiting for the connection',
+    async () => {
+      const { rows } = await database.db.query<{ state: string }>(
+        'select state from delivery where message_id = $1',
+        [message.id],
+      );
+      return receiver.requests.length === 1 && rows.length === 2 && rows.every((d) => d.state === 'sending');
+    },
+  );
+  let lost = false;
+  void proxy
+    .loseAnswer((answer) => answer.columns.includes('released') && answer.rows[0]?.['released'] === 't')
+    .then(() => {
+      lost = true;
+    });
+  await worker.stop(0);
+  assert.ok(lost, 'the give-back committed and its answer was lost');
+  assert.ok(count(logs, GIVE_BACK_RETRIED) >= 1, 'and it was tried again');
+  assert.equal(count(logs, 'waiting for its origin when the worker stopped; not sent'), 1);
+  assert.equal(
+    count(logs, 'not sent, but its lease was recovered first; recovery recorded the attempt as unknown'),
+    0,
+  );
+  assert.match(await herald.core.metrics.scrape(), /herald_attempts_not_sent_total\{reason="stopping"\} 1\b/);
+  await database.db.query('delete from app where id = $1', [app.id]);
+});
+
 test('a worker whose first LISTEN failed listens once the database is back: a publish wakes it, not its 60 s poll', async () => {
   const { proxy, herald, receiver, logs, appUid } = await rig(
     'listen_retried',

@@ -252,6 +252,16 @@ export async function releaseUnsent(
 }
 
 /**
+ * Whether a lease that a give-back did not find was taken by lease recovery, which keeps its
+ * attempt (as unknown); a give-back removes it. So when an earlier try of the give-back committed
+ * and its answer was lost, the retry finds no lease and no attempt: given back after all.
+ */
+export async function attemptRecovered(db: Queryable, attemptId: string): Promise<boolean> {
+  const result = await db.query('select 1 from attempt where id = $1', [attemptId]);
+  return result.rows.length > 0;
+}
+
+/**
  * Gives back, unsent, every lease of a claim its worker never started (the claim's answer was
  * lost after it committed, or its signing keys could not be read); returns how many there were.
  */

@@ -10,6 +10,7 @@ import type { SecretBox } from '../crypto/secret-box.ts';
 import { forgetOldAnswers } from '../db/api-idempotency.ts';
 import { TEND_BATCH, tendDeferred } from '../db/deferred-queue.ts';
 import {
+  attemptRecovered,
   type ClaimedDelivery,
   type ClaimRequest,
   claimDeliveries,
@@ -261,7 +262,9 @@ export function createWorker(options: WorkerOptions): Worker {
     details: Record<string, unknown>,
   ): Promise<void> {
     const released = await whileLeased(claim.leaseEndsBy.getTime(), reason, () => releaseUnsent(db, claim));
-    if (!released) {
+    // Not found: recovery took it, unless an earlier try committed unseen (the check failing, as
+    // recovery is by far the likelier).
+    if (!released && (await attemptRecovered(db, claim.attemptId).catch(() => true))) {
       log.warn(
         { deliveryId: claim.deliveryId, attemptId: claim.attemptId, reason, ...details },
         'not sent, but its lease was recovered first; recovery recorded the attempt as unknown',
