@@ -378,16 +378,23 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     },
     close: onlyOnce(async () => {
       closed = true;
-      // Once every lease this process could hold has expired, nothing it still has to write counts
-      // (a fenced outcome would be refused; recovery has the leases). A database that has gone
-      // silent must not hold the stop longer, for a query deadline at each of its steps: its
-      // connections are dropped, and what still waits on them fails at once.
-      const leasesOver = setTimeout(() => {
-        log.warn('stopping: the database has not let the stop end within a lease; dropping its connections');
-        void closeDb();
-      }, config.leaseSeconds * 1000);
       // A worker still starting is stopped with the others, once it has started.
       await Promise.allSettled(starting);
+      // Every lease this process claims from here on is claimed by a worker that is stopping, so
+      // a lease from now, all have expired: nothing it still has to write counts then (a fenced
+      // outcome would be refused; recovery has the leases). A server that has gone silent (no
+      // reset) must not hold the stop longer, for a query deadline at each of its steps: its
+      // connections are dropped, and what still waits on them fails at once. (The embedded
+      // database is in the process: nothing to drop.)
+      const leasesOver =
+        db.kind === 'pg'
+          ? setTimeout(() => {
+              log.warn(
+                'stopping: a lease has passed since the stop began; dropping the database connections',
+              );
+              closeDb().catch(() => {});
+            }, config.leaseSeconds * 1000)
+          : undefined;
       const stopping = workers.splice(0);
       try {
         await Promise.all(stopping.map((w) => w.stop(config.shutdownGraceMs)));

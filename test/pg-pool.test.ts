@@ -4,7 +4,9 @@
 // database gone silent does not hold its close.
 
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
 import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
 import { createPgDb } from '../src/db/pg-pool.ts';
 import type { Db } from '../src/db/port.ts';
 import { HeraldError } from '../src/errors.ts';
@@ -60,32 +62,38 @@ test('a transaction that fails on its caller’s own error, or on a constraint, 
   assert.equal(await backend(), first, 'the same connection');
 });
 
-test('a database gone silent: letting go of a channel and closing take a goodbye’s second, not the query deadline', async () => {
+test('a database gone silent: letting go of a channel and closing take a goodbye’s second, and leave nothing open', async () => {
   // A peer gone without a reset answers nothing, not even the close that answers a client's own:
-  // a client's end() would wait for it for as long as the kernel retransmits (minutes).
+  // a client's end() would wait for it for as long as the kernel retransmits (minutes), and a
+  // process waiting to end on its own would wait as long. The Db runs in a process of its own,
+  // which must exit by itself once closed; the proxy stays here.
   const target = new URL(database.url);
   const proxy = await startTcpProxy({ host: target.hostname, port: Number(target.port || 5432) });
-  const silent = createPgDb({ connectionString: proxy.urlFor(database.url), max: 2, queryTimeoutMs: 60_000 });
+  const child = spawn(
+    process.execPath,
+    [fileURLToPath(new URL('./support/silent-db-child.ts', import.meta.url)), proxy.urlFor(database.url)],
+    { stdio: ['pipe', 'pipe', 'inherit'] },
+  );
+  const said: string[] = [];
+  child.stdout.on('data', (chunk: Buffer) => said.push(...chunk.toString().split('\n').filter(Boolean)));
+  let exitCode: number | null = null;
+  child.on('exit', (code) => {
+    exitCode = code ?? -1;
+  });
   try {
-    const stopA = await silent.listen('goodbye_a', () => {});
-    await silent.listen('goodbye_b', () => {});
-    await silent.query('select 1');
-    const pipeline = silent.pipeline();
-    await pipeline.query('select 1');
+    await waitFor('the child’s connections', () => said.includes('ready'));
+    assert.equal(proxy.live, 4, 'the LISTEN connection, two of the pool’s, the pipeline’s');
     proxy.silenceAll();
-
-    const done = { unlistened: false, closed: false };
-    void stopA().then(() => {
-      done.unlistened = true;
-    });
+    child.stdin.write('go\n');
     // Its notifications already reach no handler: nothing waits for the UNLISTEN's answer.
-    await waitFor('one channel let go', () => done.unlistened, 2_000);
-    // The LISTEN connection, the pipeline's and the pool's, each dropped once its second is up.
-    void silent.close().then(() => {
-      done.closed = true;
-    });
-    await waitFor('the Db closed', () => done.closed, 3_000);
+    await waitFor('one channel let go', () => said.includes('unlistened'), 2_000);
+    // The LISTEN connection, the pipeline's and the pool's, each dropped once its second is up...
+    await waitFor('the Db closed', () => said.includes('closed'), 3_000);
+    // ...the idle ones of the pool too: nothing keeps the process.
+    await waitFor('the child to exit on its own', () => exitCode !== null, 2_000);
+    assert.equal(exitCode, 0);
   } finally {
+    child.kill('SIGKILL');
     await proxy.close();
   }
 });

@@ -32,12 +32,22 @@ export async function endConnection(client: pg.Client): Promise<void> {
 }
 
 /**
- * Ends `pool` (which waits for its connections in use to come back, and ends each); past the
- * deadline, drops every connection it still has, `clients` being those it made and has not removed.
+ * Ends `pool`; past the deadline, drops every connection it still has, `clients` being those it
+ * made and has not removed. (pool.end() resolves once no connection is in use: it ends the idle
+ * ones in the background, and each is removed only once the server has answered its goodbye.)
  */
 export async function endPool(pool: pg.Pool, clients: ReadonlySet<pg.Client>): Promise<void> {
-  const ended = pool.end();
-  if (await settledWithin(ended, GOODBYE_MS)) return ended;
+  const allRemoved = new Promise<void>((resolve) => {
+    const check = () => {
+      if (clients.size > 0) return;
+      pool.off('remove', check);
+      resolve();
+    };
+    pool.on('remove', check);
+    check();
+  });
+  const ended = Promise.all([pool.end(), allRemoved]);
+  if (await settledWithin(ended, GOODBYE_MS)) return;
   for (const client of clients) client.connection.stream.destroy();
   await ended;
 }

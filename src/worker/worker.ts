@@ -153,8 +153,9 @@ export function createWorker(options: WorkerOptions): Worker {
   let maintenanceLoop: Promise<void> | null = null;
   let stopping = new AbortController();
   /**
-   * A lease from the stop on: by then every lease this worker could hold has expired, and a
-   * give-back retried past it gives back nothing (herald's close drops the database then).
+   * A lease from the stop on: by then every lease this worker claimed before its stop has expired
+   * (one claimed by a claim left unanswered, landing later, may run longer: lease recovery takes
+   * it), and herald's close drops the database. Give-backs are not retried past it.
    */
   let leasesOverAt = Number.POSITIVE_INFINITY;
   let unlisten: (() => Promise<void>) | null = null;
@@ -690,7 +691,7 @@ export function createWorker(options: WorkerOptions): Worker {
       const inGrace = Promise.all(attempts).then(() => 'done' as const);
       if (attempts.size > 0 && (await Promise.race([inGrace, grace])) === 'timeout') {
         log.warn(
-          { inFlight },
+          { inFlight: attempts.size },
           'stopping: attempts still in flight after the grace; each ends within the attempt timeout, and its outcome is recorded before exit',
         );
       }

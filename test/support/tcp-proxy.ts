@@ -80,23 +80,27 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     const upstream = net.connect(target.port, target.host);
     upstream.on('error', () => {});
     let silent = false;
-    // Open, and nothing more goes through either way: the client hears nothing, ever.
-    const silence = () => {
-      silent = true;
-      upstream.removeAllListeners('data');
-      upstream.removeAllListeners('end');
-    };
-    const pair = { client, upstream, silence };
-    pairs.add(pair);
     const drop = () => {
       pairs.delete(pair);
       client.destroy();
       upstream.destroy();
     };
+    // Open, and nothing more goes through either way: the client hears nothing, ever.
+    const silence = () => {
+      silent = true;
+      upstream.removeAllListeners('data');
+      upstream.removeAllListeners('end');
+      upstream.off('close', drop);
+    };
+    const pair = { client, upstream, silence };
+    pairs.add(pair);
     client.on('close', drop);
     upstream.on('close', drop);
     client.on('end', () => {
-      if (!silent) upstream.end();
+      // A silent connection's server session ends with the client's (its locks with it); the
+      // client is left waiting for an answer to its close.
+      if (silent) upstream.destroy();
+      else upstream.end();
     });
     client.on('data', (chunk: Buffer) => {
       if (silent) return;
