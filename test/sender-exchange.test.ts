@@ -85,6 +85,39 @@ describe('sender exchange', () => {
     }
   });
 
+  it('does not start a request past its deadline, even before the timer that ends it has run', {
+    timeout: 5000,
+  }, async () => {
+    // The connection is made after the deadline, and nothing calls abort(): as when a stalled
+    // event loop runs the connect callback before the deadline's timer.
+    const before = requests;
+    let connect!: () => void;
+    const mayConnect = new Promise<void>((resolve) => {
+      connect = resolve;
+    });
+    const agent = new Agent({
+      connect: (_options, callback) => {
+        void mayConnect.then(() => {
+          const socket = net.connect(port, '127.0.0.1');
+          socket.once('connect', () => callback(null, socket));
+          socket.once('error', (error) => callback(error, null));
+        });
+      },
+    });
+    try {
+      const late = new Exchange(1024, 64, performance.now() + 20);
+      agent.dispatch({ origin: `http://127.0.0.1:${port}`, path: '/late', method: 'POST', body: '{}' }, late);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      connect();
+      await assert.rejects(late.response, DeadlineExceededError);
+      await late.finished;
+      assert.equal(late.requestSent, false);
+      assert.equal(requests, before, 'the late request was never written');
+    } finally {
+      await agent.close();
+    }
+  });
+
   it('has no status when the connection breaks after an informational (1xx) response', {
     timeout: 5000,
   }, async () => {

@@ -14,6 +14,7 @@
 // is 'unknown', never 'failure'.
 
 import type { Dispatcher } from 'undici';
+import { DeadlineExceededError } from './errors.ts';
 
 // undici's IncomingHttpHeaders, which its package index does not export.
 type IncomingHeaders = Record<string, string | string[] | undefined>;
@@ -38,6 +39,7 @@ export class Exchange implements Dispatcher.DispatchHandler {
 
   readonly #maxBytes: number;
   readonly #keepBytes: number;
+  readonly #deadline: number;
   #settle!: (response: ExchangeResponse) => void;
   #fail!: (error: Error) => void;
   #finish!: () => void;
@@ -49,10 +51,15 @@ export class Exchange implements Dispatcher.DispatchHandler {
   #keptBytes = 0;
   #readBytes = 0;
 
-  /** Reads at most about `maxBytes` of the body (whole chunks) and keeps its first `keepBytes`. */
-  constructor(maxBytes: number, keepBytes: number) {
+  /**
+   * Reads at most about `maxBytes` of the body (whole chunks) and keeps its first `keepBytes`.
+   * `deadline` (on performance.now()'s clock) is the attempt's end: a request that would start
+   * after it is aborted then, even when the timer that ends the attempt has not run yet.
+   */
+  constructor(maxBytes: number, keepBytes: number, deadline = Number.POSITIVE_INFINITY) {
     this.#maxBytes = maxBytes;
     this.#keepBytes = keepBytes;
+    this.#deadline = deadline;
     this.response = new Promise((resolve, reject) => {
       this.#settle = resolve;
       this.#fail = reject;
@@ -78,6 +85,12 @@ export class Exchange implements Dispatcher.DispatchHandler {
   }
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
+    // A connection made late, its callback run in the same turn of the event loop as a long stall
+    // (a slow synchronous task, a pause of the host), comes before the deadline's timer: sent
+    // then, the request could leave after the lease meant to cover it has ended.
+    if (this.#endedBeforeStart === null && performance.now() >= this.#deadline) {
+      this.abort(new DeadlineExceededError('attempt deadline passed before the request started'));
+    }
     if (this.#endedBeforeStart !== null) {
       controller.abort(this.#endedBeforeStart);
       return;

@@ -283,7 +283,11 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   const headers = { ...req.headers, ...atSend };
   if (!hasHeader(headers, 'user-agent')) headers['user-agent'] = settings.userAgent;
   startedAt = performance.now();
-  const exchange = new Exchange(settings.maxResponseBytes, settings.storedResponseBytes);
+  const exchange = new Exchange(
+    settings.maxResponseBytes,
+    settings.storedResponseBytes,
+    startedAt + settings.timeoutMs,
+  );
   // The place is given back once undici is done with the request, which may be after the deadline
   // ended the attempt (a connection still being made runs on until it is made, or fails).
   void exchange.finished.then(entry.leave);
