@@ -107,6 +107,24 @@ describe('address policy', () => {
     assert.equal(allowing.isForbidden('::2'), true);
   });
 
+  it('with NAT64 allowed, lets public IPv4 hosts through it and not private ones', () => {
+    const nat64 = createAddressPolicy(['64:ff9b::/96']);
+    assert.equal(nat64.isForbidden('64:ff9b::808:808'), false, '8.8.8.8');
+    assert.equal(nat64.isForbidden('64:ff9b::8.8.8.8'), false, '8.8.8.8, dotted');
+    for (const [ip, host] of [
+      ['64:ff9b::a9fe:a9fe', '169.254.169.254, the metadata service'],
+      ['64:ff9b::7f00:1', '127.0.0.1'],
+      ['64:ff9b::a00:1', '10.0.0.1'],
+      ['64:ff9b::c0a8:101', '192.168.1.1'],
+    ]) {
+      assert.equal(nat64.isForbidden(ip!), true, host);
+    }
+    // A private IPv4 host allowed on its own is allowed through the gateway too.
+    const both = createAddressPolicy(['64:ff9b::/96', '10.0.0.0/8']);
+    assert.equal(both.isForbidden('64:ff9b::a00:1'), false);
+    assert.equal(both.isForbidden('64:ff9b::7f00:1'), true);
+  });
+
   it('refuses an allow-list entry that is not a CIDR, naming it', () => {
     assert.throws(() => createAddressPolicy(['127.0.0.1']), /"127\.0\.0\.1" is not a CIDR/);
     assert.throws(() => createAddressPolicy(['10.0.0.0/33']), /not a CIDR/);

@@ -138,6 +138,15 @@ function parseAllowed(cidr: string): Cidr {
   return parsed;
 }
 
+/** NAT64's well-known prefix (RFC 6052): the last 32 bits are the IPv4 host its gateway reaches. */
+const WELL_KNOWN_NAT64 = ipaddr.parseCIDR('64:ff9b::/96');
+
+/** The IPv4 host an address of the well-known NAT64 prefix reaches through its gateway, or null. */
+function nat64Target(addr: ipaddr.IPv4 | ipaddr.IPv6): ipaddr.IPv4 | null {
+  if (!(addr instanceof ipaddr.IPv6) || !addr.match(WELL_KNOWN_NAT64)) return null;
+  return new ipaddr.IPv4(addr.toByteArray().slice(12));
+}
+
 function inAny(addr: ipaddr.IPv4 | ipaddr.IPv6, cidrs: readonly Cidr[]): boolean {
   // ipaddr.js throws when matching across families, so compare like with like.
   return cidrs.some((cidr) => cidr[0].kind() === addr.kind() && addr.match(cidr));
@@ -169,6 +178,10 @@ export function createAddressPolicy(allowCidrs: readonly string[]): AddressPolic
       // An IPv4-mapped address reaches the IPv4 host it names, so that host is what we judge.
       const judged =
         parsed instanceof ipaddr.IPv6 && parsed.isIPv4MappedAddress() ? parsed.toIPv4Address() : parsed;
+      // Allowing the NAT64 prefix (an IPv6-only network behind DNS64) lets public IPv4 hosts
+      // through it, not the private ones a gateway would translate to as readily.
+      const translated = nat64Target(judged);
+      if (translated !== null && inAny(translated, FORBIDDEN) && !inAny(translated, allowed)) return true;
       if (inAny(judged, allowed) || inAny(parsed, allowed)) return false;
       return inAny(judged, FORBIDDEN);
     },
