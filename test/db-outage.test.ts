@@ -275,15 +275,17 @@ test('an unsent lease given back during an outage is given back once the databas
   assert.match(metrics, /herald_attempts_not_sent_total\{reason="origin_congested"\} [1-9]/);
 });
 
-test('a lease given back as the worker stops, while the database is away, is given back once it returns: no unknown attempt', async () => {
-  // One connection to the origin, shared by two endpoints: the first request hangs, the other
-  // waits for the connection. The database goes away and the worker is told to stop at once:
-  // the waiting request is not sent, and its give-back must outlast the outage.
-  const { proxy, herald, receiver, logs, appUid } = await rig(
-    'stop_give_back',
+/**
+ * One connection to the origin, shared by two endpoints of one message: the first request hangs
+ * at the receiver, the other lease waits for the connection (a stop gives it back unsent).
+ */
+async function oneHangingOneWaiting(label: string) {
+  const setup = await rig(
+    label,
     { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '10', HERALD_ATTEMPT_TIMEOUT_MS: '3000' },
     () => (_request, n) => (n === 1 ? 'hang' : { status: 204 }),
   );
+  const { herald, receiver, appUid } = setup;
   const app = (await findApp(database.db, appUid))!;
   await addEndpoint(herald, database.db, app, { url: `${receiver.url}/other` });
   const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 4 } });
@@ -299,9 +301,18 @@ test('a lease given back as the worker stops, while the database is away, is giv
     'one request hanging at the receiver, the other lease waiting for the connection',
     async () => {
       const rows = await states();
-      return receiver.requests.length === 1 && rows.every((d) => d.state === 'sending');
+      return receiver.requests.length === 1 && rows.length === 2 && rows.every((d) => d.state === 'sending');
     },
   );
+  return { ...setup, app, worker, states };
+}
+
+const GIVEN_BACK_AT_STOP = 'waiting for its origin when the worker stopped; not sent';
+
+test('a lease given back as the worker stops, while the database is away, is given back once it returns: no unknown attempt', async () => {
+  // The database goes away and the worker is told to stop at once: the waiting request is not
+  // sent, and its give-back must outlast the outage.
+  const { proxy, logs, app, worker, states } = await oneHangingOneWaiting('stop_give_back');
   proxy.pause();
   proxy.cutAll();
   const stopped = worker.stop(0);
@@ -315,34 +326,16 @@ test('a lease given back as the worker stops, while the database is away, is giv
   const waiting = (await states()).filter((d) => d.state === 'pending');
   assert.equal(waiting.length, 1, JSON.stringify(await states()));
   assert.deepEqual(await attemptsOf(waiting[0]!.id), []);
-  assert.equal(count(logs, 'waiting for its origin when the worker stopped; not sent'), 1);
+  assert.equal(count(logs, GIVEN_BACK_AT_STOP), 1);
   // The tests after this one share the database: nothing of this one may be left due.
   await database.db.query('delete from app where id = $1', [app.id]);
 });
 
 test('a give-back whose answer was lost after it committed is reported as given back, not as recovered', async () => {
-  // The stop's give-back of a lease waiting for its origin commits, and its answer is lost: the
-  // retry finds nothing left to give back. Its attempt row is gone with the give-back (recovery
-  // would have kept it, as unknown), so the worker counts it as given back, once.
-  const { proxy, herald, receiver, logs, appUid } = await rig(
-    'give_back_answer_lost',
-    { HERALD_CONNECTIONS_PER_ORIGIN: '1', HERALD_LEASE_SECONDS: '10', HERALD_ATTEMPT_TIMEOUT_MS: '3000' },
-    () => (_request, n) => (n === 1 ? 'hang' : { status: 204 }),
-  );
-  const app = (await findApp(database.db, appUid))!;
-  await addEndpoint(herald, database.db, app, { url: `${receiver.url}/other` });
-  const { message } = await herald.publish(appUid, { eventType: 'invoice.paid', payload: { n: 6 } });
-  const worker = await herald.startWorker();
-  await waitFor(
-    'one request hanging at the receiver, the other lease waiting for the connection',
-    async () => {
-      const { rows } = await database.db.query<{ state: string }>(
-        'select state from delivery where message_id = $1',
-        [message.id],
-      );
-      return receiver.requests.length === 1 && rows.length === 2 && rows.every((d) => d.state === 'sending');
-    },
-  );
+  // The stop's give-back commits, and its answer is lost: the retry finds nothing left to give
+  // back. Its attempt row is gone with the give-back (recovery would have kept it, as unknown),
+  // so the worker counts it as given back, once.
+  const { proxy, herald, logs, app, worker } = await oneHangingOneWaiting('give_back_answer_lost');
   let lost = false;
   void proxy
     .loseAnswer((answer) => answer.columns.includes('released') && answer.rows[0]?.['released'] === 't')
@@ -352,7 +345,7 @@ test('a give-back whose answer was lost after it committed is reported as given 
   await worker.stop(0);
   assert.ok(lost, 'the give-back committed and its answer was lost');
   assert.ok(count(logs, GIVE_BACK_RETRIED) >= 1, 'and it was tried again');
-  assert.equal(count(logs, 'waiting for its origin when the worker stopped; not sent'), 1);
+  assert.equal(count(logs, GIVEN_BACK_AT_STOP), 1);
   assert.equal(
     count(logs, 'not sent, but its lease was recovered first; recovery recorded the attempt as unknown'),
     0,

@@ -17,6 +17,24 @@ function post(agent: Agent, port: number, path: string): Exchange {
   return exchange;
 }
 
+/** An Agent whose connections to `port` are made only once `connect()` is called. */
+function connectingWhenTold(port: number): { agent: Agent; connect: () => void } {
+  let connect!: () => void;
+  const mayConnect = new Promise<void>((resolve) => {
+    connect = resolve;
+  });
+  const agent = new Agent({
+    connect: (_options, callback) => {
+      void mayConnect.then(() => {
+        const socket = net.connect(port, '127.0.0.1');
+        socket.once('connect', () => callback(null, socket));
+        socket.once('error', (error) => callback(error, null));
+      });
+    },
+  });
+  return { agent, connect };
+}
+
 describe('sender exchange', () => {
   let requests = 0;
   const server = http.createServer((req, res) => {
@@ -50,19 +68,7 @@ describe('sender exchange', () => {
     timeout: 5000,
   }, async () => {
     // Connections are made only when the test says so: the request waits for one meanwhile.
-    let connect!: () => void;
-    const mayConnect = new Promise<void>((resolve) => {
-      connect = resolve;
-    });
-    const agent = new Agent({
-      connect: (_options, callback) => {
-        void mayConnect.then(() => {
-          const socket = net.connect(port, '127.0.0.1');
-          socket.once('connect', () => callback(null, socket));
-          socket.once('error', (error) => callback(error, null));
-        });
-      },
-    });
+    const { agent, connect } = connectingWhenTold(port);
     try {
       const ended = post(agent, port, '/ended');
       ended.abort(new DeadlineExceededError('attempt deadline passed'));
@@ -91,19 +97,7 @@ describe('sender exchange', () => {
     // The connection is made after the deadline, and nothing calls abort(): as when a stalled
     // event loop runs the connect callback before the deadline's timer.
     const before = requests;
-    let connect!: () => void;
-    const mayConnect = new Promise<void>((resolve) => {
-      connect = resolve;
-    });
-    const agent = new Agent({
-      connect: (_options, callback) => {
-        void mayConnect.then(() => {
-          const socket = net.connect(port, '127.0.0.1');
-          socket.once('connect', () => callback(null, socket));
-          socket.once('error', (error) => callback(error, null));
-        });
-      },
-    });
+    const { agent, connect } = connectingWhenTold(port);
     try {
       const late = new Exchange(1024, 64, performance.now() + 20);
       agent.dispatch({ origin: `http://127.0.0.1:${port}`, path: '/late', method: 'POST', body: '{}' }, late);
