@@ -86,6 +86,7 @@ const RANGES = FORBIDDEN_CIDRS.map(rangeOf);
 const V4_MAX = (1n << 32n) - 1n;
 const V6_MAX = (1n << 128n) - 1n;
 const MAPPED = rangeOf('::ffff:0:0/96');
+const NAT64 = rangeOf('64:ff9b::/96');
 
 const inRanges = (ranges: readonly Range[], v6: boolean, n: bigint) =>
   ranges.some((r) => r.v6 === v6 && r.first <= n && n <= r.last);
@@ -447,9 +448,15 @@ describe('allow-list', () => {
       .map(([n, prefix]) => ({ v6: true, n, prefix })),
   );
 
-  /** The contract: allowed when the address, or the IPv4 host a mapped address names, is listed. */
+  /**
+   * The contract: allowed when the address, or the IPv4 host a mapped address names, is listed;
+   * but an address of NAT64's well-known prefix that names a forbidden IPv4 host is allowed only
+   * when that host is listed too.
+   */
   function expectedWith(ranges: readonly Range[], v6: boolean, n: bigint): boolean {
     const mapped = v6 && MAPPED.first <= n && n <= MAPPED.last;
+    const viaNat64 = v6 && NAT64.first <= n && n <= NAT64.last;
+    if (viaNat64 && forbiddenV4(n & V4_MAX) && !inRanges(ranges, false, n & V4_MAX)) return true;
     const allowed = inRanges(ranges, v6, n) || (mapped && inRanges(ranges, false, n & V4_MAX));
     return allowed ? false : v6 ? forbiddenV6(n) : forbiddenV4(n);
   }
