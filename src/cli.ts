@@ -466,6 +466,10 @@ program
   .option('--since <time>', 'messages created at or after this ISO time')
   .option('--until <time>', 'and before this ISO time')
   .option('--message <id>', 'only this message (repeatable)', (v: string, p: string[] = []) => [...p, v])
+  .option(
+    '--include-unreviewed',
+    'also replay failed deliveries whose unknown outcomes await review (sent again, they may apply twice)',
+  )
   .option('--dry-run', 'list what would be replayed; change nothing')
   .option('--json', 'machine-readable output')
   .action(
@@ -477,6 +481,7 @@ program
       since?: string;
       until?: string;
       message?: string[];
+      includeUnreviewed?: boolean;
       dryRun?: boolean;
       json?: boolean;
     }) =>
@@ -490,6 +495,7 @@ program
           since: options.since,
           until: options.until,
           messageIds: options.message,
+          includeUnreviewed: options.includeUnreviewed ?? false,
         });
         const { result, endpoints } = await herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input));
         await liftRests(herald.core.db, endpoints, herald.core.log);
@@ -507,6 +513,12 @@ program
         if (result.payloadGone > 0) {
           console.error(
             `${result.payloadGone} more matched but were left: their payload is gone (retention)`,
+          );
+        }
+        if (result.unreviewed > 0) {
+          console.error(
+            `${result.unreviewed} more matched but were left: their unknown outcomes await review ` +
+              '(herald reconcile; --include-unreviewed replays them)',
           );
         }
       }, OPENS_NO_SECRET),

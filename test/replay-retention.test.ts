@@ -46,6 +46,7 @@ test('a replay and a retention pass over one finished message do not deadlock: t
         messageIds: [messageId],
         since: null,
         until: null,
+        includeUnreviewed: false,
       },
       10,
       true,

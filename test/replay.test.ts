@@ -171,6 +171,7 @@ describe('replay', () => {
         since: null,
         until: null,
         messageIds: null,
+        includeUnreviewed: false,
       });
       // Ids and counts only: no payload reaches the audit log.
       assert.doesNotMatch(JSON.stringify(entry.details), /order/);
@@ -247,6 +248,58 @@ describe('replay', () => {
     );
   });
 
+  test('a delivery whose unknown outcome awaits review is left, counted apart, unless included; recover leaves it too', async () => {
+    // The receiver takes the request and drops the connection: an endpoint with no idempotency
+    // contract parks the delivery as failed for review, since sending it again could apply it twice.
+    const app = await createApp(t, 'uncertain');
+    answers.set('/uncertain', 'destroy');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/uncertain`, idempotent: false });
+    const msg = await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
+    await waitFor('the delivery parked for review', async () => {
+      const rows = await t.database.db.query(
+        `select 1 from delivery_failed f join delivery d on d.id = f.delivery_id
+          where d.message_id = $1 and f.unknown_attempts > 0`,
+        [msg],
+      );
+      return rows.rowCount === 1;
+    });
+    const left = { state: 'failed', cycle: 1 };
+    const stateOf = async () => {
+      const [d] = await deliveriesOf(ep);
+      return { state: d!.state, cycle: d!.cycle };
+    };
+
+    const dry = await asAdmin({ status: 'failed', app: 'uncertain', cap: 10, dryRun: true });
+    assert.equal(dry.status, 200, JSON.stringify(dry.body));
+    assert.deepEqual({ count: dry.body.count, unreviewed: dry.body.unreviewed }, { count: 0, unreviewed: 1 });
+    const real = await asAdmin({ status: 'failed', app: 'uncertain', cap: 10 });
+    assert.equal(real.status, 202, JSON.stringify(real.body));
+    assert.deepEqual(
+      { count: real.body.count, unreviewed: real.body.unreviewed },
+      { count: 0, unreviewed: 1 },
+    );
+    assert.deepEqual(await stateOf(), left);
+
+    // Svix's endpoint recovery, a routine bulk action, leaves it too.
+    const recovered = await t.call('POST', `/api/v1/app/${app}/endpoint/${ep}/recover`, {
+      since: new Date(Date.now() - 3_600_000).toISOString(),
+    });
+    assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
+    assert.deepEqual(await stateOf(), left);
+
+    // Asked for by name, it is replayed, and the review it awaited is on record as bypassed.
+    answers.set('/uncertain', { status: 204 });
+    const included = await asAdmin({ status: 'failed', app: 'uncertain', cap: 10, includeUnreviewed: true });
+    assert.equal(included.status, 202, JSON.stringify(included.body));
+    assert.deepEqual(
+      { count: included.body.count, unreviewed: included.body.unreviewed },
+      { count: 1, unreviewed: 0 },
+    );
+    const entries = await listAuditForTarget(t.database.db, included.body.id);
+    assert.equal((entries[0]!.details['filters'] as { includeUnreviewed: boolean }).includeUnreviewed, true);
+    await waitFor('the replayed delivery to succeed', async () => (await stateOf()).state === 'succeeded');
+  });
+
   test('a selection above the cap is refused with 422 and changes nothing', async () => {
     const before = [...(await deliveriesOf(epOk)), ...(await deliveriesOf(epDown))];
     const auditBefore = (await replayAuditEntries()).length;
@@ -289,7 +342,11 @@ describe('replay', () => {
       // Its first batch (the cap and one more: five) holds them; they are restarted by the time it
       // locks its rows, so four are left to replay: the cap, and the sixth among them.
       const replayed = asAdmin({ status: 'failed', app, cap: 4 });
-      await waitForLockWaiter(t.database.db, ['for key share of m', 'for update of d']);
+      // (By their beginnings: pg_stat_activity keeps the first 1 KiB of a statement.)
+      await waitForLockWaiter(t.database.db, [
+        'select m.id from delivery d join message m',
+        'select d.id as "deliveryId"',
+      ]);
       await resend.query('commit');
       const answer = await replayed;
       assert.equal(answer.status, 202, JSON.stringify(answer.body));

@@ -415,7 +415,12 @@ export async function liftEndpointPause(
   await db.query('select herald_lift_endpoint_pause($1, $2)', [endpointId, holdsEndpoint]);
 }
 
-/** Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle. */
+/**
+ * Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle, but
+ * those whose unknown outcomes await review (`herald reconcile`): sent again, a request that may
+ * have been applied could apply twice — why they were parked — and the restart would clear what
+ * the review waits on. A resend, or a replay that includes them, sends one on purpose.
+ */
 export async function recoverFailedDeliveries(
   db: Queryable,
   endpointId: string,
@@ -424,7 +429,7 @@ export async function recoverFailedDeliveries(
 ): Promise<number> {
   const result = await db.query(
     `update delivery set ${RESTART}
-      where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1)
+      where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1 and f.unknown_attempts = 0)
         and state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)
         and ${MESSAGE_HELD}`,
     [endpointId, since, until],

@@ -16,6 +16,12 @@ export interface ReplaySelection {
   /** On the message's creation time: [since, until). */
   since: Date | null;
   until: Date | null;
+  /**
+   * Failed deliveries with unknown outcomes not yet reviewed (`herald reconcile --acknowledge`)
+   * are left unless this says otherwise: a request that may have been applied, sent again, could
+   * apply it twice (why they were parked), and a restart would clear what the review waits on.
+   */
+  includeUnreviewed: boolean;
 }
 
 export interface ReplayPair {
@@ -33,11 +39,25 @@ const MATCHED = `from delivery d join message m on m.id = d.message_id
     and ($4::text[] is null or d.message_id = any($4))
     and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$5', before: '$6', includeAfter: true })}`;
 
-// What a replay selects: a delivery whose message's payload has passed its retention (or was
-// expunged) has nothing left to send — restarted, it would fail at once — so it is left as it is.
-const FROM_WHERE = `${MATCHED} and m.payload is not null`;
+/** A failed delivery whose unknown outcomes await review (the doctor's unknown_outcomes_unreviewed). */
+export const UNREVIEWED = `exists (select 1 from delivery_failed f
+  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and f.unknown_attempts > 0)`;
 
-const params = (s: ReplaySelection) => [s.states, s.appIds, s.endpointId, s.messageIds, s.since, s.until];
+// What a replay selects: a delivery whose message's payload has passed its retention (or was
+// expunged) has nothing left to send — restarted, it would fail at once — so it is left as it is;
+// one awaiting review too, unless the selection includes those ($7).
+const SENDABLE = `${MATCHED} and m.payload is not null`;
+const FROM_WHERE = `${SENDABLE} and ($7 or not ${UNREVIEWED})`;
+
+const params = (s: ReplaySelection) => [
+  s.states,
+  s.appIds,
+  s.endpointId,
+  s.messageIds,
+  s.since,
+  s.until,
+  s.includeUnreviewed,
+];
 
 export async function countReplay(db: Queryable, s: ReplaySelection): Promise<number> {
   const result = await db.query<{ n: number }>(`select count(*)::int as n ${FROM_WHERE}`, params(s));
@@ -48,7 +68,17 @@ export async function countReplay(db: Queryable, s: ReplaySelection): Promise<nu
 export async function countPayloadGone(db: Queryable, s: ReplaySelection): Promise<number> {
   const result = await db.query<{ n: number }>(
     `select count(*)::int as n ${MATCHED} and m.payload is null`,
-    params(s),
+    params(s).slice(0, 6),
+  );
+  return result.rows[0]!.n;
+}
+
+/** The deliveries the filters match that replay leaves for review (0 when it includes them). */
+export async function countUnreviewed(db: Queryable, s: ReplaySelection): Promise<number> {
+  if (s.includeUnreviewed) return 0;
+  const result = await db.query<{ n: number }>(
+    `select count(*)::int as n ${SENDABLE} and ${UNREVIEWED}`,
+    params(s).slice(0, 6),
   );
   return result.rows[0]!.n;
 }
@@ -72,19 +102,19 @@ export async function listReplay(
             d.endpoint_id as "endpointId", d.state
        ${FROM_WHERE}`;
   if (!lock) {
-    const result = await db.query<ReplayPair>(`${select} order by d.message_id, d.endpoint_id limit $7`, [
+    const result = await db.query<ReplayPair>(`${select} order by d.message_id, d.endpoint_id limit $8`, [
       ...params(s),
       limit,
     ]);
     return result.rows;
   }
   const messages = await db.query<{ id: string }>(
-    `select m.id ${FROM_WHERE} order by d.message_id, d.endpoint_id limit $7 for key share of m`,
+    `select m.id ${FROM_WHERE} order by d.message_id, d.endpoint_id limit $8 for key share of m`,
     [...params(s), limit],
   );
   const result = await db.query<ReplayPair>(
-    `${select} and d.message_id = any($8)
-      order by d.message_id, d.endpoint_id limit $7 for update of d`,
+    `${select} and d.message_id = any($9)
+      order by d.message_id, d.endpoint_id limit $8 for update of d`,
     [...params(s), limit, messages.rows.map((r) => r.id)],
   );
   return result.rows;

@@ -13,6 +13,7 @@ import type { Queryable } from '../db/port.ts';
 import {
   countPayloadGone,
   countReplay,
+  countUnreviewed,
   endpointAppId,
   type FinishedState,
   listReplay,
@@ -47,6 +48,7 @@ export const ReplayIn = z
     since: datetime().nullish(),
     until: datetime().nullish(),
     messageIds: z.array(z.string().min(1).max(256)).min(1).max(1000).nullish(),
+    includeUnreviewed: z.boolean().optional(),
   })
   .strict();
 export type ReplayIn = z.infer<typeof ReplayIn>;
@@ -59,6 +61,11 @@ export interface ReplayResult {
   count: number;
   /** Deliveries the filters match but replay leaves: their payload is gone (retention, expunge). */
   payloadGone: number;
+  /**
+   * Failed deliveries the filters match but replay leaves: their unknown outcomes await review
+   * (`herald reconcile`); `includeUnreviewed` replays them too.
+   */
+  unreviewed: number;
   cap: number;
   /** Dry run: whether the real run would refuse this selection for exceeding the cap. */
   exceedsCap: boolean;
@@ -106,6 +113,7 @@ async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
     messageIds: input.messageIds ?? null,
     since: input.since ? new Date(input.since) : null,
     until: input.until ? new Date(input.until) : null,
+    includeUnreviewed: input.includeUnreviewed ?? false,
   };
   return { selection, appId };
 }
@@ -160,6 +168,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
     count = pairs.length;
   }
   const payloadGone = await countPayloadGone(tx, selection);
+  const unreviewed = await countUnreviewed(tx, selection);
   const id = (await tx.query<{ id: string }>(`select herald_id('rpl') as id`)).rows[0]!.id;
   // The selection as the caller gave it, and how many it matched: never payloads.
   await recordAudit(tx, {
@@ -173,6 +182,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
       dryRun,
       count,
       payloadGone,
+      unreviewed,
       cap: input.cap,
       filters: {
         status: input.status,
@@ -181,6 +191,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
         since: input.since ?? null,
         until: input.until ?? null,
         messageIds: input.messageIds ?? null,
+        includeUnreviewed: selection.includeUnreviewed,
       },
     },
   });
@@ -190,6 +201,7 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
       dryRun,
       count,
       payloadGone,
+      unreviewed,
       cap: input.cap,
       exceedsCap: count > input.cap,
       deliveries: pairs.slice(0, PAIRS_SHOWN).map(({ state: _state, ...pair }) => pair),

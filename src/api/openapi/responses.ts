@@ -203,6 +203,12 @@ export const ReplayOut = z.object({
     .number()
     .int()
     .describe('Deliveries the filters match but replay leaves: their payload has passed its retention'),
+  unreviewed: z
+    .number()
+    .int()
+    .describe(
+      'Failed deliveries the filters match but replay leaves: their unknown outcomes await review (`herald reconcile`); `includeUnreviewed` replays them too',
+    ),
   cap: z.number().int(),
   exceedsCap: z.boolean().describe('Dry run: whether the real run would refuse this selection'),
   deliveries: z
