@@ -546,7 +546,9 @@ const resend = (pick: number): Command => ({
         resendQueued: false,
       });
     } else if (existing.state === 'pending') {
-      // Already waiting: made due now, same cycle and budget.
+      // Already waiting: due now, with a fresh budget in a new cycle if it was waiting to retry.
+      if (existing.attemptsInCycle > 0) existing.cycle += 1;
+      existing.attemptsInCycle = 0;
       existing.due = true;
       existing.trigger = 'manual';
     } else if (existing.state !== 'sending') {

@@ -328,13 +328,16 @@ const messageHeld = (messageId: string) =>
 const MESSAGE_HELD = messageHeld('delivery.message_id');
 
 /**
- * Starts a new cycle on a finished delivery: the same delivery id and message id (so the same
- * webhook-id), a fresh budget, due now. A pending one is only made due now, in its cycle. The
- * lifetime history — attempts_total and the attempt rows — is never touched. Resend, recover and
- * replay all restart deliveries with this, so they cannot drift apart.
+ * Starts a new cycle: the same delivery id and message id (so the same webhook-id), a fresh
+ * budget, due now. A pending delivery that has made attempts in its cycle (a retry waiting) starts
+ * one too, as one in flight does (migration 0034): a resend one retry short of the budget would
+ * otherwise get one request, and its failure would end the cycle at once, the retries it had left
+ * gone. One not yet attempted only becomes due now. The lifetime history — attempts_total and the
+ * attempt rows — is never touched. Resend, recover and replay all restart deliveries with this,
+ * so they cannot drift apart.
  */
-const RESTART = `cycle = cycle + case when state = 'pending' then 0 else 1 end,
-    attempts_in_cycle = case when state = 'pending' then attempts_in_cycle else 0 end,
+const RESTART = `cycle = cycle + case when state = 'pending' and attempts_in_cycle = 0 then 0 else 1 end,
+    attempts_in_cycle = 0,
     state = 'pending', next_attempt_at = now(), trigger = 'manual', updated_at = now()`;
 
 /**
@@ -348,7 +351,7 @@ const RESEND_ROUNDS = 5;
 
 /**
  * Starts a new cycle for one message × endpoint, keeping its id and lifetime history. A delivery
- * that is already pending is made due now. One in flight is marked (`queued`): its attempt ends as
+ * that is already pending starts a new cycle due now (if it made attempts in its own). One in flight is marked (`queued`): its attempt ends as
  * it will, and then the delivery starts its new cycle (migration 0034) — one request in flight per
  * endpoint stays. The state guards sit in the UPDATEs' WHERE clauses, which PostgreSQL re-checks
  * on the latest row version, so competing resends start exactly one new cycle. A message that was
