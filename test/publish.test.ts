@@ -1002,6 +1002,36 @@ describe('listing messages by time', () => {
       onwards.data.map((m) => m.id),
       [ids[0]],
     );
+    // herald's own window (both bounds, which Svix refuses) holds on every page, not the first only.
+    const window = `after=${at(5.5 * hour)}&before=${at(1.5 * hour)}&limit=2`;
+    const inside = await page(window);
+    assert.deepEqual(
+      inside.data.map((m) => m.id),
+      [ids[4], ids[3]],
+    );
+    const insideNext = await page(`${window}&iterator=${inside.iterator}`);
+    assert.deepEqual(
+      insideNext.data.map((m) => m.id),
+      [ids[2], ids[1]],
+    );
+    assert.equal((await page(`${window}&iterator=${insideNext.iterator}`)).data.length, 0);
+    // So does before in herald's ascending walk (Svix's message list has no order).
+    const upTo = `order=ascending&before=${at(3.5 * hour)}&limit=2`;
+    const oldest = await page(upTo);
+    assert.deepEqual(
+      oldest.data.map((m) => m.id),
+      [ids[0], ids[1]],
+    );
+    assert.deepEqual(
+      (await page(`${upTo}&iterator=${oldest.iterator}`)).data.map((m) => m.id),
+      [ids[2]],
+    );
+    // An empty iterator is no iterator: the first page, not an empty end.
+    const empty = await page('iterator=&limit=2');
+    assert.deepEqual(
+      empty.data.map((m) => m.id),
+      [ids[5], ids[4]],
+    );
   });
 });
 

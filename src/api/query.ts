@@ -78,10 +78,12 @@ export function flagReader(name: string, absent: boolean): (query: unknown) => b
 export const parseWithContent = flagReader('with_content', true);
 
 /**
- * The list's query. As in Svix, `before` and `after` are ignored once an iterator is passed, and
+ * The list's query. As in Svix, `before` and `after` are ignored once an iterator is passed (but
+ * for herald's own window and ascending walk, whose bounds hold on every page), and
  * `after` alone starts the walk at its moment towards newer items (as a prevIterator walks): the
  * first page holds the oldest items after it, newest first, and its `prevIterator` goes on
- * towards newer ones — a client that tails a list from a moment misses nothing. (Both at once,
+ * towards newer ones. (Ids follow the clock at which items were made, not their commits: a tail
+ * can pass an item that commits after a newer one it has seen; the README says so.) (Both at once,
  * which Svix refuses, is a window walked from `before`.) `byTime`: whether the list takes
  * `before` and `after` (messages and attempts); the others ignore them, as Svix does — and their
  * walk with them, which `after` would otherwise turn to start from the oldest item.
@@ -94,11 +96,18 @@ export function parseListQuery(
   const q = parseOrThrow(ListQuery, withEventTypesFolded(query), 'query');
   const eventTypes = q.event_types === undefined ? null : [q.event_types].flat().flatMap((t) => t.split(','));
   const order = q.order ?? naturalOrder;
-  const iterator = q.iterator ?? null;
-  const before = iterator === null && byTime ? q.before : undefined;
-  const after = iterator === null && byTime ? q.after : undefined;
+  // An empty iterator is none: as a cursor it would end every walk at once, an empty last page.
+  const iterator = q.iterator || null;
+  // herald's own extensions keep their bounds on every page: a window (both at once) and an
+  // ascending walk up to `before`. With an iterator, Svix's way would let the pages after the
+  // first run past them.
+  const bounded =
+    (q.before !== undefined && q.after !== undefined) || (order === 'ascending' && q.before !== undefined);
+  const before = byTime && (iterator === null || bounded) ? q.before : undefined;
+  const after = byTime && (iterator === null || bounded) ? q.after : undefined;
   // '-' with no id: a walk back from the very start, which `after` bounds.
-  const fromAfter = after !== undefined && before === undefined && order === 'descending';
+  const fromAfter =
+    iterator === null && after !== undefined && before === undefined && order === 'descending';
   return {
     ...q,
     before,
