@@ -32,9 +32,11 @@ export interface ReplayPair {
   state: FinishedState;
 }
 
+// The app is tested on the message too: the same app, and what lets an app's selection walk its
+// messages by index (message_app_idx) instead of every delivery ever made.
 const MATCHED = `from delivery d join message m on m.id = d.message_id
   where d.state = any($1::text[])
-    and ($2::text[] is null or d.app_id = any($2))
+    and ($2::text[] is null or (d.app_id = any($2) and m.app_id = any($2)))
     and ($3::text is null or d.endpoint_id = $3)
     and ($4::text[] is null or d.message_id = any($4))
     and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$5', before: '$6', includeAfter: true })}`;
