@@ -250,6 +250,11 @@ describe('retries', () => {
     const stats = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/stats`);
     assert.equal(stats.body.pending, 2);
 
+    // Its retry an hour ahead, as the schedule's later steps put one: re-enabling sends it now.
+    await t.database.db.query(
+      `update delivery set next_attempt_at = now() + interval '1 hour' where id = $1`,
+      [held.id],
+    );
     healthy = true;
     const enabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
     assert.equal(enabled.status, 200);

@@ -409,6 +409,20 @@ export async function resendDelivery(
  * that a long rest held out of the claims' walk (0033). A throttle's spacing, at most a second,
  * stays.
  */
+/**
+ * An endpoint enabled again: its deliveries waiting to retry (hours ahead, some, when failures
+ * disabled it) are due now, with the budgets they have left — someone has asked for a send. Its
+ * deliveries never tried are due already. Through the endpoint's index of pending deliveries, by
+ * due time: the retries, not its backlog.
+ */
+export async function retriesDueNow(db: Queryable, endpointId: string): Promise<void> {
+  await db.query(
+    `update delivery set next_attempt_at = now(), updated_at = now()
+      where endpoint_id = $1 and state = 'pending' and next_attempt_at > now()`,
+    [endpointId],
+  );
+}
+
 export async function liftEndpointPause(
   db: Queryable,
   endpointId: string,
