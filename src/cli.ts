@@ -515,7 +515,7 @@ program
             `${result.payloadGone} more matched but were left: their payload is gone (retention)`,
           );
         }
-        if (result.unreviewed > 0) {
+        if (result.unreviewed > 0 && !input.includeUnreviewed) {
           console.error(
             `${result.unreviewed} more matched but were left: their unknown outcomes await review ` +
               '(herald reconcile; --include-unreviewed replays them)',

@@ -245,7 +245,7 @@ test('messages: resent, content expunged; endpoints recovered; attempt content e
   const since = new Date(Date.now() - 3600_000).toISOString();
   await ok('POST', `/api/v1/app/${app}/endpoint/${ep.id}/recover`, { since }, 202);
   const recovered = await entry(ep.id, 'endpoint.recovered', { targetType: 'endpoint', appId: app });
-  assert.deepEqual(recovered.details, { since, until: null, deliveries: 0 });
+  assert.deepEqual(recovered.details, { since, until: null, deliveries: 0, leftForReview: 0 });
 
   const attemptId = attempts[0].id;
   await ok('DELETE', `/api/v1/app/${app}/msg/${msg}/attempt/${attemptId}/content`, undefined, 204);

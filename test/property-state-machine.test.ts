@@ -15,6 +15,7 @@ import {
   recordOutcomes,
   recoverExpiredLeases,
   resendDelivery,
+  retriesDueNow,
 } from '../src/db/deliveries.ts';
 import { findEndpoint, updateEndpoint } from '../src/db/endpoints.ts';
 import type { Db } from '../src/db/port.ts';
@@ -504,8 +505,13 @@ const toggle = (pick: number, disabled: boolean): Command => ({
     });
     if (disabled && !e.disabled) e.reason = 'operator';
     if (!disabled) {
-      // Re-enabling starts the failure count afresh (budgets are kept).
-      if (e.disabled) e.failures = 0;
+      // Re-enabling starts the failure count afresh (budgets are kept), and sends now.
+      if (e.disabled) {
+        e.failures = 0;
+        await retriesDueNow(r.db, e.id);
+        for (const d of m.deliveries.values())
+          if (d.endpointId === e.id && d.state === 'pending') d.due = true;
+      }
       e.reason = null;
     }
     e.disabled = disabled;

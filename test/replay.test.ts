@@ -286,6 +286,16 @@ describe('replay', () => {
     });
     assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
     assert.deepEqual(await stateOf(), left);
+    const recoveredEntry = await t.database.db.query<{
+      details: { deliveries: number; leftForReview: number };
+    }>(`select details from audit_entry where action = 'endpoint.recovered' and target_id = $1`, [ep]);
+    assert.deepEqual(
+      {
+        deliveries: recoveredEntry.rows[0]!.details.deliveries,
+        left: recoveredEntry.rows[0]!.details.leftForReview,
+      },
+      { deliveries: 0, left: 1 },
+    );
 
     // Asked for by name, it is replayed, and the review it awaited is on record as bypassed.
     answers.set('/uncertain', { status: 204 });
@@ -293,11 +303,40 @@ describe('replay', () => {
     assert.equal(included.status, 202, JSON.stringify(included.body));
     assert.deepEqual(
       { count: included.body.count, unreviewed: included.body.unreviewed },
-      { count: 1, unreviewed: 0 },
+      { count: 1, unreviewed: 1 },
     );
     const entries = await listAuditForTarget(t.database.db, included.body.id);
     assert.equal((entries[0]!.details['filters'] as { includeUnreviewed: boolean }).includeUnreviewed, true);
+    assert.equal(entries[0]!.details['unreviewed'], 1, 'how many reviews it bypassed');
     await waitFor('the replayed delivery to succeed', async () => (await stateOf()).state === 'succeeded');
+
+    // An idempotent endpoint was retried through its unknown outcomes, and dedupes a request sent
+    // again: its failed delivery is nobody's to review, and replay and recover restart it.
+    const dedupes = await createApp(t, 'uncertain-idempotent');
+    answers.set('/dedupes', 'destroy');
+    const epIdem = await createEndpoint(t, dedupes, { url: `${receiver.url}/dedupes`, idempotent: true });
+    await publishVia(t, dedupes, { eventType: 'e', payload: { n: 2 } });
+    await waitFor('the idempotent delivery to fail with its unknown outcomes', async () => {
+      const rows = await t.database.db.query(
+        `select 1 from delivery_failed f where f.endpoint_id = $1 and f.unknown_attempts > 0`,
+        [epIdem],
+      );
+      return rows.rowCount === 1;
+    });
+    const idemDry = await asAdmin({ status: 'failed', app: 'uncertain-idempotent', cap: 10, dryRun: true });
+    assert.deepEqual(
+      { count: idemDry.body.count, unreviewed: idemDry.body.unreviewed },
+      { count: 1, unreviewed: 0 },
+    );
+    answers.set('/dedupes', { status: 204 });
+    const idemRecovered = await t.call('POST', `/api/v1/app/${dedupes}/endpoint/${epIdem}/recover`, {
+      since: new Date(Date.now() - 3_600_000).toISOString(),
+    });
+    assert.equal(idemRecovered.status, 202, JSON.stringify(idemRecovered.body));
+    await waitFor(
+      'the recovered delivery to succeed',
+      async () => (await deliveriesOf(epIdem))[0]!.state === 'succeeded',
+    );
   });
 
   test('a selection above the cap is refused with 422 and changes nothing', async () => {

@@ -409,17 +409,27 @@ export async function resendDelivery(
  * that a long rest held out of the claims' walk (0033). A throttle's spacing, at most a second,
  * stays.
  */
+/** How many of an endpoint's waiting retries an enable makes due now (as many as it releases). */
+const RETRIES_DUE_AT_ENABLE = 10_000;
+
 /**
  * An endpoint enabled again: its deliveries waiting to retry (hours ahead, some, when failures
  * disabled it) are due now, with the budgets they have left — someone has asked for a send. Its
- * deliveries never tried are due already. Through the endpoint's index of pending deliveries, by
- * due time: the retries, not its backlog.
+ * deliveries never tried are due already. Found in the queue tables by the endpoint's due times
+ * (their keys), never in its history; the first 10,000, as the enable releases its held rows: the
+ * rest keep their times.
  */
 export async function retriesDueNow(db: Queryable, endpointId: string): Promise<void> {
   await db.query(
-    `update delivery set next_attempt_at = now(), updated_at = now()
-      where endpoint_id = $1 and state = 'pending' and next_attempt_at > now()`,
-    [endpointId],
+    `update delivery d set next_attempt_at = now(), updated_at = now()
+      where d.id in (
+              (select q.delivery_id from delivery_due q
+                where q.endpoint_id = $1 and q.next_attempt_at > now() order by q.next_attempt_at limit $2)
+              union all
+              (select q.delivery_id from delivery_deferred q
+                where q.endpoint_id = $1 and q.next_attempt_at > now() order by q.next_attempt_at limit $2))
+        and d.state = 'pending' and d.next_attempt_at > now()`,
+    [endpointId, RETRIES_DUE_AT_ENABLE],
   );
 }
 
@@ -433,26 +443,35 @@ export async function liftEndpointPause(
 }
 
 /**
- * Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle, but
- * those whose unknown outcomes await review (`herald reconcile`): sent again, a request that may
- * have been applied could apply twice — why they were parked — and the restart would clear what
- * the review waits on. A resend, or a replay that includes them, sends one on purpose.
+ * Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle, but,
+ * on an endpoint that is not idempotent, those whose unknown outcomes await review (`herald
+ * reconcile`): sent again, a request that may have been applied could apply twice — why they were
+ * parked — and the restart would clear what the review waits on. A resend, or a replay that
+ * includes them, sends one on purpose. Returns how many restarted, and how many were left so.
  */
 export async function recoverFailedDeliveries(
   db: Queryable,
   endpointId: string,
   since: Date,
   until: Date | null,
-): Promise<number> {
+): Promise<{ restarted: number; leftForReview: number }> {
+  const inWindow = `state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)`;
+  const awaitingReview = `(select f.delivery_id from delivery_failed f
+      where f.endpoint_id = $1 and f.unknown_attempts > 0
+        and not (select e.idempotent from endpoint e where e.id = $1))`;
   const result = await db.query(
     `update delivery set ${RESTART}
-      where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1 and f.unknown_attempts = 0)
-        and state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)
-        and ${MESSAGE_HELD}`,
+      where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1)
+        and id not in ${awaitingReview}
+        and ${inWindow} and ${MESSAGE_HELD}`,
+    [endpointId, since, until],
+  );
+  const left = await db.query<{ n: number }>(
+    `select count(*)::int as n from delivery where id in ${awaitingReview} and ${inWindow}`,
     [endpointId, since, until],
   );
   if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
-  return result.rowCount;
+  return { restarted: result.rowCount, leftForReview: left.rows[0]!.n };
 }
 
 export interface RestartedDelivery {

@@ -41,9 +41,12 @@ const MATCHED = `from delivery d join message m on m.id = d.message_id
     and ($4::text[] is null or d.message_id = any($4))
     and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$5', before: '$6', includeAfter: true })}`;
 
-/** A failed delivery whose unknown outcomes await review (the doctor's unknown_outcomes_unreviewed). */
-export const UNREVIEWED = `exists (select 1 from delivery_failed f
-  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and f.unknown_attempts > 0)`;
+/**
+ * A failed delivery parked for review: unknown outcomes not yet reviewed, to an endpoint that is
+ * not idempotent (one that is was retried through them, and dedupes a request sent again).
+ */
+const UNREVIEWED = `exists (select 1 from delivery_failed f join endpoint e on e.id = f.endpoint_id
+  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and f.unknown_attempts > 0 and not e.idempotent)`;
 
 // What a replay selects: a delivery whose message's payload has passed its retention (or was
 // expunged) has nothing left to send — restarted, it would fail at once — so it is left as it is;
@@ -75,9 +78,8 @@ export async function countPayloadGone(db: Queryable, s: ReplaySelection): Promi
   return result.rows[0]!.n;
 }
 
-/** The deliveries the filters match that replay leaves for review (0 when it includes them). */
+/** The deliveries the filters match that are parked for review: left, unless the selection includes them. */
 export async function countUnreviewed(db: Queryable, s: ReplaySelection): Promise<number> {
-  if (s.includeUnreviewed) return 0;
   const result = await db.query<{ n: number }>(
     `select count(*)::int as n ${SENDABLE} and ${UNREVIEWED}`,
     params(s).slice(0, 6),

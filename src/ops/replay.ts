@@ -62,8 +62,8 @@ export interface ReplayResult {
   /** Deliveries the filters match but replay leaves: their payload is gone (retention, expunge). */
   payloadGone: number;
   /**
-   * Failed deliveries the filters match but replay leaves: their unknown outcomes await review
-   * (`herald reconcile`); `includeUnreviewed` replays them too.
+   * Failed deliveries the filters match whose unknown outcomes await review (`herald reconcile`),
+   * to endpoints that are not idempotent: left, or with `includeUnreviewed` among those replayed.
    */
   unreviewed: number;
   cap: number;
@@ -134,6 +134,8 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
   const dryRun = input.dryRun ?? false;
   let count: number;
   let pairs: ReplayPair[];
+  // Before the restarts, which end the review they bypass (when the selection includes them).
+  const unreviewed = await countUnreviewed(tx, selection);
   if (dryRun) {
     count = await countReplay(tx, selection);
     pairs = await listReplay(tx, selection, PAIRS_SHOWN);
@@ -168,7 +170,6 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
     count = pairs.length;
   }
   const payloadGone = await countPayloadGone(tx, selection);
-  const unreviewed = await countUnreviewed(tx, selection);
   const id = (await tx.query<{ id: string }>(`select herald_id('rpl') as id`)).rows[0]!.id;
   // The selection as the caller gave it, and how many it matched: never payloads.
   await recordAudit(tx, {

@@ -207,7 +207,7 @@ export const ReplayOut = z.object({
     .number()
     .int()
     .describe(
-      'Failed deliveries the filters match but replay leaves: their unknown outcomes await review (`herald reconcile`); `includeUnreviewed` replays them too',
+      'Failed deliveries the filters match whose unknown outcomes await review (`herald reconcile`), to endpoints that are not idempotent: left, or with `includeUnreviewed` among those replayed',
     ),
   cap: z.number().int(),
   exceedsCap: z.boolean().describe('Dry run: whether the real run would refuse this selection'),

@@ -242,7 +242,7 @@ export const endpointRoutes =
         const input = parseOrThrow(RecoverIn, request.body);
         const { endpoint } = await load(request.actor, request.params);
         return answerOnce(core, request, reply, async (tx) => {
-          const n = await recoverFailedDeliveries(
+          const { restarted: n, leftForReview } = await recoverFailedDeliveries(
             tx,
             endpoint.id,
             new Date(input.since),
@@ -252,6 +252,7 @@ export const endpointRoutes =
             since: input.since,
             until: input.until ?? null,
             deliveries: n,
+            leftForReview,
           });
           // Last: it locks the endpoint's slot until the commit (see the resend's).
           if (n > 0) await liftEndpointPause(tx, endpoint.id);
