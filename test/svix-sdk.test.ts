@@ -221,6 +221,32 @@ describe('svix SDK against herald', () => {
 
     await svix.eventType.delete('invoice.refunded', { expunge: true });
     await rejectsWith(404, () => svix.eventType.get('invoice.refunded'));
+
+    // A name may begin with '-', the mark of a walk back: paged one at a time, none is lost.
+    await svix.eventType.create({ name: '-dash.first', description: 'Sorts first' });
+    await svix.eventType.create({ name: '--dash.twice', description: 'Sorts before it' });
+    const names = (await svix.eventType.list({ limit: 250 })).data.map((e) => e.name);
+    const paged: string[] = [];
+    let iterator: string | null | undefined;
+    for (let pages = 0; pages < 20; pages++) {
+      const page = await svix.eventType.list({ limit: 1, iterator });
+      paged.push(...page.data.map((e) => e.name));
+      if (page.done) break;
+      iterator = page.iterator;
+    }
+    assert.deepEqual(paged, names);
+    const last = await svix.eventType.list({ limit: 1, iterator: `-${names.at(-1)}` });
+    assert.deepEqual(
+      last.data.map((e) => e.name),
+      [names.at(-2)],
+      'and walked back',
+    );
+    const fromDash = await svix.eventType.list({ limit: 1, iterator: `-${names[1]}` });
+    assert.deepEqual(
+      fromDash.data.map((e) => e.name),
+      [names[0]],
+    );
+    for (const name of ['-dash.first', '--dash.twice']) await svix.eventType.delete(name, { expunge: true });
   });
 
   test('endpoint: create, get, list, update, patch, secret, headers, stats, delete', async () => {

@@ -1,5 +1,7 @@
 // Svix-style cursor pagination over time-ordered ids. `iterator` is the last id of the previous
-// page; a leading '-' (as in Svix's prevIterator) walks back towards newer/older instead.
+// page; a leading '-' (as in Svix's prevIterator) walks back towards newer/older instead. A key
+// that itself begins with '-' (an event type's name may) goes forward as '~' and the key: '~' is
+// in no id or name.
 
 export interface PageRequest {
   limit: number;
@@ -25,9 +27,17 @@ export interface PageQuery {
   fetch: number;
 }
 
+const FORWARD = '~';
+
+/** A page's forward iterator: its last key, marked when the key would read as a walk back. */
+function forwardFrom(key: string): string {
+  return key.startsWith('-') || key.startsWith(FORWARD) ? `${FORWARD}${key}` : key;
+}
+
 export function pageQuery(column: string, request: PageRequest, paramIndex: number): PageQuery {
   const backwards = request.iterator?.startsWith('-') ?? false;
-  const cursor = backwards ? request.iterator!.slice(1) : request.iterator;
+  const marked = backwards || (request.iterator?.startsWith(FORWARD) ?? false);
+  const cursor = marked ? request.iterator!.slice(1) : request.iterator;
   const ascending = (request.order === 'ascending') !== backwards;
   return {
     // The parameter is always referenced (null when there is no cursor) so its type is known.
@@ -54,7 +64,7 @@ export function toPage<T>(
     data,
     // An empty page forwards keeps its cursor, to poll from for what comes next; walking back
     // there is nothing before it, and no cursor to go on from.
-    iterator: last ? idOf(last) : query.reversed ? null : request.iterator,
+    iterator: last ? forwardFrom(idOf(last)) : query.reversed ? null : request.iterator,
     prevIterator: first ? `-${idOf(first)}` : null,
     // In either direction, as Svix says it: whether this page reached the end of the walk.
     done: !more,
