@@ -768,6 +768,37 @@ describe('source secret rotation', () => {
       await proc.kill('SIGTERM');
     }
   });
+
+  test('rotations leave at most five secrets overlapping: past that they are refused, and the expired ones go', async () => {
+    // Every secret that verifies is tried on a request that verifies with none: unbounded, a key
+    // that rotated again and again would make each forged request cost thousands of HMACs.
+    await createSource('rotated-often');
+    const secret = (n: number) => `whsec_${Buffer.alloc(24, n).toString('base64')}`;
+    const rotate = (secrets: string[], overlap = 3600) =>
+      t.call('PATCH', '/api/v1/source/rotated-often', { secret: secrets, secretOverlapSeconds: overlap });
+    // Five at once, current together: the one from the creation overlaps.
+    assert.equal((await rotate([1, 2, 3, 4, 5].map(secret))).status, 200);
+    // Those five would overlap beside the first: six.
+    const refused = await rotate([secret(6)]);
+    assert.equal(refused.status, 400, JSON.stringify(refused.body));
+    assert.equal(refused.body.code, 'limit_reached');
+    const live = async () =>
+      (
+        await t.database.db.query<{ n: number }>(
+          `select count(*)::int as n from source_secret s join source o on o.id = s.source_id
+            where o.uid = 'rotated-often'`,
+        )
+      ).rows[0]!.n;
+    assert.equal(await live(), 6, 'nothing of the refused rotation was kept');
+    // Once the overlaps have ended (here: moved into the past), a rotation goes through, and the
+    // expired secrets are deleted, not kept for ever.
+    await t.database.db.query(
+      `update source_secret s set expires_at = now() - interval '1 second'
+         from source o where o.id = s.source_id and o.uid = 'rotated-often' and s.expires_at is not null`,
+    );
+    assert.equal((await rotate([secret(7)])).status, 200);
+    assert.equal(await live(), 6, 'the five current ones overlapping, and the new one');
+  });
 });
 
 describe('source changes made anywhere', () => {

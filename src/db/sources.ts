@@ -68,13 +68,32 @@ export async function insertSourceSecret(db: Queryable, sourceId: string, sealed
   await db.query('insert into source_secret (source_id, sealed) values ($1, $2)', [sourceId, sealed]);
 }
 
-/** Gives the secrets in use an overlap period and installs the new ones; the source's version moves. */
+/**
+ * Secrets in their overlap period, at most, that a rotation leaves verifying beside the new ones.
+ * A request that verifies with none of them is checked against each (an unsigned flood, an
+ * 8 MiB body each): rotated again and again, with no bound, they would make every forged request
+ * cost the API process thousands of HMACs.
+ */
+export const MAX_OVERLAPPING_SOURCE_SECRETS = 5;
+
+/**
+ * Gives the secrets in use an overlap period and installs the new ones; the source's version
+ * moves. Refused (false) when more than MAX_OVERLAPPING_SOURCE_SECRETS would overlap. Rotations
+ * of one source take turns (its row locked), and the secrets whose overlap has ended go.
+ */
 export async function rotateSourceSecrets(
   db: Queryable,
   sourceId: string,
   sealed: readonly Buffer[],
   overlapSeconds: number,
-) {
+): Promise<boolean> {
+  await db.query('select 1 from source where id = $1 for no key update', [sourceId]);
+  await db.query('delete from source_secret where source_id = $1 and expires_at <= now()', [sourceId]);
+  const live = await db.query<{ n: number }>(
+    'select count(*)::int as n from source_secret where source_id = $1',
+    [sourceId],
+  );
+  if (live.rows[0]!.n > MAX_OVERLAPPING_SOURCE_SECRETS) return false;
   await db.query(
     `update source_secret
         set expires_at = least(coalesce(expires_at, 'infinity'), now() + make_interval(secs => $2))
@@ -83,6 +102,7 @@ export async function rotateSourceSecrets(
   );
   // Each secret written bumps the source's updated_at (migration 0006's trigger).
   for (const s of sealed) await insertSourceSecret(db, sourceId, s);
+  return true;
 }
 
 /**

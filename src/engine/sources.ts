@@ -8,6 +8,7 @@ import {
   insertSource,
   insertSourceSecret,
   liveSourceSecrets,
+  MAX_OVERLAPPING_SOURCE_SECRETS,
   rotateSourceSecrets,
   type SourceFields,
   type SourceRow,
@@ -130,12 +131,18 @@ export async function changeSource(
   const fields = await checkedFields(tx, actor, merged, current.businessKey);
   const updated = await updateSource(tx, current.id, fields);
   const secrets = secretsOf(patch);
-  if (secrets.length > 0) {
-    await rotateSourceSecrets(
+  if (
+    secrets.length > 0 &&
+    !(await rotateSourceSecrets(
       tx,
       current.id,
       secrets.map((secret) => core.box.seal(secret, current.id)),
       patch.secretOverlapSeconds ?? DEFAULT_SECRET_OVERLAP_SECONDS,
+    ))
+  ) {
+    throw new HeraldError(
+      'limit_reached',
+      `secret: more than ${MAX_OVERLAPPING_SOURCE_SECRETS} secrets would still verify this source's requests beside the new ones; rotate again once the overlap of the oldest has ended`,
     );
   }
   // With the secrets that verify from now on: a new scheme may not take the ones it had.
