@@ -13,12 +13,16 @@ import assert from 'node:assert/strict';
 import dnsPromises from 'node:dns/promises';
 import { syncBuiltinESMExports } from 'node:module';
 import { after, before, test } from 'node:test';
-import { systemResolver } from '../src/sender/resolve.ts';
+import { systemResolver, UNPROVEN_LOOKUPS } from '../src/sender/resolve.ts';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { waitFor } from './support/wait.ts';
 
 const SLOW_NAME = 'slow-dns.herald.test';
+/** Names under it are held, as SLOW_NAME is: names whose servers have not answered yet. */
+const HELD_ZONE = 'held.herald.test';
+/** Answered at once. */
+const PROMPT_NAME = 'prompt-dns.herald.test';
 /** Resolves to the loopback receiver's address until `nameMoved`; then to the cloud metadata address. */
 const MOVING_NAME = 'moving-dns.herald.test';
 let nameMoved = false;
@@ -33,7 +37,9 @@ before(async () => {
   const held = (async (hostname: string, options: unknown) => {
     if (hostname === MOVING_NAME)
       return [{ address: nameMoved ? '169.254.169.254' : '127.0.0.1', family: 4 }];
-    if (hostname !== SLOW_NAME) return originalLookup(hostname, options as never);
+    if (hostname === PROMPT_NAME) return [{ address: '127.0.0.1', family: 4 }];
+    if (hostname !== SLOW_NAME && !hostname.endsWith(`.${HELD_ZONE}`))
+      return originalLookup(hostname, options as never);
     slowLookups++;
     await new Promise<void>((resolve) => pending.push(resolve));
     return [{ address: '127.0.0.1', family: 4 }];
@@ -108,6 +114,28 @@ test('concurrent lookups of one name make one system lookup; the next one asks a
   assert.equal(slowLookups, 2);
   for (const release of pending) release();
   await again;
+});
+
+test('names not proven lately take at most half of the lookup threads; a proven name is looked up at once', async () => {
+  // A tenant's names whose servers never answer would otherwise hold every thread of node's pool,
+  // and every other tenant's lookups would time out behind them.
+  pending = [];
+  slowLookups = 0;
+  const loopback = [{ address: '127.0.0.1', family: 4 }];
+  // Answered promptly: proven.
+  assert.deepEqual(await systemResolver(PROMPT_NAME), loopback);
+  const stuck = Array.from({ length: UNPROVEN_LOOKUPS }, (_, i) => systemResolver(`n${i}.${HELD_ZONE}`));
+  await waitFor('the unproven lane to be full', () => slowLookups === UNPROVEN_LOOKUPS);
+  // One more unproven name waits for a place, with no lookup of its own meanwhile...
+  const late = systemResolver(`late.${HELD_ZONE}`);
+  // ...while the proven name is looked up at once.
+  assert.deepEqual(await systemResolver(PROMPT_NAME), loopback);
+  assert.equal(slowLookups, UNPROVEN_LOOKUPS, 'the late lookup waits for a place');
+  // A place frees up: the late one is looked up.
+  pending.shift()!();
+  await waitFor('the late lookup to start', () => slowLookups === UNPROVEN_LOOKUPS + 1);
+  for (const release of pending) release();
+  for (const answer of await Promise.all([...stuck, late])) assert.deepEqual(answer, loopback);
 });
 
 test('a repeated endpoint creation gets its kept answer even when its URL would be refused now', async () => {

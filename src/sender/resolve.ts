@@ -3,8 +3,9 @@
 
 import { lookup } from 'node:dns/promises';
 import type { LookupFunction } from 'node:net';
+import { steadyNow } from '../domain/steady-clock.ts';
 import type { AddressPolicy } from './destination.ts';
-import { DestinationForbiddenError, DnsFailureError } from './errors.ts';
+import { DestinationForbiddenError, DnsFailureError, DnsTimeoutError } from './errors.ts';
 
 export interface ResolvedAddress {
   address: string;
@@ -15,22 +16,103 @@ export type Resolver = (hostname: string) => Promise<ResolvedAddress[]>;
 
 const lookingUp = new Map<string, Promise<ResolvedAddress[]>>();
 
+// Lanes for lookups. A lookup takes one of node's pool threads until the system resolver answers
+// or gives up (seconds, when a name's servers never answer), and cannot be cancelled; one tenant's
+// endpoints under names whose servers never answer could otherwise hold every thread, and every
+// other tenant's lookups would time out behind them. So names that have answered lately (in time)
+// are looked up at once, and the others share at most half of the threads: a lookup beyond that
+// waits for a place, and gives up after a while as the resolver's "try again" would — herald's
+// own trouble, never held against the endpoint. A proven name that turns slow loses its standing.
+
+/** Threads node's pool has (the `herald` command sets 16; node's default is 4). */
+const POOL_THREADS = Number(process.env['UV_THREADPOOL_SIZE']) || 4;
+/** Lookups of names not proven lately, at most at once: half of the pool's threads. */
+export const UNPROVEN_LOOKUPS = Math.max(1, Math.floor(POOL_THREADS / 2));
+/** A lookup answered within this proves its name; one still running past it unproves it. */
+const PROMPT_MS = 2_000;
+/** How long a proven name stays proven without another prompt answer. */
+const PROVEN_FOR_MS = 10 * 60_000;
+const MAX_PROVEN = 10_000;
+/** How long a lookup of an unproven name waits for a place before it gives up. */
+const WAIT_FOR_PLACE_MS = 10_000;
+
+const provenUntil = new Map<string, number>();
+let unprovenRunning = 0;
+const waitingForPlace: (() => void)[] = [];
+
+function isProven(hostname: string): boolean {
+  const until = provenUntil.get(hostname);
+  if (until !== undefined && until > steadyNow()) return true;
+  provenUntil.delete(hostname);
+  return false;
+}
+
+function prove(hostname: string): void {
+  provenUntil.delete(hostname);
+  if (provenUntil.size >= MAX_PROVEN) provenUntil.delete(provenUntil.keys().next().value!);
+  provenUntil.set(hostname, steadyNow() + PROVEN_FOR_MS);
+}
+
+/**
+ * A place among the unproven lookups: at once when one is free, else when one frees up — given
+ * up after WAIT_FOR_PLACE_MS, by which time the caller's deadline has passed too.
+ */
+function placeForUnproven(hostname: string): Promise<void> {
+  if (unprovenRunning < UNPROVEN_LOOKUPS) {
+    unprovenRunning++;
+    return Promise.resolve();
+  }
+  return new Promise((resolve, reject) => {
+    const start = () => {
+      clearTimeout(timer);
+      unprovenRunning++;
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      waitingForPlace.splice(waitingForPlace.indexOf(start), 1);
+      reject(new DnsTimeoutError(`${hostname} waited too long for a lookup thread`));
+    }, WAIT_FOR_PLACE_MS);
+    waitingForPlace.push(start);
+  });
+}
+
+function leavePlace(): void {
+  unprovenRunning--;
+  waitingForPlace.shift()?.();
+}
+
+/** One lookup through the system resolver, proving or unproving its name by how soon it answers. */
+async function timedLookup(hostname: string): Promise<ResolvedAddress[]> {
+  const slow = setTimeout(() => provenUntil.delete(hostname), PROMPT_MS);
+  const startedAt = steadyNow();
+  try {
+    const answers = await lookup(hostname, { all: true });
+    if (steadyNow() - startedAt < PROMPT_MS) prove(hostname);
+    return answers.map((a): ResolvedAddress => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
+  } finally {
+    clearTimeout(slow);
+  }
+}
+
+async function laneLookup(hostname: string): Promise<ResolvedAddress[]> {
+  if (isProven(hostname)) return timedLookup(hostname);
+  await placeForUnproven(hostname);
+  try {
+    return await timedLookup(hostname);
+  } finally {
+    leavePlace();
+  }
+}
+
 /**
  * A and AAAA through the system resolver, as the OS would (hosts file included). Concurrent
- * lookups of one name share one: the system resolver runs on node's small thread pool (4 threads
- * unless UV_THREADPOOL_SIZE says otherwise), and a lookup there cannot be cancelled, so the
- * connections of a name whose servers never answer would otherwise take every thread, and the
- * lookups of every other endpoint would wait behind them until their attempts timed out. Nothing
- * is kept once the answer is in: each new lookup asks again.
+ * lookups of one name share one, and names not proven lately take at most half of the pool's
+ * threads (above). Nothing is kept once the answer is in: each new lookup asks again.
  */
 export const systemResolver: Resolver = (hostname) => {
   let answer = lookingUp.get(hostname);
   if (answer === undefined) {
-    answer = lookup(hostname, { all: true })
-      .then((answers) =>
-        answers.map((a): ResolvedAddress => ({ address: a.address, family: a.family === 6 ? 6 : 4 })),
-      )
-      .finally(() => lookingUp.delete(hostname));
+    answer = laneLookup(hostname).finally(() => lookingUp.delete(hostname));
     lookingUp.set(hostname, answer);
   }
   return answer;
