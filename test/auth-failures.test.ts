@@ -40,13 +40,25 @@ describe('auth failure limiter', () => {
   });
 });
 
-test('past the addresses it tracks, the others count as one: a flood of addresses does not switch the limit off', () => {
+test('past the addresses it tracks, the others count by their block, and past twice as many all together: a flood does not switch the limit off', () => {
   const limiter = createAuthFailureLimiter({ limit: 2, maxAddresses: 3 });
   for (const address of ['10.0.0.1', '10.0.0.2', '10.0.0.3']) limiter.recordFailure(address);
-  // The table is full: these two count together, and reach the limit together.
+  // The table is full: these two of one /24 count together, and reach the limit together.
   limiter.recordFailure('10.0.0.4');
   assert.equal(limiter.blockedFor('10.0.0.5'), 0);
   limiter.recordFailure('10.0.0.5');
-  assert.ok(limiter.blockedFor('10.0.0.6') > 0, 'a new address counts with the others past the table');
+  assert.ok(limiter.blockedFor('10.0.0.6') > 0, 'a new address counts with its block past the table');
   assert.equal(limiter.blockedFor('10.0.0.1'), 0, 'a tracked address keeps its own count');
+  // A client in another block is not put over the limit by that block's failures...
+  assert.equal(limiter.blockedFor('192.0.2.7'), 0, 'another block keeps its own count');
+  // ...and an IPv6 attacker's /48 counts as one.
+  limiter.recordFailure('2001:db8:1:1::1');
+  limiter.recordFailure('2001:db8:1:2::1');
+  assert.ok(limiter.blockedFor('2001:db8:1:3::1') > 0);
+  assert.equal(limiter.blockedFor('2001:db8:2::1'), 0);
+  // Past twice as many entries, the rest count as one.
+  for (const address of ['198.51.100.1', '203.0.113.1']) limiter.recordFailure(address);
+  limiter.recordFailure('192.0.2.8');
+  limiter.recordFailure('100.64.0.1');
+  assert.ok(limiter.blockedFor('100.65.0.1') > 0, 'a new block counts with the others past twice the table');
 });

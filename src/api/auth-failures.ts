@@ -18,8 +18,10 @@ export interface AuthFailureLimiter {
 }
 
 /**
- * Addresses tracked per window at most. Past that, the addresses not yet tracked count together,
- * as one: a flood of addresses must not switch the limit off for everyone.
+ * Addresses tracked per window at most. Past that, the addresses not yet tracked count by the
+ * wider block they are in (an IPv4 /24, an IPv6 /48), and past twice as many entries, all
+ * together: a flood of addresses must not switch the limit off for everyone, nor let one
+ * attacker's blocks put every other client's new keys over the limit.
  */
 const MAX_ADDRESSES = 100_000;
 const OVERFLOW = 'other addresses';
@@ -64,10 +66,24 @@ export function createAuthFailureLimiter(options: {
   };
 }
 
-/** Where an address counts: its own entry, or the overflow's once the table is full. */
+/** Where an address counts: its own entry, else its block's once the table is full, else the overflow's. */
 function unitOf(counts: Map<string, number>, address: string, maxAddresses: number): string {
   const client = clientOf(address);
-  return counts.has(client) || counts.size < maxAddresses ? client : OVERFLOW;
+  if (counts.has(client) || counts.size < maxAddresses) return client;
+  const block = blockOf(address);
+  return counts.has(block) || counts.size < 2 * maxAddresses ? block : OVERFLOW;
+}
+
+/** The wider block an address is in: an IPv4 /24, an IPv6 /48. */
+function blockOf(address: string): string {
+  if (!ipaddr.isValid(address)) return OVERFLOW;
+  const parsed = ipaddr.process(address);
+  const prefix = parsed.kind() === 'ipv4' ? 24 : 48;
+  const network =
+    parsed.kind() === 'ipv4'
+      ? ipaddr.IPv4.networkAddressFromCIDR(`${parsed.toString()}/24`)
+      : ipaddr.IPv6.networkAddressFromCIDR(`${parsed.toString()}/48`);
+  return `block ${network.toString()}/${prefix}`;
 }
 
 /** The unit counted: an IPv4 address (IPv4-mapped IPv6 too), or an IPv6 address's /64. */
