@@ -13,7 +13,7 @@ import assert from 'node:assert/strict';
 import dnsPromises from 'node:dns/promises';
 import { syncBuiltinESMExports } from 'node:module';
 import { after, before, test } from 'node:test';
-import { systemResolver, UNPROVEN_LOOKUPS } from '../src/sender/resolve.ts';
+import { checkingResolver, systemResolver, UNPROVEN_LOOKUPS } from '../src/sender/resolve.ts';
 import { createApp, createEndpoint } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { waitFor } from './support/wait.ts';
@@ -23,6 +23,8 @@ const SLOW_NAME = 'slow-dns.herald.test';
 const HELD_ZONE = 'held.herald.test';
 /** Answered at once. */
 const PROMPT_NAME = 'prompt-dns.herald.test';
+/** Answered at once too, and only ever looked up by a registration check. */
+const CHECKED_NAME = 'checked-dns.herald.test';
 /** Resolves to the loopback receiver's address until `nameMoved`; then to the cloud metadata address. */
 const MOVING_NAME = 'moving-dns.herald.test';
 let nameMoved = false;
@@ -37,7 +39,7 @@ before(async () => {
   const held = (async (hostname: string, options: unknown) => {
     if (hostname === MOVING_NAME)
       return [{ address: nameMoved ? '169.254.169.254' : '127.0.0.1', family: 4 }];
-    if (hostname === PROMPT_NAME) return [{ address: '127.0.0.1', family: 4 }];
+    if (hostname === PROMPT_NAME || hostname === CHECKED_NAME) return [{ address: '127.0.0.1', family: 4 }];
     if (hostname !== SLOW_NAME && !hostname.endsWith(`.${HELD_ZONE}`))
       return originalLookup(hostname, options as never);
     slowLookups++;
@@ -122,8 +124,9 @@ test('names not proven lately take at most half of the lookup threads; a proven 
   pending = [];
   slowLookups = 0;
   const loopback = [{ address: '127.0.0.1', family: 4 }];
-  // Answered promptly: proven.
+  // Answered promptly to a delivery's lookup: proven. To a registration check: not.
   assert.deepEqual(await systemResolver(PROMPT_NAME), loopback);
+  assert.deepEqual(await checkingResolver(CHECKED_NAME), loopback);
   const stuck = Array.from({ length: UNPROVEN_LOOKUPS }, (_, i) => systemResolver(`n${i}.${HELD_ZONE}`));
   await waitFor('the unproven lane to be full', () => slowLookups === UNPROVEN_LOOKUPS);
   // One more unproven name waits for a place, with no lookup of its own meanwhile...
@@ -131,11 +134,19 @@ test('names not proven lately take at most half of the lookup threads; a proven 
   // ...while the proven name is looked up at once.
   assert.deepEqual(await systemResolver(PROMPT_NAME), loopback);
   assert.equal(slowLookups, UNPROVEN_LOOKUPS, 'the late lookup waits for a place');
+  // The name a registration check resolved waits as an unproven one does.
+  let checkedAnswered = false;
+  const checked = systemResolver(CHECKED_NAME).then((answer) => {
+    checkedAnswered = true;
+    return answer;
+  });
+  await new Promise((resolve) => setImmediate(resolve));
+  assert.equal(checkedAnswered, false, 'a registration check proves nothing');
   // A place frees up: the late one is looked up.
   pending.shift()!();
   await waitFor('the late lookup to start', () => slowLookups === UNPROVEN_LOOKUPS + 1);
   for (const release of pending) release();
-  for (const answer of await Promise.all([...stuck, late])) assert.deepEqual(answer, loopback);
+  for (const answer of await Promise.all([...stuck, late, checked])) assert.deepEqual(answer, loopback);
 });
 
 test('a repeated endpoint creation gets its kept answer even when its URL would be refused now', async () => {

@@ -3,7 +3,7 @@
 
 import { type AddressPolicy, checkUrlOffline, type UrlVerdict } from './destination.ts';
 import { DestinationForbiddenError } from './errors.ts';
-import { type Resolver, resolveAllowed, systemResolver } from './resolve.ts';
+import { checkingResolver, type Resolver, resolveAllowed } from './resolve.ts';
 
 const DEFAULT_DNS_TIMEOUT_MS = 5000;
 
@@ -11,7 +11,7 @@ const DEFAULT_DNS_TIMEOUT_MS = 5000;
 export async function checkDestination(
   url: string,
   policy: AddressPolicy,
-  resolve: Resolver = systemResolver,
+  resolve: Resolver = checkingResolver,
   dnsTimeoutMs: number = DEFAULT_DNS_TIMEOUT_MS,
 ): Promise<UrlVerdict> {
   const offline = checkUrlOffline(url, policy);

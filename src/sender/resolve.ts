@@ -23,6 +23,10 @@ const lookingUp = new Map<string, Promise<ResolvedAddress[]>>();
 // are looked up at once, and the others share at most half of the threads: a lookup beyond that
 // waits for a place, and gives up after a while as the resolver's "try again" would — herald's
 // own trouble, never held against the endpoint. A proven name that turns slow loses its standing.
+// Only a delivery's lookup proves a name, not a registration check, which anyone with an admin
+// key may run at will. (A tenant who has its names answer deliveries promptly and then stall them
+// all at once can still hold the threads, until the resolver gives up on them: lanes by tenant
+// would be needed against that.)
 
 /** Threads node's pool has (the `herald` command sets 16; node's default is 4). */
 const POOL_THREADS = Number(process.env['UV_THREADPOOL_SIZE']) || 4;
@@ -33,7 +37,10 @@ const PROMPT_MS = 2_000;
 /** How long a proven name stays proven without another prompt answer. */
 const PROVEN_FOR_MS = 10 * 60_000;
 const MAX_PROVEN = 10_000;
-/** How long a lookup of an unproven name waits for a place before it gives up. */
+/**
+ * How long a lookup of an unproven name waits for a place before it gives up: within the default
+ * attempt deadline (15 s), so that the attempt learns why.
+ */
 const WAIT_FOR_PLACE_MS = 10_000;
 
 const provenUntil = new Map<string, number>();
@@ -53,10 +60,7 @@ function prove(hostname: string): void {
   provenUntil.set(hostname, steadyNow() + PROVEN_FOR_MS);
 }
 
-/**
- * A place among the unproven lookups: at once when one is free, else when one frees up — given
- * up after WAIT_FOR_PLACE_MS, by which time the caller's deadline has passed too.
- */
+/** A place among the unproven lookups: at once when one is free, else when one frees up, or given up. */
 function placeForUnproven(hostname: string): Promise<void> {
   if (unprovenRunning < UNPROVEN_LOOKUPS) {
     unprovenRunning++;
@@ -81,42 +85,51 @@ function leavePlace(): void {
   waitingForPlace.shift()?.();
 }
 
-/** One lookup through the system resolver, proving or unproving its name by how soon it answers. */
-async function timedLookup(hostname: string): Promise<ResolvedAddress[]> {
+/**
+ * One lookup through the system resolver: an answer within PROMPT_MS proves its name (when
+ * `proving`), and a lookup still running then unproves it.
+ */
+async function timedLookup(hostname: string, proving: boolean): Promise<ResolvedAddress[]> {
   const slow = setTimeout(() => provenUntil.delete(hostname), PROMPT_MS);
   const startedAt = steadyNow();
   try {
     const answers = await lookup(hostname, { all: true });
-    if (steadyNow() - startedAt < PROMPT_MS) prove(hostname);
+    if (proving && steadyNow() - startedAt < PROMPT_MS) prove(hostname);
     return answers.map((a): ResolvedAddress => ({ address: a.address, family: a.family === 6 ? 6 : 4 }));
   } finally {
     clearTimeout(slow);
   }
 }
 
-async function laneLookup(hostname: string): Promise<ResolvedAddress[]> {
-  if (isProven(hostname)) return timedLookup(hostname);
+async function laneLookup(hostname: string, proving: boolean): Promise<ResolvedAddress[]> {
+  if (isProven(hostname)) return timedLookup(hostname, proving);
   await placeForUnproven(hostname);
   try {
-    return await timedLookup(hostname);
+    return await timedLookup(hostname, proving);
   } finally {
     leavePlace();
   }
 }
 
-/**
- * A and AAAA through the system resolver, as the OS would (hosts file included). Concurrent
- * lookups of one name share one, and names not proven lately take at most half of the pool's
- * threads (above). Nothing is kept once the answer is in: each new lookup asks again.
- */
-export const systemResolver: Resolver = (hostname) => {
+function sharedLookup(hostname: string, proving: boolean): Promise<ResolvedAddress[]> {
   let answer = lookingUp.get(hostname);
   if (answer === undefined) {
-    answer = laneLookup(hostname).finally(() => lookingUp.delete(hostname));
+    answer = laneLookup(hostname, proving).finally(() => lookingUp.delete(hostname));
     lookingUp.set(hostname, answer);
   }
   return answer;
-};
+}
+
+/**
+ * A and AAAA through the system resolver, as the OS would (hosts file included), for a delivery's
+ * connection. Concurrent lookups of one name share one, and names not proven lately take at most
+ * half of the pool's threads (above). Nothing is kept once the answer is in: each new lookup asks
+ * again.
+ */
+export const systemResolver: Resolver = (hostname) => sharedLookup(hostname, true);
+
+/** The same for a check anyone may run at will (an endpoint's registration): it proves nothing. */
+export const checkingResolver: Resolver = (hostname) => sharedLookup(hostname, false);
 
 /**
  * Resolves `hostname` and returns its addresses only if EVERY one is allowed. One forbidden
