@@ -112,10 +112,6 @@ function ownPoolErrorOf(assertOpen: () => void) {
   };
 }
 
-const rethrow = (error: unknown): never => {
-  throw error;
-};
-
 /** A node-postgres Pool, or herald's own Db: each hands its statements to any connection. */
 function isPool(client: ForeignQueryable): boolean {
   return (
@@ -323,10 +319,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       if (ownPool) assertOpen();
       const input = parseOrThrow(MessageIn, message);
       const target = callerQueryable(publishOptions.db, publishOptions.prepare ?? false) ?? db;
-      const published = await publish(core, target, LIBRARY_ACTOR, app, input, {
+      const publishing = publish(core, target, LIBRARY_ACTOR, app, input, {
         idempotencyKey: publishOptions.idempotencyKey ?? null,
         wake: publishOptions.wake,
-      }).catch(ownPool ? ownPoolError : rethrow);
+      });
+      const published = await (ownPool ? publishing.catch(ownPoolError) : publishing);
       // Inside the caller's transaction this counts before their COMMIT: herald cannot see it, so a
       // rolled-back publish is still counted (README, Metrics).
       if (published.created) core.metrics.published('library');

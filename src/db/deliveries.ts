@@ -443,6 +443,14 @@ export async function liftEndpointPause(
 }
 
 /**
+ * A failed delivery `d` parked for review: unknown outcomes not yet reviewed (`herald reconcile
+ * --acknowledge`), to an endpoint that is not idempotent (one that is was retried through them,
+ * and dedupes a request sent again). Recover and replay leave these, unless asked by name.
+ */
+export const PARKED_FOR_REVIEW = `exists (select 1 from delivery_failed f join endpoint e on e.id = f.endpoint_id
+  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and f.unknown_attempts > 0 and not e.idempotent)`;
+
+/**
  * Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle, but,
  * on an endpoint that is not idempotent, those whose unknown outcomes await review (`herald
  * reconcile`): sent again, a request that may have been applied could apply twice — why they were
@@ -455,19 +463,15 @@ export async function recoverFailedDeliveries(
   since: Date,
   until: Date | null,
 ): Promise<{ restarted: number; leftForReview: number }> {
-  const inWindow = `state = 'failed' and created_at >= $2 and ($3::timestamptz is null or created_at < $3)`;
-  const awaitingReview = `(select f.delivery_id from delivery_failed f
-      where f.endpoint_id = $1 and f.unknown_attempts > 0
-        and not (select e.idempotent from endpoint e where e.id = $1))`;
+  const failedInWindow = `d.id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1)
+    and d.state = 'failed' and d.created_at >= $2 and ($3::timestamptz is null or d.created_at < $3)`;
   const result = await db.query(
-    `update delivery set ${RESTART}
-      where id in (select f.delivery_id from delivery_failed f where f.endpoint_id = $1)
-        and id not in ${awaitingReview}
-        and ${inWindow} and ${MESSAGE_HELD}`,
+    `update delivery d set ${RESTART}
+      where ${failedInWindow} and not ${PARKED_FOR_REVIEW} and ${messageHeld('d.message_id')}`,
     [endpointId, since, until],
   );
   const left = await db.query<{ n: number }>(
-    `select count(*)::int as n from delivery where id in ${awaitingReview} and ${inWindow}`,
+    `select count(*)::int as n from delivery d where ${failedInWindow} and ${PARKED_FOR_REVIEW}`,
     [endpointId, since, until],
   );
   if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);

@@ -6,27 +6,26 @@
 // connection had no more work.
 
 import type pg from 'pg';
+import { answeredWithin, NoAnswerInTime } from './answered-within.ts';
 
 /** A server answers a goodbye at once; a second is one that will not answer. */
 const GOODBYE_MS = 1_000;
 
-/** Whether `done` settled within `ms`. */
-async function settledWithin(done: Promise<unknown>, ms: number): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), ms);
-  });
-  try {
-    return await Promise.race([done.then(() => true), late]);
-  } finally {
-    clearTimeout(timer);
-  }
+/** Whether `done` settled within the goodbye's deadline (its own failure is thrown). */
+function settledInTime(done: Promise<unknown>): Promise<boolean> {
+  return answeredWithin(done, GOODBYE_MS).then(
+    () => true,
+    (error: unknown) => {
+      if (error instanceof NoAnswerInTime) return false;
+      throw error;
+    },
+  );
 }
 
 /** Ends `client`; past the deadline, drops its socket. Never rejects. */
 export async function endConnection(client: pg.Client): Promise<void> {
   const ended = client.end().catch(() => {});
-  if (await settledWithin(ended, GOODBYE_MS)) return;
+  if (await settledInTime(ended)) return;
   client.connection.stream.destroy();
   await ended;
 }
@@ -47,7 +46,7 @@ export async function endPool(pool: pg.Pool, clients: ReadonlySet<pg.Client>): P
     check();
   });
   const ended = Promise.all([pool.end(), allRemoved]);
-  if (await settledWithin(ended, GOODBYE_MS)) return;
+  if (await settledInTime(ended)) return;
   for (const client of clients) client.connection.stream.destroy();
   await ended;
 }

@@ -1,6 +1,7 @@
 // Replay selection: which finished deliveries a filter names. The dry run and the real run read
 // through this one WHERE clause, so what a dry run lists is what the real run restarts.
 
+import { PARKED_FOR_REVIEW } from './deliveries.ts';
 import type { Queryable } from './port.ts';
 import { createdBetween } from './time-ids.ts';
 
@@ -41,28 +42,22 @@ const MATCHED = `from delivery d join message m on m.id = d.message_id
     and ($4::text[] is null or d.message_id = any($4))
     and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$5', before: '$6', includeAfter: true })}`;
 
-/**
- * A failed delivery parked for review: unknown outcomes not yet reviewed, to an endpoint that is
- * not idempotent (one that is was retried through them, and dedupes a request sent again).
- */
-const UNREVIEWED = `exists (select 1 from delivery_failed f join endpoint e on e.id = f.endpoint_id
-  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and f.unknown_attempts > 0 and not e.idempotent)`;
-
 // What a replay selects: a delivery whose message's payload has passed its retention (or was
 // expunged) has nothing left to send — restarted, it would fail at once — so it is left as it is;
 // one awaiting review too, unless the selection includes those ($7).
 const SENDABLE = `${MATCHED} and m.payload is not null`;
-const FROM_WHERE = `${SENDABLE} and ($7 or not ${UNREVIEWED})`;
+const FROM_WHERE = `${SENDABLE} and ($7 or not ${PARKED_FOR_REVIEW})`;
 
-const params = (s: ReplaySelection) => [
+/** The filters' parameters ($1–$6), then whether parked deliveries are included ($7). */
+const matchParams = (s: ReplaySelection) => [
   s.states,
   s.appIds,
   s.endpointId,
   s.messageIds,
   s.since,
   s.until,
-  s.includeUnreviewed,
 ];
+const params = (s: ReplaySelection) => [...matchParams(s), s.includeUnreviewed];
 
 export async function countReplay(db: Queryable, s: ReplaySelection): Promise<number> {
   const result = await db.query<{ n: number }>(`select count(*)::int as n ${FROM_WHERE}`, params(s));
@@ -73,7 +68,7 @@ export async function countReplay(db: Queryable, s: ReplaySelection): Promise<nu
 export async function countPayloadGone(db: Queryable, s: ReplaySelection): Promise<number> {
   const result = await db.query<{ n: number }>(
     `select count(*)::int as n ${MATCHED} and m.payload is null`,
-    params(s).slice(0, 6),
+    matchParams(s),
   );
   return result.rows[0]!.n;
 }
@@ -81,8 +76,8 @@ export async function countPayloadGone(db: Queryable, s: ReplaySelection): Promi
 /** The deliveries the filters match that are parked for review: left, unless the selection includes them. */
 export async function countUnreviewed(db: Queryable, s: ReplaySelection): Promise<number> {
   const result = await db.query<{ n: number }>(
-    `select count(*)::int as n ${SENDABLE} and ${UNREVIEWED}`,
-    params(s).slice(0, 6),
+    `select count(*)::int as n ${SENDABLE} and ${PARKED_FOR_REVIEW}`,
+    matchParams(s),
   );
   return result.rows[0]!.n;
 }

@@ -8,6 +8,7 @@
 // or may have committed unseen — is not repeated behind the worker's back.
 
 import type { Logger } from 'pino';
+import { answeredWithin, NoAnswerInTime } from '../db/answered-within.ts';
 import {
   type AttemptResult,
   type ClaimedDelivery,
@@ -18,7 +19,6 @@ import {
 } from '../db/deliveries.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
-import { answeredWithin, NoAnswerInTime } from './answered-within.ts';
 
 export interface PendingResult {
   result: AttemptResult;

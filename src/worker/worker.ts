@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from 'pino';
 import type { SecretBox } from '../crypto/secret-box.ts';
+import { answeredWithin, NoAnswerInTime } from '../db/answered-within.ts';
 import { forgetOldAnswers } from '../db/api-idempotency.ts';
 import { TEND_BATCH, tendDeferred } from '../db/deferred-queue.ts';
 import {
@@ -28,7 +29,6 @@ import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
-import { answeredWithin, NoAnswerInTime } from './answered-within.ts';
 import { runAttempt } from './attempt.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';

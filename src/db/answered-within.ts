@@ -1,8 +1,8 @@
-// A bound on how long the worker waits for the database's answer to one try of a write. A
-// connection gone silent (a failover, a NAT's timeout: no reset) answers nothing until the client's
-// query deadline, which is as long as a lease: the worker goes on without it instead, while what
-// it sent may still run — every such write of the worker's is safe to be left behind (fencing, a
-// claim given back by its id).
+// A bound on how long to wait for the database's answer. A connection gone silent (a failover, a
+// NAT's timeout: no reset) answers nothing until the client's query deadline, which is as long as
+// a lease, or ever (a goodbye): the worker goes on without the answer to one try of a write instead,
+// while what it sent may still run — every such write of the worker's is safe to be left behind
+// (fencing, a claim given back by its id); a close drops the connection (pg-goodbye.ts).
 
 /** A try left behind: it may still run, and commit. */
 export class NoAnswerInTime extends Error {}
