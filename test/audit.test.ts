@@ -10,7 +10,7 @@ import { type AuditRow, listAuditForTarget } from '../src/db/audit.ts';
 import { createApp, publishVia } from './support/fixtures.ts';
 import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 const SECRET = `whsec_${randomBytes(24).toString('base64')}`;
 const ROTATED = `whsec_${randomBytes(32).toString('base64')}`;
@@ -199,13 +199,8 @@ test('two DELETEs of one endpoint at once: one deletes it and is audited, the ot
     await holder.query('begin');
     await holder.query('select 1 from endpoint where id = $1 for update', [ep.id]);
     const deletes = [call('DELETE', path), call('DELETE', path)];
-    await waitFor('both deletes to wait for the endpoint', async () => {
-      const { rows } = await t.database.db.query<{ n: number }>(
-        `select count(*)::int as n from pg_stat_activity
-          where wait_event_type = 'Lock' and query like 'delete from endpoint where id%'`,
-      );
-      return rows[0]!.n === 2;
-    });
+    // Both deletes wait for the endpoint.
+    await waitForLockWaiter(t.database.db, 'delete from endpoint where id', 10_000, 2);
     await holder.query('commit');
     const statuses = (await Promise.all(deletes)).map((answer) => answer.status).sort();
     assert.deepEqual(statuses, [204, 404]);

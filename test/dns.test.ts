@@ -33,10 +33,13 @@ let t: TestHerald;
 const originalLookup = dnsPromises.lookup;
 let pending: Array<() => void> = [];
 let slowLookups = 0;
+/** Every name this process's system resolver was asked for, in order. */
+const lookedUp: string[] = [];
 
 before(async () => {
   t = await startTestHerald('endpoint_dns', { worker: false });
   const held = (async (hostname: string, options: unknown) => {
+    lookedUp.push(hostname);
     if (hostname === MOVING_NAME)
       return [{ address: nameMoved ? '169.254.169.254' : '127.0.0.1', family: 4 }];
     if (hostname === PROMPT_NAME || hostname === CHECKED_NAME) return [{ address: '127.0.0.1', family: 4 }];
@@ -134,19 +137,19 @@ test('names not proven lately take at most half of the lookup threads; a proven 
   // ...while the proven name is looked up at once.
   assert.deepEqual(await systemResolver(PROMPT_NAME), loopback);
   assert.equal(slowLookups, UNPROVEN_LOOKUPS, 'the late lookup waits for a place');
-  // The name a registration check resolved waits as an unproven one does.
-  let checkedAnswered = false;
-  const checked = systemResolver(CHECKED_NAME).then((answer) => {
-    checkedAnswered = true;
-    return answer;
-  });
-  await new Promise((resolve) => setImmediate(resolve));
-  assert.equal(checkedAnswered, false, 'a registration check proves nothing');
+  // The name a registration check resolved waits as an unproven one does: behind the late one.
+  const checked = systemResolver(CHECKED_NAME);
+  const from = lookedUp.length;
   // A place frees up: the late one is looked up.
   pending.shift()!();
   await waitFor('the late lookup to start', () => slowLookups === UNPROVEN_LOOKUPS + 1);
   for (const release of pending) release();
   for (const answer of await Promise.all([...stuck, late, checked])) assert.deepEqual(answer, loopback);
+  assert.deepEqual(
+    lookedUp.slice(from),
+    [`late.${HELD_ZONE}`, CHECKED_NAME],
+    'a registration check proves nothing: its name waited its turn',
+  );
 });
 
 test('a repeated endpoint creation gets its kept answer even when its URL would be refused now', async () => {

@@ -5,16 +5,13 @@
 // clock is replaced for the test, the way a host's clock would be stepped.
 
 import assert from 'node:assert/strict';
-import { afterEach, test } from 'node:test';
+import { test } from 'node:test';
 import pino from 'pino';
 import { createNotifiedCache } from '../src/db/notified-cache.ts';
 import { freshDatabase } from './support/database.ts';
 import { waitFor } from './support/wait.ts';
 
 const realNow = Date.now;
-afterEach(() => {
-  Date.now = realNow;
-});
 
 test('an entry goes at the end of its age even when the wall clock steps back an hour meanwhile', async () => {
   const database = await freshDatabase('notified_cache_clock');

@@ -26,13 +26,15 @@ after(async () => {
   await database.drop();
 });
 
+/** The backend a transaction of the pool's runs on: which connection it had. */
+const backend = () =>
+  db.transaction(
+    async (tx) => (await tx.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid,
+  );
+
 test('a transaction that meets a named statement the server no longer has: the next one prepares it on a new connection', async () => {
   const named = () =>
     db.transaction((tx) => tx.query<{ one: number }>('select 1 as one', [], 'pooled_named'));
-  const backend = () =>
-    db.transaction(
-      async (tx) => (await tx.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid,
-    );
   await named();
   const first = await backend();
   // Behind the client's back, as a migration that changed a function's result or a pooler's
@@ -44,10 +46,6 @@ test('a transaction that meets a named statement the server no longer has: the n
 });
 
 test('a transaction that fails on its caller’s own error, or on a constraint, keeps its connection', async () => {
-  const backend = () =>
-    db.transaction(
-      async (tx) => (await tx.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid,
-    );
   const first = await backend();
   await assert.rejects(
     db.transaction(async () => {

@@ -57,6 +57,15 @@ async function replayAuditEntries(): Promise<AuditRow[]> {
   return rows;
 }
 
+/** Whether the endpoint's one delivery failed with unknown outcomes counted. */
+async function failedWithUnknown(endpointId: string): Promise<boolean> {
+  const rows = await t.database.db.query(
+    'select 1 from delivery_failed f where f.endpoint_id = $1 and f.unknown_attempts > 0',
+    [endpointId],
+  );
+  return rows.rowCount === 1;
+}
+
 const asAdmin = (body: unknown) =>
   t.call('POST', '/api/v1/replay', body, { authorization: `Bearer ${admin.key}` });
 
@@ -254,15 +263,8 @@ describe('replay', () => {
     const app = await createApp(t, 'uncertain');
     answers.set('/uncertain', 'destroy');
     const ep = await createEndpoint(t, app, { url: `${receiver.url}/uncertain`, idempotent: false });
-    const msg = await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
-    await waitFor('the delivery parked for review', async () => {
-      const rows = await t.database.db.query(
-        `select 1 from delivery_failed f join delivery d on d.id = f.delivery_id
-          where d.message_id = $1 and f.unknown_attempts > 0`,
-        [msg],
-      );
-      return rows.rowCount === 1;
-    });
+    await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
+    await waitFor('the delivery parked for review', () => failedWithUnknown(ep));
     const left = { state: 'failed', cycle: 1 };
     const stateOf = async () => {
       const [d] = await deliveriesOf(ep);
@@ -286,14 +288,11 @@ describe('replay', () => {
     });
     assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
     assert.deepEqual(await stateOf(), left);
-    const recoveredEntry = await t.database.db.query<{
-      details: { deliveries: number; leftForReview: number };
-    }>(`select details from audit_entry where action = 'endpoint.recovered' and target_id = $1`, [ep]);
+    const [recoveredEntry] = (await listAuditForTarget(t.database.db, ep)).filter(
+      (e) => e.action === 'endpoint.recovered',
+    );
     assert.deepEqual(
-      {
-        deliveries: recoveredEntry.rows[0]!.details.deliveries,
-        left: recoveredEntry.rows[0]!.details.leftForReview,
-      },
+      { deliveries: recoveredEntry!.details['deliveries'], left: recoveredEntry!.details['leftForReview'] },
       { deliveries: 0, left: 1 },
     );
 
@@ -316,13 +315,9 @@ describe('replay', () => {
     answers.set('/dedupes', 'destroy');
     const epIdem = await createEndpoint(t, dedupes, { url: `${receiver.url}/dedupes`, idempotent: true });
     await publishVia(t, dedupes, { eventType: 'e', payload: { n: 2 } });
-    await waitFor('the idempotent delivery to fail with its unknown outcomes', async () => {
-      const rows = await t.database.db.query(
-        `select 1 from delivery_failed f where f.endpoint_id = $1 and f.unknown_attempts > 0`,
-        [epIdem],
-      );
-      return rows.rowCount === 1;
-    });
+    await waitFor('the idempotent delivery to fail with its unknown outcomes', () =>
+      failedWithUnknown(epIdem),
+    );
     const idemDry = await asAdmin({ status: 'failed', app: 'uncertain-idempotent', cap: 10, dryRun: true });
     assert.deepEqual(
       { count: idemDry.body.count, unreviewed: idemDry.body.unreviewed },

@@ -28,24 +28,25 @@ export async function waitFor<T>(
 }
 
 /**
- * Waits until a statement of the database's (its text containing `statement`, or one of them)
- * waits for a lock, as one does behind a lock a test holds; resolves to its backend's pid.
+ * Waits until `count` statements of the database's (their text containing `statement`, or one of
+ * them) wait for a lock, as they do behind a lock a test holds; resolves to a waiting backend's pid.
  */
 export function waitForLockWaiter(
   db: Queryable,
   statement: string | readonly string[],
   timeoutMs = 10_000,
+  count = 1,
 ): Promise<number> {
   const statements = typeof statement === 'string' ? [statement] : statement;
   return waitFor(
-    `${statements.join(' or ')} to wait for a lock`,
+    `${count} of ${statements.join(' or ')} to wait for a lock`,
     async () => {
       const { rows } = await db.query<{ pid: number }>(
         `select pid from pg_stat_activity
           where datname = current_database() and wait_event_type = 'Lock' and query like any($1)`,
         [statements.map((text) => `%${text}%`)],
       );
-      return rows[0]?.pid;
+      return rows.length >= count ? rows[0]!.pid : undefined;
     },
     timeoutMs,
   );
