@@ -567,8 +567,8 @@ test('processes started with different operator secrets all start: past the rota
     const logger = pino({ level: 'error' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
     // Seven starts with seven secrets: the first sets it, five rotations fit (each keeps the one
     // before signing for a day), the seventh would pass the limit.
-    for (let n = 0; n < 7; n++) {
-      const secret = `whsec_${crypto.randomBytes(24).toString('base64')}`;
+    const secrets = Array.from({ length: 7 }, () => `whsec_${crypto.randomBytes(24).toString('base64')}`);
+    for (const secret of secrets) {
       const config = loadConfig(
         testEnv(own.database.url, { ...env, HERALD_OPERATOR_WEBHOOK_SECRET: secret }),
       );
@@ -579,6 +579,18 @@ test('processes started with different operator secrets all start: past the rota
       logged.some((line) => line.variable === 'HERALD_OPERATOR_WEBHOOK_SECRET'),
       JSON.stringify(logged),
     );
+    // Only the seventh was refused, and the sixth signs on.
+    assert.equal(
+      logged.filter((line) => line.msg.startsWith('the operational webhooks secret was not changed')).length,
+      1,
+      JSON.stringify(logged),
+    );
+    const [operatorEndpoint] = (await own.call('GET', `/api/v1/app/${OPERATOR_APP_UID}/endpoint`)).body.data;
+    const inUse = await own.call(
+      'GET',
+      `/api/v1/app/${OPERATOR_APP_UID}/endpoint/${operatorEndpoint.id}/secret`,
+    );
+    assert.equal(inUse.body.key, secrets[5]);
   } finally {
     await own.close();
   }
