@@ -209,6 +209,30 @@ test('a template with two fields side by side is refused, naming the field: noth
   assert.equal(rotated.body.businessKey, '{{body.a}}{{body.b}}');
 });
 
+test('two PATCHes of a source at once each keep what the other set', async () => {
+  const made = await createSource('patched-at-once');
+  const locker = new pg.Client({ connectionString: t.database.url });
+  await locker.connect();
+  try {
+    // Both PATCHes read the source, then wait behind this lock on its row.
+    await locker.query('begin');
+    await locker.query('select 1 from source where id = $1 for update', [made.body.id]);
+    const patches = [
+      t.call('PATCH', '/api/v1/source/patched-at-once', { eventType: 'ticket.reopened' }),
+      t.call('PATCH', '/api/v1/source/patched-at-once', { businessKey: 'pa:{{body.ticket}}' }),
+    ];
+    await waitForLockWaiter(t.database.db, ['from source where id', 'update source set'], 10_000, 2);
+    await locker.query('rollback');
+    for (const answer of await Promise.all(patches))
+      assert.equal(answer.status, 200, JSON.stringify(answer.body));
+  } finally {
+    await locker.end();
+  }
+  const source = await t.call('GET', '/api/v1/source/patched-at-once');
+  assert.equal(source.body.eventType, 'ticket.reopened');
+  assert.equal(source.body.businessKey, 'pa:{{body.ticket}}');
+});
+
 describe('claim and outbox', () => {
   test('a redelivery of a claimed id is a duplicate (2xx) even when the changed template makes no key of it', async () => {
     const made = await t.call('POST', '/api/v1/source', {

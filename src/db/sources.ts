@@ -52,6 +52,16 @@ export async function findSource(db: Queryable, idOrUid: string): Promise<Source
   return result.rows[0] ?? null;
 }
 
+/**
+ * The source's row, locked until the transaction ends: a change merged onto it cannot undo one
+ * that committed after the caller first read the source (two PATCHes of different fields at once
+ * each keep what the other set).
+ */
+export async function lockSource(tx: Queryable, id: string): Promise<SourceRow | null> {
+  const result = await tx.query<SourceRow>(`select ${COLUMNS} from source where id = $1 for update`, [id]);
+  return result.rows[0] ?? null;
+}
+
 export async function listSources(db: Queryable, appIds: readonly string[] | null): Promise<SourceRow[]> {
   const result = await db.query<SourceRow>(
     `select ${COLUMNS} from source where $1::text[] is null or app_id = any($1) order by id`,

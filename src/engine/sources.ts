@@ -8,6 +8,7 @@ import {
   insertSource,
   insertSourceSecret,
   liveSourceSecrets,
+  lockSource,
   MAX_OVERLAPPING_SOURCE_SECRETS,
   rotateSourceSecrets,
   type SourceFields,
@@ -22,7 +23,7 @@ import {
 } from '../inbound/business-key.ts';
 import { createVerifier, SchemeConfig } from '../inbound/verifiers/index.ts';
 import type { SourceIn } from '../schemas/sources.ts';
-import { requireApp } from './apps.ts';
+import { assertAppAllowed, requireApp } from './apps.ts';
 import type { Actor, Core } from './core.ts';
 
 export const DEFAULT_SECRET_OVERLAP_SECONDS = 24 * 3600;
@@ -116,9 +117,14 @@ export async function changeSource(
   core: Core,
   tx: Queryable,
   actor: Actor,
-  current: SourceRow,
+  sourceId: string,
   patch: Partial<SourceIn> & { secretOverlapSeconds?: number },
 ): Promise<SourceRow> {
+  // Read again under its lock: the row the caller read may be stale, and a merge onto it would
+  // silently undo a change that committed since.
+  const current = await lockSource(tx, sourceId);
+  if (!current) throw notFound('source');
+  assertAppAllowed(actor, current.appId, 'source');
   const merged: SourceIn = {
     uid: patch.uid === undefined ? current.uid : patch.uid,
     scheme: patch.scheme ?? (current.scheme as SourceIn['scheme']),

@@ -63,7 +63,7 @@ export const sourceRoutes =
       const patch = parseOrThrow(SourcePatch, request.body);
       const current = await load(request.actor, request.params.source_id);
       const updated = await db
-        .transaction((tx) => changeSource(core, tx, request.actor, current, patch))
+        .transaction((tx) => changeSource(core, tx, request.actor, current.id, patch))
         .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
       core.metrics.sourcesKnown([sourceLabel(updated)]);
       return presentSource(updated);
