@@ -456,6 +456,26 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'schemas'],
     },
     {
+      name: 'source business key with NUL',
+      method: 'POST',
+      path: '/api/v1/source',
+      body: {
+        scheme: 'github',
+        secret: 'gh-secret-1',
+        app: 'acme',
+        eventType: 'push',
+        businessKey: 'a\u0000',
+      },
+      loc: ['body', 'businessKey'],
+    },
+    {
+      name: 'source settings with NUL',
+      method: 'POST',
+      path: '/api/v1/source',
+      body: { scheme: 'gcp-pubsub', settings: { audience: 'a\u0000' }, app: 'acme', eventType: 'push' },
+      loc: ['body', 'settings'],
+    },
+    {
       name: 'headers: webhook-id is herald’s',
       method: 'PUT',
       path: '/api/v1/app/acme/endpoint/ep-1/headers',

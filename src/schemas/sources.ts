@@ -1,9 +1,10 @@
 // Request schemas of herald's inbound source API (/api/v1/source).
 
 import { z } from 'zod';
+import { NUL_REFUSED, text, withoutNul } from './text.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
-const secret = z.string().min(8).max(4096);
+const secret = text().min(8).max(4096);
 
 export const SourceIn = z.object({
   uid: z.string().min(1).max(256).regex(IDENT, 'only letters, digits, - _ and .').nullish(),
@@ -18,12 +19,12 @@ export const SourceIn = z.object({
     'aws-sns',
   ]),
   /** Scheme settings (see the README); validated per scheme. */
-  settings: z.record(z.string(), z.unknown()).optional(),
+  settings: z.record(z.string(), z.unknown()).refine(withoutNul, NUL_REFUSED).optional(),
   /** One secret, or several that all verify (a provider's rotation overlap). */
   secret: z.union([secret, z.array(secret).min(1).max(5)]).nullish(),
-  app: z.string().min(1).max(256),
+  app: text().min(1).max(256),
   eventType: z.string().min(1).max(256).regex(IDENT, 'only letters, digits, - _ and .'),
-  businessKey: z.string().min(1).max(512).optional(),
+  businessKey: text().min(1).max(512).optional(),
   retentionDays: z.number().int().min(1).max(90).nullish(),
 });
 export type SourceIn = z.infer<typeof SourceIn>;

@@ -3,14 +3,12 @@
 
 import { z } from 'zod';
 import { isValidEndpointSecret, withSecretPrefix } from '../signing/standard-webhooks.ts';
+import { NUL_REFUSED, text, withoutNul } from './text.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
 const ident = (max: number) => z.string().min(1).max(max).regex(IDENT, 'only letters, digits, - _ and .');
 /** A uid: what a path segment must look like when PUT creates an object under it. */
 export const Uid = ident(256);
-// PostgreSQL text and jsonb cannot hold U+0000: refuse it here, naming the field, not in the INSERT.
-const NO_NUL = /^[^\0]*$/;
-const text = () => z.string().regex(NO_NUL, 'must not contain NUL characters');
 const metadata = z.record(text(), text());
 // The pattern alone lets through text that is not canonical base64 (e.g. 33 'A's), which no
 // worker could decode into a signing key: require what signing needs (24 to 75 bytes).
@@ -29,13 +27,6 @@ const notSupported = (why: string) =>
     .refine((v) => v === undefined || v === null, why)
     .optional()
     .describe(`Not supported: ${why}`);
-
-const hasNul = (value: unknown): boolean =>
-  typeof value === 'string'
-    ? value.includes('\0')
-    : typeof value === 'object' && value !== null
-      ? Object.entries(value).some(([k, v]) => k.includes('\0') || hasNul(v))
-      : false;
 
 export const ApplicationIn = z.object({
   // herald: days message payloads are kept when a publisher does not say (default 90).
@@ -67,10 +58,7 @@ export const EventTypeIn = z.object({
   // Newer SDKs' fields, refused by name rather than dropped.
   featureFlags: notSupported('herald keeps one featureFlag per event type'),
   groupName: notSupported('herald does not group event types'),
-  schemas: z
-    .record(z.string(), z.record(z.string(), z.unknown()))
-    .refine((v) => !hasNul(v), 'must not contain NUL characters')
-    .nullish(),
+  schemas: z.record(z.string(), z.record(z.string(), z.unknown())).refine(withoutNul, NUL_REFUSED).nullish(),
 });
 export const EventTypeUpdate = EventTypeIn.omit({ name: true });
 export const EventTypePatch = EventTypeUpdate.partial();
