@@ -177,6 +177,25 @@ describe('verification happens before anything is stored', () => {
   });
 });
 
+test('a verified delivery refused for want of a business key is logged with its delivery id, the only record of it', async () => {
+  const { proc, apiUrl } = await startHerald('api', testEnv(t.database.url, { LOG_LEVEL: 'info' }));
+  try {
+    assert.ok(apiUrl);
+    const noAction = '{"ticket":7}';
+    const refused = await deliver(signed('evt_logged_nokey', noAction), noAction, 'helpdesk', apiUrl);
+    assert.equal(refused.status, 400);
+    const record = await proc.waitForLog(/a verified delivery was refused/);
+    assert.equal(record['deliveryId'], 'evt_logged_nokey');
+    assert.match(String(record['why']), /\{\{body\.action\}\} is missing/);
+    // A forged request is refused before it: nothing of it reaches the log.
+    const forged = await deliver(signed('evt_forged_nokey', noAction), '{"ticket":8}', 'helpdesk', apiUrl);
+    assert.equal(forged.status, 401);
+    assert.ok(!proc.stdout.includes('evt_forged_nokey'), proc.describe());
+  } finally {
+    await proc.kill('SIGTERM');
+  }
+});
+
 test('a template with two fields side by side is refused, naming the field: nothing would tell their values apart', async () => {
   const source = (uid: string, businessKey: string) => ({
     uid,

@@ -267,6 +267,13 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       // template changed since, or reads a header retries do not carry): it keeps its claim's key.
       const missingKey = (why: string): never => {
         deps.metrics?.intake(label, 'rejected');
+        // An authentic event refused, and nothing stored: many providers never send it again. The
+        // log is where an operator finds which one to ask for (a delivery id is visible ASCII,
+        // and a forged request never gets this far, so it cannot flood the log).
+        deps.log.warn(
+          { sourceId: source.id, deliveryId: verdict.deliveryId, why },
+          'a verified delivery was refused: the business-key template made no key of it (400 missing_business_key); ask the provider to redeliver it once the template is fixed',
+        );
         throw new HeraldError(
           'missing_business_key',
           `no business key from the template ${source.businessKey}: ${why}`,
