@@ -141,6 +141,33 @@ test('history retention deletes a claim with its message, and its observations: 
   await assertHealthy();
 });
 
+test('an app deleted with its messages leaves no claim that looks as if it never produced one', async () => {
+  // A source relayed into this app, then moved to another; the app's deletion took its messages.
+  const gone = await createApp(t, 'closed-clinic');
+  const source = await t.call('POST', '/api/v1/source', {
+    uid: 'moved-feed',
+    scheme: 'standard-webhooks',
+    secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
+    app: gone,
+    eventType: 'lab.result',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  const message = await publishVia(t, gone, { eventType: 'lab.result', payload: { n: 1 } });
+  await sql(
+    `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, claimed_at)
+     values ($1, $2, 'evt_moved', 'evt_moved', '\\x00', $3, now() - interval '2 minutes')`,
+    [source.body.id, gone, message],
+  );
+  const moved = await t.call('PATCH', '/api/v1/source/moved-feed', { app: 'clinic' });
+  assert.equal(moved.status, 200, JSON.stringify(moved.body));
+  assert.equal((await t.call('DELETE', `/api/v1/app/${gone}`)).status, 204);
+  const left = await sql<{ messageId: string | null }>(
+    `select message_id as "messageId" from intake where delivery_id = 'evt_moved'`,
+  );
+  assert.deepEqual(left.rows, [{ messageId: null }], 'the claim stays, its message gone with the app');
+  await assertHealthy();
+});
+
 test('a message whose fan-out is missing; a message no endpoint wanted is not one', async () => {
   endpoint = await createEndpoint(t, app, { url: `${receiver.url}/lab`, filterTypes: ['lab.ready'] });
   message = await publishVia(t, app, { eventType: 'lab.ready', payload: { sample: 1 } });

@@ -68,12 +68,13 @@ const CHECKS: Check[] = [
     // Claim and message are committed in one transaction, and history retention deletes them
     // together, so any such row is a defect (or a hand edit): the sender was acknowledged and
     // nothing will be delivered. A claim younger than the message history retention deleted stays,
-    // marked (retention.ts).
+    // marked (retention.ts). Nor is a claim whose app was deleted: its messages went with it.
     name: 'intake_without_message',
     sql: (t) => ({
       text: `select i.id, i.claimed_at as t from intake i
               where i.id >= ${firstIdAt('in', 'now() - make_interval(secs => $2)')}
                 and i.message_id is null and i.message_pruned_at is null
+                and exists (select 1 from app a where a.id = i.app_id)
                 and i.claimed_at < now() - make_interval(secs => $1)`,
       params: [t.settleSeconds, t.lookbackSeconds],
     }),
