@@ -420,6 +420,7 @@ describe('every answer matches the schema documented for its status', () => {
     assert.equal((await call('v1.message-attempt.resend', { params: resend })).status, 202);
     const since = new Date(Date.now() - 3600_000).toISOString();
     assert.equal((await call('v1.endpoint.recover', { params: ep, body: { since } })).status, 202);
+    assert.equal((await call('v1.endpoint.replay-missing', { params: ep, body: { since } })).status, 202);
     const exampleType = {
       name: 'example.sent',
       description: 'An example',

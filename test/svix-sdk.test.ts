@@ -743,6 +743,46 @@ describe('svix SDK against herald', () => {
     assert.equal(failures.data.length, 3);
   });
 
+  test('replayMissing: an endpoint created later gets the earlier messages it matches, once, signed', async () => {
+    await svix.application.create({ name: 'Replay missing', uid: 'late-app' });
+    const early = await svix.message.create('late-app', { eventType: 'late.match', payload: { n: 1 } });
+    await svix.message.create('late-app', { eventType: 'late.other', payload: { n: 2 } });
+    const secret = newSecret();
+    const endpoint = await svix.endpoint.create('late-app', {
+      url: `${receiver.url}/late`,
+      filterTypes: ['late.match'],
+      secret,
+    });
+    const later = await svix.message.create('late-app', { eventType: 'late.match', payload: { n: 3 } });
+    await waitFor('the message published after the endpoint', () => requestsTo('/late').length === 1);
+
+    const replayed = await svix.endpoint.replayMissing('late-app', endpoint.id, {
+      since: new Date(Date.now() - 3600_000),
+    });
+    assert.equal(typeof replayed.id, 'string');
+    assert.equal(replayed.task, 'endpoint.replay');
+    assert.equal(replayed.status, 'finished');
+    assertDate(replayed.updatedAt, 'updatedAt');
+    const [, missed] = await waitFor('the missed message', () => {
+      const got = requestsTo('/late');
+      return got.length === 2 && got;
+    });
+    // Signed with the endpoint's secret, under the message's own id.
+    const verified = new Webhook(secret).verify(missed!.body, webhookHeaders(missed!)) as { n: number };
+    assert.deepEqual(verified, { n: 1 });
+    assert.equal(missed!.headers['webhook-id'], early.id);
+    // Again: nothing is missing any more, and nothing is routed twice.
+    await svix.endpoint.replayMissing('late-app', endpoint.id, { since: new Date(Date.now() - 3600_000) });
+    const routed = await t.database.db.query<{ messageId: string }>(
+      'select message_id as "messageId" from delivery where endpoint_id = $1 order by message_id',
+      [endpoint.id],
+    );
+    assert.deepEqual(
+      routed.rows.map((r) => r.messageId),
+      [early.id, later.id].sort(),
+    );
+  });
+
   test('errors come back as ApiException with Svix-shaped bodies', async () => {
     const missing = await rejectsWith(404, () => svix.application.get('no-such-app'));
     assert.equal((missing.body as { code: string }).code, 'not_found');

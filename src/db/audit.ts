@@ -3,6 +3,12 @@
 
 import type { Queryable } from './port.ts';
 
+/**
+ * The audit action of a message sent as an example to one endpoint: it went to that endpoint
+ * alone, whatever else its event type matches, and is never routed to another.
+ */
+export const EXAMPLE_SENT = 'message.example_sent';
+
 export interface AuditFact {
   actor: string;
   action: string;

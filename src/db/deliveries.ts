@@ -4,7 +4,9 @@
 import type { DeliveryState } from '../domain/message-status.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
+import { EXAMPLE_SENT } from './audit.ts';
 import type { Queryable } from './port.ts';
+import { createdBetween } from './time-ids.ts';
 
 export interface ClaimedDelivery {
   deliveryId: string;
@@ -476,6 +478,47 @@ export async function recoverFailedDeliveries(
   );
   if (result.rowCount > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
   return { restarted: result.rowCount, leftForReview: left.rows[0]!.n };
+}
+
+/**
+ * Svix's replay-missing: a delivery to the endpoint, due now, for each message of its app created
+ * in the window that it matches today (event types, channels) and was never routed to it — one
+ * published before the endpoint existed, or while its filters left it out. A message already
+ * routed to it is not sent again (recover and resend restart those), nor one sent as an example
+ * to another endpoint alone, nor one whose payload is gone: it has nothing left to send. The
+ * messages are held for key share, as a restart holds its message, so that history retention
+ * neither deletes one under the insert nor misses one that committed; a replay beside another
+ * inserts each delivery once (the unique message × endpoint key). Returns how many it made.
+ */
+export async function replayMissingDeliveries(
+  db: Queryable,
+  endpointId: string,
+  since: Date,
+  until: Date | null,
+): Promise<number> {
+  const result = await db.query<{ n: number }>(
+    `with missing as (
+       insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
+       select m.app_id, m.id, e.id, now(), 'manual'
+         from endpoint e join message m on m.app_id = e.app_id
+        where e.id = $1
+          and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$2', before: '$3', includeAfter: true })}
+          and m.payload is not null
+          and (e.filter_types is null or m.event_type = any(e.filter_types))
+          and (e.channels is null or e.channels && coalesce(m.channels, '{}'))
+          and not exists (select 1 from delivery d where d.message_id = m.id and d.endpoint_id = e.id)
+          and not exists (select 1 from audit_entry a where a.target_id = m.id and a.action = $4)
+        order by m.id
+          for key share of m, e
+       on conflict (message_id, endpoint_id) do nothing
+       returning 1
+     )
+     select count(*)::int as n from missing`,
+    [endpointId, since, until, EXAMPLE_SENT],
+  );
+  const made = result.rows[0]!.n;
+  if (made > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
+  return made;
 }
 
 export interface RestartedDelivery {

@@ -3,7 +3,7 @@
 
 import crypto from 'node:crypto';
 import { type AppRow, findApp, insertAppIfAbsent } from '../db/apps.ts';
-import { recordAudit } from '../db/audit.ts';
+import { EXAMPLE_SENT, recordAudit } from '../db/audit.ts';
 import { findEventType } from '../db/event-types.ts';
 import { INTAKE_KEY_PREFIX } from '../db/intake.ts';
 import {
@@ -293,9 +293,6 @@ export async function publishExample(
 /** Svix's test event: an example of it is sent without an event type registered. */
 const PING_EVENT_TYPE = 'svix.ping';
 const PING_PAYLOAD = { success: true };
-
-/** The audit action of a message sent as an example to one endpoint. */
-export const EXAMPLE_SENT = 'message.example_sent';
 
 /**
  * Example `index` of the highest schema version ("1", "2", …): of its `examples`, or with index 0

@@ -3,11 +3,11 @@
 // with its count, its oldest age and a few ids to start from. Read-only: it repairs nothing, so
 // it is safe to run from cron or a probe against a live system. Every check is one query.
 
+import { EXAMPLE_SENT } from '../db/audit.ts';
 import { UNSERVED_SINCE } from '../db/deliveries.ts';
 import { migrationState } from '../db/migrate.ts';
 import type { Queryable } from '../db/port.ts';
 import { firstIdAt } from '../db/time-ids.ts';
-import { EXAMPLE_SENT } from '../engine/publish.ts';
 
 export interface DoctorThresholds {
   /** Rows younger than this may still be mid-write (claim → message, endpoint → fan-out). */

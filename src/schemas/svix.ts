@@ -123,10 +123,16 @@ export const EndpointHeadersPatchIn = z.object({
   deleteHeaders: z.array(z.string()).optional(),
 });
 
-export const RecoverIn = z.object({
+/** A window of message creation times: from `since` (inclusive) until `until` (exclusive). */
+const window = {
   since: z.iso.datetime({ offset: true }),
   until: z.iso.datetime({ offset: true }).nullish(),
-});
+};
+
+export const RecoverIn = z.object(window);
+
+/** Svix's ReplayIn, of replay-missing (herald's own ReplayIn is /api/v1/replay's). */
+export const ReplayMissingIn = z.object(window);
 
 export const MessageIn = z.object({
   eventType: ident(256),

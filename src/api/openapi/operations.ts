@@ -24,6 +24,7 @@ import {
   EventTypeUpdate,
   MessageIn,
   RecoverIn,
+  ReplayMissingIn,
 } from '../../schemas/svix.ts';
 import { ListQuery, StatsQuery } from '../query.ts';
 import * as out from './responses.ts';
@@ -77,6 +78,7 @@ export const REQUEST_SCHEMAS = {
   EndpointHeadersIn,
   EndpointHeadersPatchIn,
   RecoverIn,
+  ReplayMissingIn,
   EventExampleIn,
   MessageIn,
   ApiKeyIn,
@@ -96,6 +98,7 @@ export const RESPONSE_SCHEMAS = {
   EndpointSecretOut: out.EndpointSecretOut,
   EndpointStats: out.EndpointStats,
   RecoverOut: out.RecoverOut,
+  ReplayMissingOut: out.ReplayMissingOut,
   MessageOut: out.MessageOut,
   ListResponse_MessageOut_: out.ListResponse_MessageOut_,
   MessageAttemptOut: out.MessageAttemptOut,
@@ -473,6 +476,18 @@ export const OPERATIONS: Operation[] = [
     body: RecoverIn,
     headers: answerOnceKey,
     responses: { 202: one('Done by the time of the answer', out.RecoverOut) },
+  },
+  {
+    method: 'POST',
+    path: '/api/v1/app/{app_id}/endpoint/{endpoint_id}/replay-missing',
+    operationId: 'v1.endpoint.replay-missing',
+    tag: 'Endpoint',
+    summary: 'Replay Missing Webhooks',
+    description:
+      'A delivery, due now, for every message of the app created since `since` (until `until`) that the endpoint matches today (event types, channels) and was never routed to — published before the endpoint existed, or while its filters left it out. Messages routed to it already are not sent again (see recover and resend), nor examples sent to another endpoint, nor those whose payload is gone.',
+    body: ReplayMissingIn,
+    headers: answerOnceKey,
+    responses: { 202: one('Done by the time of the answer', out.ReplayMissingOut) },
   },
   {
     method: 'POST',

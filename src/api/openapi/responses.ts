@@ -156,6 +156,14 @@ export const RecoverOut = z.object({
   deliveries: z.number().int().describe('herald: deliveries given a new cycle (recovery is done on answer)'),
 });
 
+export const ReplayMissingOut = z.object({
+  id: z.string(),
+  status: z.enum(['finished']).describe('The replay is done when herald answers'),
+  task: z.enum(['endpoint.replay']),
+  updatedAt: timestamp,
+  deliveries: z.number().int().describe('herald: deliveries made for the messages the endpoint missed'),
+});
+
 export const EmptyResponse = z.object({});
 
 export const ApiKeyOut = z.object({

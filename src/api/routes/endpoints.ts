@@ -1,8 +1,8 @@
-// Endpoints: /api/v1/app/{app_id}/endpoint[/{endpoint_id}[/secret|/headers|/recover|/stats]].
+// Endpoints: /api/v1/app/{app_id}/endpoint[/{endpoint_id}[/secret|/headers|/recover|/replay-missing|/stats]].
 
 import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
-import { liftEndpointPause, recoverFailedDeliveries } from '../../db/deliveries.ts';
+import { liftEndpointPause, recoverFailedDeliveries, replayMissingDeliveries } from '../../db/deliveries.ts';
 import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
@@ -32,6 +32,7 @@ import {
   EndpointUpdate,
   EventExampleIn,
   RecoverIn,
+  ReplayMissingIn,
 } from '../../schemas/svix.ts';
 import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
@@ -264,6 +265,39 @@ export const endpointRoutes =
               id: `qtask_${randomUUID().replaceAll('-', '')}`,
               status: 'finished',
               task: 'endpoint.recover',
+              updatedAt: new Date(),
+              deliveries: n,
+            },
+          };
+        });
+      },
+    );
+
+    app.post<{ Params: EpParams }>(
+      '/api/v1/app/:app_id/endpoint/:endpoint_id/replay-missing',
+      async (request, reply) => {
+        const input = parseOrThrow(ReplayMissingIn, request.body);
+        const { endpoint } = await load(request.actor, request.params);
+        return answerOnce(core, request, reply, async (tx) => {
+          const n = await replayMissingDeliveries(
+            tx,
+            endpoint.id,
+            new Date(input.since),
+            input.until ? new Date(input.until) : null,
+          );
+          await audit(tx, request.actor, 'endpoint.missing_replayed', endpoint, {
+            since: input.since,
+            until: input.until ?? null,
+            deliveries: n,
+          });
+          // As a recovery's: sent now, not after a rest the endpoint's failures imposed.
+          if (n > 0) await liftEndpointPause(tx, endpoint.id);
+          return {
+            status: 202,
+            body: {
+              id: `qtask_${randomUUID().replaceAll('-', '')}`,
+              status: 'finished',
+              task: 'endpoint.replay',
               updatedAt: new Date(),
               deliveries: n,
             },
