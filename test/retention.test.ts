@@ -9,10 +9,13 @@ import { restartDeliveries } from '../src/db/deliveries.ts';
 import { asQueryable } from '../src/db/port.ts';
 import {
   expireOldPayloads,
+  newHistoryWalk,
   pruneFinishedHistory,
+  pruneHistoryBatch,
   pruneOldClaims,
   retentionPass,
 } from '../src/db/retention.ts';
+import { steadyNow } from '../src/domain/steady-clock.ts';
 import { runDoctor } from '../src/ops/doctor.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
@@ -426,4 +429,61 @@ test('a batch of history pruning is bounded by its messages’ deliveries too, a
   assert.ok(pass.pruned >= 2, JSON.stringify(pass));
   assert.equal(pass.behind, false);
   assert.deepEqual(await left(), []);
+});
+
+test('history pruning walks past the kept messages once a sweep, not at every batch: each batch bounded, the walk resumed from pass to pass', async () => {
+  const appId = await createApp(t, 'kept-prefix');
+  const ep = await createEndpoint(t, 'kept-prefix', { url: `${receiver.url}/kept-prefix` });
+  const daysAgo = (days: number, n: number) => idMintedAt('msg', Date.now() - days * 86_400_000, n);
+  // At the old end of the history: 30 messages kept (a delivery waiting a day to retry), then 10
+  // finished ones.
+  const kept = Array.from({ length: 30 }, (_, i) => daysAgo(70, i));
+  const finished = Array.from({ length: 10 }, (_, i) => daysAgo(69, i));
+  await t.database.db.query(
+    `with m as (
+       insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+       select id, $1, 'e', '{}', now() + interval '1 day', now() - interval '69 days' from unnest($3::text[]) id
+       returning id
+     )
+     insert into delivery (app_id, message_id, endpoint_id, state, next_attempt_at, attempts_in_cycle, attempts_total)
+     select $1, m.id, $2, case when m.id = any($4) then 'pending' else 'succeeded' end,
+            case when m.id = any($4) then now() + interval '1 day' end, 1, 1
+       from m`,
+    [appId, ep, [...kept, ...finished], kept],
+  );
+  const left = async (ids: string[]) =>
+    (await t.database.db.query('select 1 from message where id = any($1)', [ids])).rowCount;
+  const batch = { messages: 100, deliveries: 10_000, walk: 20 };
+  const from = daysAgo(71, 0);
+
+  // A batch walks past 20 old messages at most: the first 20 kept ones, nothing to prune.
+  const first = await t.database.db.transaction((tx) => pruneHistoryBatch(tx, 30, batch, from));
+  assert.deepEqual(first, { pruned: 0, walkedTo: kept[19], more: true });
+  // The next one goes on from there: the last 10 kept, then the 10 finished.
+  const second = await t.database.db.transaction((tx) => pruneHistoryBatch(tx, 30, batch, first.walkedTo!));
+  assert.equal(second.pruned, 10);
+  assert.equal(second.walkedTo, finished[9]);
+  assert.equal(await left(finished), 0);
+
+  // A pass sweeps to the newest old message and keeps its place for the next pass.
+  const walk = newHistoryWalk(60_000);
+  await retentionPass(t.database.db, { historyRetentionDays: 30, budgetMs: 60_000, historyWalk: walk });
+  assert.notEqual(walk.sweptAt, null, 'the sweep reached the newest old message');
+  assert.ok(walk.after > finished[9]!, walk.after);
+  // The kept messages finish. The passes within the sweep's interval walk on from where it ended.
+  await t.database.db.query(
+    `update delivery set state = 'succeeded', next_attempt_at = null where message_id = any($1)`,
+    [kept],
+  );
+  await retentionPass(t.database.db, { historyRetentionDays: 30, budgetMs: 60_000, historyWalk: walk });
+  assert.equal(await left(kept), 30, 'not walked again before the next sweep');
+  // The next sweep starts from the oldest, and takes them.
+  walk.sweptAt = steadyNow() - 60_000;
+  const swept = await retentionPass(t.database.db, {
+    historyRetentionDays: 30,
+    budgetMs: 60_000,
+    historyWalk: walk,
+  });
+  assert.ok(swept.pruned >= 30, JSON.stringify(swept));
+  assert.equal(await left(kept), 0);
 });

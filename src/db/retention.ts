@@ -12,9 +12,12 @@ import { firstIdAt } from './time-ids.ts';
  * an attempt whose outcome is unknown (invariant: the evidence stays until someone has looked at
  * it; resending it or acknowledging it ends the parking, and `herald doctor` lists it until then).
  */
-const KEPT = `(exists (select 1 from delivery d where d.message_id = m.id and d.state in ('pending', 'sending'))
-  or exists (select 1 from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
-              where d.message_id = m.id and f.unknown_attempts > 0))`;
+function kept(id: string): string {
+  return `(exists (select 1 from delivery d where d.message_id = ${id} and d.state in ('pending', 'sending'))
+    or exists (select 1 from delivery d join delivery_failed f on (f.endpoint_id, f.delivery_id) = (d.endpoint_id, d.id)
+                where d.message_id = ${id} and f.unknown_attempts > 0))`;
+}
+const KEPT = kept('m.id');
 
 /** Rows per retention statement: small batches keep locks short. */
 export const RETENTION_BATCH = 1000;
@@ -30,25 +33,40 @@ export const RETENTION_BATCH = 1000;
 export interface PruneBatch {
   messages: number;
   deliveries: number;
+  /**
+   * Old messages a batch walks past at most, kept ones included: the walk is bounded however many
+   * messages are kept at the old end of the history (a disabled endpoint's backlog, deliveries
+   * parked for review), and a statement never walks all of them.
+   */
+  walk?: number;
 }
 
-export const PRUNE_BATCH: PruneBatch = { messages: RETENTION_BATCH, deliveries: 10_000 };
+export const PRUNE_BATCH: PruneBatch = { messages: RETENTION_BATCH, deliveries: 10_000, walk: 10_000 };
 
-/** SQL: the old messages, not kept, in id order (the condition on `m` that every step of the walk applies). */
-const OLD_AND_FINISHED = `m.id < ${firstIdAt('msg', 'now() - make_interval(days => $1)')}
-  and m.created_at < now() - make_interval(days => $1)
-  and not ${KEPT}`;
+/** SQL: the messages older than `$1` days, by their id (the primary key's first entries) and their time. */
+const OLD = `m.id < ${firstIdAt('msg', 'now() - make_interval(days => $1)')}
+  and m.created_at < now() - make_interval(days => $1)`;
+
+/** One batch of history pruning, and where its walk stopped. */
+export interface PrunedBatch {
+  /** Messages deleted. */
+  pruned: number;
+  /** The last old message the walk passed, kept or not; null when it found none after `after`. */
+  walkedTo: string | null;
+  /** Older messages lie beyond `walkedTo`: the walk stopped at the batch's bounds, not the end. */
+  more: boolean;
+}
 
 /**
- * Deletes the old finished messages that one batch takes (`PruneBatch`), with their deliveries and
- * attempts (foreign keys cascade), the inbound claims older than `days` that relayed them, with
- * every receipt observed (so herald remembers an inbound delivery id for `days`: one redelivered
- * later is a new event, as a publish's idempotency key is forgotten with its message), and the
- * audit entry of their creation (one per message; an operator's actions on a message stay in the
- * audit log). Returns how many messages it deleted. A younger claim — a delivery id that joined
- * the old message by its business key — stays, marked `message_pruned_at` so that nobody takes it
- * for a claim that never made its message, until pruneOldClaims takes it. Opt-in: by default
- * herald keeps the history, which is its audit trail.
+ * Deletes the old finished messages that one batch takes (`PruneBatch`) after the message id
+ * `after` ('' from the oldest), with their deliveries and attempts (foreign keys cascade), the
+ * inbound claims older than `days` that relayed them, with every receipt observed (so herald
+ * remembers an inbound delivery id for `days`: one redelivered later is a new event, as a
+ * publish's idempotency key is forgotten with its message), and the audit entry of their creation
+ * (one per message; an operator's actions on a message stay in the audit log). A younger claim —
+ * a delivery id that joined the old message by its business key — stays, marked
+ * `message_pruned_at` so that nobody takes it for a claim that never made its message, until
+ * pruneOldClaims takes it. Opt-in: by default herald keeps the history, which is its audit trail.
  *
  * Run it in a transaction (`db.transaction`): it walks to the old messages, locks them, then
  * deletes those still finished as a statement that starts after the locks were taken sees them. A
@@ -58,32 +76,47 @@ const OLD_AND_FINISHED = `m.id < ${firstIdAt('msg', 'now() - make_interval(days 
  * judged "finished" on a snapshot taken before it waited for its locks, and could delete a
  * delivery a replay had just restarted, with the lease a worker held on it.
  */
-export async function pruneFinishedHistory(
+export async function pruneHistoryBatch(
   tx: Queryable,
   days: number,
-  batch: PruneBatch = PRUNE_BATCH,
-): Promise<number> {
+  batch: PruneBatch,
+  after: string,
+): Promise<PrunedBatch> {
   // The old messages are the first ids of the primary key (time-ids.ts): a walk that stops at
   // the cutoff's id, never a read of the whole history. It goes one message at a time, adding up
-  // their deliveries (by the (message, endpoint) key), and stops at the batch's bound.
-  const walked = await tx.query<{ id: string }>(
-    `with recursive walk (id, deliveries) as (
-       (select m.id, (select count(*) from delivery d where d.message_id = m.id)
-          from message m where ${OLD_AND_FINISHED}
-         order by m.id limit 1)
+  // the finished ones' deliveries (by the (message, endpoint) key), and stops at the batch's
+  // bounds: its messages, their deliveries, or the old messages walked past.
+  const step = (id: string) => `cross join lateral (select not ${kept(id)} as finished) f
+     cross join lateral (select case when f.finished then (select count(*) from delivery d where d.message_id = ${id})
+                                     else 0 end as n) c`;
+  const walked = await tx.query<{ id: string; finished: boolean }>(
+    `with recursive walk (id, finished, deliveries, taken, passed) as (
+       (select m.id, f.finished, c.n, f.finished::int, 1
+          from (select m.id from message m where m.id > $2 and ${OLD} order by m.id limit 1) m
+          ${step('m.id')})
        union all
-       (select next.id, walk.deliveries + (select count(*) from delivery d where d.message_id = next.id)
-          from walk, lateral (select m.id from message m where m.id > walk.id and ${OLD_AND_FINISHED}
+       (select next.id, f.finished, walk.deliveries + c.n, walk.taken + f.finished::int, walk.passed + 1
+          from walk
+          cross join lateral (select m.id from message m where m.id > walk.id and ${OLD}
                                order by m.id limit 1) next
-         where walk.deliveries < $3)
+          ${step('next.id')}
+         where walk.deliveries < $4 and walk.taken < $3 and walk.passed < $5)
      )
-     select id from walk limit $2`,
-    [days, batch.messages, batch.deliveries],
+     select id, finished from walk`,
+    [days, after, batch.messages, batch.deliveries, batch.walk ?? PRUNE_BATCH.walk],
   );
-  if (walked.rowCount === 0) return 0;
+  const walkedTo = walked.rows.at(-1)?.id ?? null;
+  if (walkedTo === null) return { pruned: 0, walkedTo, more: false };
+  const beyond = await tx.query(`select 1 from message m where m.id > $2 and ${OLD} limit 1`, [
+    days,
+    walkedTo,
+  ]);
+  const more = beyond.rowCount > 0;
+  const candidates = walked.rows.filter((r) => r.finished).map((r) => r.id);
+  if (candidates.length === 0) return { pruned: 0, walkedTo, more };
   const locked = await tx.query<{ id: string }>(
     'select id from message where id = any($1) order by id for update skip locked',
-    [walked.rows.map((r) => r.id)],
+    [candidates],
   );
   // Still finished as a statement after the locks sees them; and so they stay until the delete
   // below: what could restart one waits for the message's lock, held here.
@@ -102,17 +135,50 @@ export async function pruneFinishedHistory(
     [ids],
   );
   const result = await tx.query(`delete from message m where m.id = any($1) and not ${KEPT}`, [ids]);
-  return result.rowCount;
+  return { pruned: result.rowCount, walkedTo, more };
 }
 
 /**
- * Deletes up to `batch` claims marked `message_pruned_at` (their message pruned while they were
- * younger than `days`, or by a version of herald that kept every claim) once they are older than
- * `days`, with their observations. The old claims are the first ids of the primary key
- * (time-ids.ts); once retention keeps up, the walk steps over the old claims that stay — those of
- * messages still kept (waiting, or parked for review), and defects without a message, which
- * `herald doctor` reports — and no others.
+ * One batch of history pruning from the oldest message: the first old finished messages that
+ * `batch` takes, however many kept ones lie before them (see pruneHistoryBatch). Returns how many
+ * it deleted. Run it in a transaction.
  */
+export async function pruneFinishedHistory(
+  tx: Queryable,
+  days: number,
+  batch: PruneBatch = PRUNE_BATCH,
+): Promise<number> {
+  let after = '';
+  for (;;) {
+    const { pruned, walkedTo, more } = await pruneHistoryBatch(tx, days, batch, after);
+    if (pruned > 0 || !more || walkedTo === null) return pruned;
+    after = walkedTo;
+  }
+}
+
+/**
+ * Where a worker's history pruning stands between its passes. A sweep walks the old messages from
+ * the oldest to the newest, batch after batch and pass after pass, each old message once; once it
+ * has reached the newest, the passes after it walk on from there (the messages that have grown
+ * old since), and a new sweep starts from the oldest `resweepEveryMs` later, for the messages that
+ * were kept then (waiting, parked for review) and have finished since. Starting every batch from
+ * the oldest would walk every kept message at every batch, every five seconds while behind: with
+ * millions kept, each batch outgrew the pass's time, then the statement's deadline, and pruning
+ * stopped for good.
+ */
+export interface HistoryWalk {
+  after: string;
+  /** When (steady clock) the sweep reached the newest old message; null while it goes on. */
+  sweptAt: number | null;
+  resweepEveryMs: number;
+}
+
+export const newHistoryWalk = (resweepEveryMs = 10 * 60_000): HistoryWalk => ({
+  after: '',
+  sweptAt: null,
+  resweepEveryMs,
+});
+
 export async function pruneOldClaims(db: Queryable, days: number, batch = RETENTION_BATCH): Promise<number> {
   const result = await db.query(
     `delete from intake where id in (
@@ -176,23 +242,22 @@ export async function drainBatches(
  */
 export async function retentionPass(
   db: Db,
-  options: { historyRetentionDays: number | undefined; budgetMs: number; batch?: number },
+  options: {
+    historyRetentionDays: number | undefined;
+    budgetMs: number;
+    batch?: number;
+    /** Where the last pass's history pruning stopped; a new walk from the oldest without it. */
+    historyWalk?: HistoryWalk;
+  },
 ): Promise<RetentionPass> {
   const batch = options.batch ?? RETENTION_BATCH;
   const until = steadyNow() + options.budgetMs;
-  // History pruning's batches are bounded by their deliveries too: only an empty one says it is done.
   const drain = (step: () => Promise<number>, full = (n: number) => n >= batch) =>
     drainBatches(step, until, full);
   const expired = await drain(() => expireOldPayloads(db, batch));
   const days = options.historyRetentionDays;
   const none = { done: 0, behind: false };
-  const pruned =
-    days === undefined
-      ? none
-      : await drain(
-          () => db.transaction((tx) => pruneFinishedHistory(tx, days, { ...PRUNE_BATCH, messages: batch })),
-          (n) => n > 0,
-        );
+  const pruned = days === undefined ? none : await pruneHistory(db, days, batch, options.historyWalk, drain);
   const claims = days === undefined ? none : await drain(() => pruneOldClaims(db, days, batch));
   return {
     expired: expired.done,
@@ -200,4 +265,33 @@ export async function retentionPass(
     claims: claims.done,
     behind: expired.behind || pruned.behind || claims.behind,
   };
+}
+
+/** History pruning's share of a pass: batch after batch from where the walk stands, while more lies ahead. */
+async function pruneHistory(
+  db: Db,
+  days: number,
+  batch: number,
+  walk: HistoryWalk = newHistoryWalk(),
+  drain: (step: () => Promise<number>, full: () => boolean) => Promise<{ done: number; behind: boolean }>,
+): Promise<{ done: number; behind: boolean }> {
+  if (walk.sweptAt !== null && steadyNow() - walk.sweptAt >= walk.resweepEveryMs) {
+    walk.after = '';
+    walk.sweptAt = null;
+  }
+  let more = false;
+  return drain(
+    async () => {
+      const step = await db.transaction((tx) =>
+        pruneHistoryBatch(tx, days, { ...PRUNE_BATCH, messages: batch }, walk.after),
+      );
+      if (step.walkedTo !== null) walk.after = step.walkedTo;
+      more = step.more;
+      if (!more && walk.sweptAt === null) walk.sweptAt = steadyNow();
+      return step.pruned;
+    },
+    // Only a walk that reached the newest old message is done: a batch bounded by its deliveries
+    // or its walk may prune few or none, with more behind it.
+    () => more,
+  );
 }

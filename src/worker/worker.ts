@@ -24,7 +24,7 @@ import {
 import { WAKE_CHANNEL } from '../db/messages.ts';
 import type { Db, Queryable } from '../db/port.ts';
 import { DUE_DEAD_ROWS_TO_VACUUM, vacuumDueDeliveries } from '../db/queue-vacuum.ts';
-import { retentionPass } from '../db/retention.ts';
+import { newHistoryWalk, retentionPass } from '../db/retention.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
@@ -188,6 +188,8 @@ export function createWorker(options: WorkerOptions): Worker {
   let lastReleaseHeld = 0;
   /** The last retention pass ran out of time with work left: the next maintenance pass goes on. */
   let retentionBehind = false;
+  // Where history pruning's walk stands, from pass to pass (retention.ts).
+  const historyWalk = newHistoryWalk();
   /** So did the last forgetting of old idempotency answers. */
   let answersBehind = false;
   /** Dead due rows that the last VACUUM left (see vacuumDueDeliveries). */
@@ -498,6 +500,7 @@ export function createWorker(options: WorkerOptions): Worker {
     const pass = await retentionPass(db, {
       historyRetentionDays: options.historyRetentionDays,
       budgetMs: RETENTION_BUDGET_MS,
+      historyWalk,
     });
     retentionBehind = pass.behind;
     if (pass.expired > 0) log.info({ count: pass.expired }, 'removed payloads past their retention period');
