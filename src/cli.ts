@@ -103,6 +103,7 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
       await api?.close();
       await metrics?.close();
       await herald.close();
+      log.info({ signal }, 'stopped');
       process.exit(0);
     } catch (error) {
       log.error({ err: (error as Error).message }, 'could not stop cleanly');
