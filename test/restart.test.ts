@@ -315,4 +315,17 @@ test('embedded mode: the data dir survives a restart and is never opened twice',
   await assertDelivered(second.base, adminKey, created);
   await stop(second.proc);
   assert.equal(fs.existsSync(path.join(dataDir, 'herald.lock')), false);
+
+  // Without its master key file (a backup of pgdata alone), the database is refused: a new key
+  // would open none of the secrets, and every attempt would fail unsigned.
+  const keyFile = path.join(dataDir, 'master.key');
+  fs.renameSync(keyFile, `${keyFile}.away`);
+  try {
+    const refused = await runHerald(['serve', '--port', String(port)], env);
+    assert.equal(refused.code, 1, `${refused.stdout}\n${refused.stderr}`);
+    assert.match(refused.stderr, /HERALD_MASTER_KEY.*master\.key is missing/);
+    assert.equal(fs.existsSync(keyFile), false, 'no new key was made');
+  } finally {
+    fs.renameSync(`${keyFile}.away`, keyFile);
+  }
 });

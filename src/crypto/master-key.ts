@@ -19,13 +19,44 @@ export function loadMasterKey(configured: string | undefined, dataDir: string, e
   }
   if (!embedded) throw new ConfigError('HERALD_MASTER_KEY', 'a base64 32-byte key when DATABASE_URL is set');
   const file = path.join(dataDir, MASTER_KEY_FILE);
-  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  try {
-    fs.writeFileSync(file, crypto.randomBytes(32).toString('base64'), { flag: 'wx', mode: 0o600 });
-  } catch (error) {
-    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  if (!fs.existsSync(file)) {
+    // A database made before has its secrets sealed with a key: a new one would open none of them,
+    // and every attempt would fail for want of a signing secret.
+    if (hasEmbeddedDatabase(dataDir)) {
+      throw new ConfigError(
+        'HERALD_MASTER_KEY',
+        `the key this embedded database's secrets are sealed with: ${file} is missing (restore it, or set HERALD_MASTER_KEY to that key)`,
+      );
+    }
+    createKeyFile(dataDir, file);
   }
   return parseMasterKey(fs.readFileSync(file, 'utf8'));
+}
+
+/** Whether the data directory holds an embedded database already (PGlite's `pgdata`, not empty). */
+function hasEmbeddedDatabase(dataDir: string): boolean {
+  try {
+    return fs.readdirSync(path.join(dataDir, 'pgdata')).length > 0; // db/pglite.ts's PGDATA
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * Writes a new key aside, then links it into place in one step: a crash never leaves an empty key
+ * file, and of two first starts at once one key wins and both read it.
+ */
+function createKeyFile(dataDir: string, file: string): void {
+  fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  const aside = `${file}.${process.pid}.new`;
+  fs.writeFileSync(aside, generateMasterKey(), { mode: 0o600 });
+  try {
+    fs.linkSync(aside, file);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+  } finally {
+    fs.rmSync(aside, { force: true });
+  }
 }
 
 /** The current master key first, then earlier ones that may still open old ciphertexts. */
