@@ -314,7 +314,25 @@ test('embedded mode: the data dir survives a restart and is never opened twice',
   await assertKept(second.base, adminKey, created, attemptsBefore);
   await assertDelivered(second.base, adminKey, created);
   await stop(second.proc);
+  assert.ok(
+    second.proc.logs.some((r) => r.msg === 'stopped'),
+    second.proc.describe(),
+  );
   assert.equal(fs.existsSync(path.join(dataDir, 'herald.lock')), false);
+
+  // Killed outright (SIGKILL: no close, the lock and PGlite's postmaster.pid left behind), it
+  // starts again with everything it had.
+  const third = await serve(env, port, 'serve-embedded-3', EMBEDDED_START_MS);
+  assert.deepEqual(await third.proc.kill('SIGKILL'), { code: null, signal: 'SIGKILL' });
+  assert.ok(fs.existsSync(path.join(dataDir, 'herald.lock')), 'a killed process leaves its lock');
+  const fourth = await serve(env, port, 'serve-embedded-4', EMBEDDED_START_MS);
+  const kept = await expectStatus(
+    'the message after a kill',
+    call(fourth.base, adminKey, 'GET', `/api/v1/app/${created.app.id}/msg/${created.message.id}`),
+    200,
+  );
+  assert.equal(kept.id, created.message.id);
+  await stop(fourth.proc);
 
   // Without its master key file (a backup of pgdata alone), the database is refused: a new key
   // would open none of the secrets, and every attempt would fail unsigned.
