@@ -12,7 +12,7 @@ import { createPgDb } from '../src/db/pg-pool.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint as createEndpointIn } from '../src/engine/endpoints.ts';
 import { createHerald, createLogger } from '../src/herald.ts';
-import { createMetrics } from '../src/ops/metrics.ts';
+import { createMetrics, EXACT_COUNT_BELOW } from '../src/ops/metrics.ts';
 import { EndpointIn } from '../src/schemas/svix.ts';
 import { parseOrThrow } from '../src/schemas/validate.ts';
 import { freshDatabase } from './support/database.ts';
@@ -366,6 +366,27 @@ test('an API process serves every source’s intake series from its start, at 0 
     await api.close();
     await other.close();
   }
+});
+
+test("past a million failed deliveries the gauge takes PostgreSQL's estimate, not a count at every scrape", async () => {
+  const failedGauge = async () => {
+    const line = /^herald_deliveries\{state="failed"\} (\S+)$/m.exec(
+      await createMetrics(t.database.db).scrape(),
+    );
+    assert.ok(line, 'the gauge is scraped');
+    return Number(line[1]);
+  };
+  const exact = await failedGauge();
+  // What ANALYZE would say of a table that size (a superuser may set it; the next ANALYZE puts it back).
+  await t.database.db.query(`update pg_class set reltuples = $1 where oid = 'delivery_failed'::regclass`, [
+    EXACT_COUNT_BELOW * 2,
+  ]);
+  try {
+    assert.equal(await failedGauge(), EXACT_COUNT_BELOW * 2);
+  } finally {
+    await t.database.db.query('analyze delivery_failed');
+  }
+  assert.equal(await failedGauge(), exact);
 });
 
 test('two heralds in one process keep separate registries', async () => {

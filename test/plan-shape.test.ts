@@ -291,6 +291,12 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
        from d cross join generate_series(1, 4)`,
     [app.id],
   );
+  // And a long history of failed deliveries, as months of it would leave (their rows only: the
+  // gauges of unknown outcomes must find the few parked ones without reading them).
+  await client.query(
+    `insert into delivery_failed (endpoint_id, delivery_id)
+     select 'ep_history', 'dlv_history_' || n from generate_series(1, 20000) n`,
+  );
   // One more parked by the outcome write itself: its last attempt's outcome is unknown.
   const risky = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/risky', false);
   await publishMessages(asQueryable(client), [
@@ -336,6 +342,13 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
   // parked with unknown attempts are looked up, by key.
   assertNoScans(scrapePlans, /\bon message\b|(Seq|Bitmap Heap) Scan on (attempt|delivery)\b/g);
   assertNoWholeIndexScans(scrapePlans, /^(attempt|delivery)$/);
+  // The parked ones by their index (0042); all the failed rows only for their count, below the
+  // size from which the gauge takes PostgreSQL's estimate.
+  assert.match(
+    scrapePlans.join('\n'),
+    /Index (Only )?Scan using delivery_failed_unknown_idx on delivery_failed u\b/,
+  );
+  assert.match(scraped, /^herald_deliveries\{state="failed"\} 20301$/m);
   const deliveryReads = scrapePlans.flatMap((p) => p.match(/Scan.* on delivery\b.*/g) ?? []);
   assert.ok(
     deliveryReads.length === 1 && /^Scan using delivery_pkey on delivery .*loops=1\)/.test(deliveryReads[0]!),
@@ -361,6 +374,7 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
     .flatMap((p) => p.match(/(Seq|Index|Index Only|Bitmap Heap) Scan.* on attempt\b.*/g) ?? []);
   assert.equal(attemptReads.length, 1, doctorPlans.join('\n---\n'));
   assert.match(attemptReads[0]!, /Index Scan using attempt_delivery_idx on attempt .*loops=1\)/);
+  await client.query(`delete from delivery_failed where endpoint_id = 'ep_history'`);
 });
 
 test('retention finds the expired payloads and the old messages by index, never reading the history', async () => {

@@ -53,6 +53,7 @@ const RELEASED: Record<number, string> = {
   39: 'd82285f1afcc32776bc4910c694fb46e0e4518881bce0bde00b91e9455f2c148',
   40: 'a013341da7b1d3ad2d0c5029e4c67c637358ec0f8a72b3f09629e54ece426dc8',
   41: 'f5431dc57f40c04c0c08fd473e6c1d2c42cdc9b59206ad4eb03297aa8671b7ef',
+  42: '6e998fb768414bb0868ecb028ef7d9b4ac67cf46fb67b47cf94f438216e1afc0',
 };
 
 test('released migrations are never edited', () => {

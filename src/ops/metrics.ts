@@ -85,19 +85,30 @@ interface DatabaseSnapshot {
   oldestExpiredLeaseSeconds: number;
 }
 
+/**
+ * Rows counted exactly below this many, by PostgreSQL's estimate (pg_class.reltuples, kept by
+ * VACUUM and ANALYZE) from it on: the failed deliveries accumulate for as long as history is kept,
+ * and a count of millions of rows at every scrape of every process would cost seconds each.
+ */
+export const EXACT_COUNT_BELOW = 1_000_000;
+
+/** SQL: the rows of a queue table, exact below EXACT_COUNT_BELOW (a never-analysed table: exact). */
+const rowsOf = (table: string) => `(select case when c.reltuples >= ${EXACT_COUNT_BELOW} then c.reltuples
+         else (select count(*) from ${table}) end
+    from pg_class c where c.oid = '${table}'::regclass)`;
+
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
 // queue table (due or deferred, in flight, failed — migrations 0015, 0030), never the whole
-// history; they are read
-// only when Prometheus asks. A failed delivery carries the count of its unknown attempts (0019).
+// history, and only when Prometheus asks. A failed delivery carries the count of its unknown attempts (0019).
 // The oldest due delivery ignores disabled endpoints (their deliveries wait on purpose; they are
 // counted in herald_endpoints_disabled), and counts from UNSERVED_SINCE (a throttled backlog waits
 // its turn): either would otherwise hide a worker that falls behind, or cry wolf at a backlog
 // that drains.
 const SNAPSHOT_SQL = `
   select
-    (select count(*) from delivery_queued)::float8 as pending,
+    (${rowsOf('delivery_due')} + ${rowsOf('delivery_deferred')})::float8 as pending,
     l.sending::float8 as sending,
-    f.failed::float8 as failed,
+    ${rowsOf('delivery_failed')}::float8 as failed,
     coalesce(extract(epoch from now() - (
       select min(${UNSERVED_SINCE}) from endpoint e
        cross join lateral (
@@ -112,13 +123,12 @@ const SNAPSHOT_SQL = `
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled",
     l.resting::float8 as "endpointsResting",
     coalesce(extract(epoch from now() - l.oldest_expired), 0)::float8 as "oldestExpiredLeaseSeconds"
-    -- One read of the failed deliveries for their three gauges, and one of the slots. Awaiting
-    -- review since its delivery was parked (its last change): looked up by key, and only for the
-    -- deliveries that counted unknown attempts (the filter comes before the aggregate's argument).
-    from (select count(*) as failed, coalesce(sum(unknown_attempts), 0) as unknown,
-                 min((select d.updated_at from delivery d where d.id = u.delivery_id limit 1))
-                   filter (where u.unknown_attempts > 0) as parked_since
-            from delivery_failed u) f,
+    -- The failed deliveries parked with unknown attempts, by their index (0042), and one read
+    -- of the slots. Awaiting review since its delivery was parked (its last change): looked up by
+    -- key.
+    from (select coalesce(sum(unknown_attempts), 0) as unknown,
+                 min((select d.updated_at from delivery d where d.id = u.delivery_id limit 1)) as parked_since
+            from delivery_failed u where u.unknown_attempts > 0) f,
          (select count(*) filter (where s.delivery_id is not null) as sending,
                  count(*) filter (where ${SLOT_RESTING}) as resting,
                  min(s.lease_expires_at) filter (where s.delivery_id is not null and s.lease_expires_at < now())
@@ -283,7 +293,7 @@ export function createMetrics(
   });
   new Gauge({
     name: 'herald_deliveries',
-    help: 'Deliveries by state (pending, sending, failed), in the whole database.',
+    help: `Deliveries by state (pending, sending, failed), in the whole database: exact below ${EXACT_COUNT_BELOW} of a state, PostgreSQL's estimate from there on.`,
     labelNames: ['state'] as const,
     registers,
     async collect() {
