@@ -600,3 +600,52 @@ test('a throttled endpoint’s oldest due delivery waits from when its slot last
     await database.drop();
   }
 });
+
+test('the oldest due delivery is found among the endpoints with due work, whatever their order; a disabled endpoint’s and a deferred row past due are judged as ever', async () => {
+  const database = await freshDatabase('metrics_oldest_due');
+  try {
+    const app = await seedApp(database.db, 'oldest');
+    const endpoints = [];
+    for (let i = 0; i < 6; i++)
+      endpoints.push(await seedEndpoint(database.db, app.id, `http://127.0.0.1:9/${i}`));
+    // Three messages: three due rows per endpoint, none attempted.
+    for (let i = 0; i < 3; i++) await seedMessage(database.db, app.id);
+    const oldest = async () => {
+      const text = await createMetrics(database.db).scrape();
+      return Number(/^herald_oldest_due_delivery_age_seconds (\S+)$/m.exec(text)?.[1]);
+    };
+    const dueAgo = (endpoint: string, seconds: number) =>
+      database.db.query(
+        `update delivery_due set next_attempt_at = now() - make_interval(secs => $2)
+          where delivery_id = (select min(delivery_id) from delivery_due where endpoint_id = $1)`,
+        [endpoint, seconds],
+      );
+    // The fourth endpoint's row is the oldest, behind the others' in the walk's order.
+    await dueAgo(endpoints[1]!.id, 100);
+    await dueAgo(endpoints[3]!.id, 300);
+    await dueAgo(endpoints[5]!.id, 200);
+    const found = await oldest();
+    assert.ok(found >= 300 && found < 330, `oldest ${found} s`);
+    // A disabled endpoint's backlog waits on purpose.
+    await database.db.query(
+      "update endpoint set disabled = true, disabled_reason = 'operator' where id = $1",
+      [endpoints[3]!.id],
+    );
+    const withoutDisabled = await oldest();
+    assert.ok(withoutDisabled >= 200 && withoutDisabled < 230, `oldest ${withoutDisabled} s`);
+    // A row that came due while still deferred (its tending late) is due too.
+    await database.db.query(
+      `insert into delivery_deferred (endpoint_id, next_attempt_at, delivery_id)
+       select endpoint_id, now() - interval '400 seconds', delivery_id from delivery_due
+        where endpoint_id = $1 and delivery_id = (select max(delivery_id) from delivery_due where endpoint_id = $1)`,
+      [endpoints[0]!.id],
+    );
+    await database.db.query(
+      `delete from delivery_due where delivery_id in (select delivery_id from delivery_deferred)`,
+    );
+    const deferred = await oldest();
+    assert.ok(deferred >= 400 && deferred < 430, `oldest ${deferred} s`);
+  } finally {
+    await database.drop();
+  }
+});

@@ -97,6 +97,30 @@ const rowsOf = (table: string) => `(select case when c.reltuples >= ${EXACT_COUN
          else (select count(*) from ${table}) end
     from pg_class c where c.oid = '${table}'::regclass)`;
 
+/**
+ * SQL: the oldest moment from which a due delivery of an enabled endpoint has waited unserved.
+ * Each endpoint with due rows is found once, with its earliest, by skipping through the due
+ * table's key (a recursive walk of one index probe per such endpoint), so a scrape costs what the
+ * endpoints with work cost, not every endpoint registered; rows that came due while still
+ * deferred (tending runs late) are read by their index of rows coming due.
+ */
+const OLDEST_UNSERVED = `with recursive due (endpoint_id, next_attempt_at) as (
+      (select endpoint_id, next_attempt_at from delivery_due order by endpoint_id, next_attempt_at limit 1)
+      union all
+      select next.endpoint_id, next.next_attempt_at from due
+       cross join lateral (select q.endpoint_id, q.next_attempt_at from delivery_due q
+                            where q.endpoint_id > due.endpoint_id
+                            order by q.endpoint_id, q.next_attempt_at limit 1) next
+    ), queued as (
+      select endpoint_id, next_attempt_at from due
+      union all
+      select endpoint_id, next_attempt_at from delivery_deferred where not held and next_attempt_at <= now()
+    )
+    select min(${UNSERVED_SINCE}) from queued q
+      join endpoint e on e.id = q.endpoint_id
+      left join delivery_lease s on s.endpoint_id = e.id
+     where not e.disabled and ${UNSERVED_SINCE} <= now()`;
+
 // One statement for every database gauge, so a scrape costs one round trip. Each count reads a
 // queue table (due or deferred, in flight, failed — migrations 0015, 0030), never the whole
 // history, and only when Prometheus asks. A failed delivery carries the count of its unknown attempts (0019).
@@ -109,15 +133,7 @@ const SNAPSHOT_SQL = `
     (${rowsOf('delivery_due')} + ${rowsOf('delivery_deferred')})::float8 as pending,
     l.sending::float8 as sending,
     ${rowsOf('delivery_failed')}::float8 as failed,
-    coalesce(extract(epoch from now() - (
-      select min(${UNSERVED_SINCE}) from endpoint e
-       cross join lateral (
-         select q.next_attempt_at from delivery_queued q where q.endpoint_id = e.id
-          order by q.next_attempt_at limit 1
-       ) q
-       left join delivery_lease s on s.endpoint_id = e.id
-       where not e.disabled and ${UNSERVED_SINCE} <= now()
-    )), 0)::float8 as "oldestDueSeconds",
+    coalesce(extract(epoch from now() - (${OLDEST_UNSERVED})), 0)::float8 as "oldestDueSeconds",
     f.unknown::float8 as "unknownParked",
     coalesce(extract(epoch from now() - f.parked_since), 0)::float8 as "oldestUnknownSeconds",
     (select count(*) from endpoint where disabled)::float8 as "endpointsDisabled",
