@@ -4,6 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import { liftEndpointPause, recoverFailedDeliveries, replayMissingDeliveries } from '../../db/deliveries.ts';
 import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
+import type { Queryable } from '../../db/port.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import {
@@ -42,6 +43,8 @@ import { rethrowTakenUid } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
+/** What a task over a window did: the deliveries it set going, and counts of its own for the audit. */
+type WindowTaskDone = { deliveries: number } & Record<string, number>;
 
 /**
  * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
@@ -237,73 +240,67 @@ export const endpointRoutes =
       },
     );
 
-    app.post<{ Params: EpParams }>(
-      '/api/v1/app/:app_id/endpoint/:endpoint_id/recover',
-      async (request, reply) => {
-        const input = parseOrThrow(RecoverIn, request.body);
-        const { endpoint } = await load(request.actor, request.params);
-        return answerOnce(core, request, reply, async (tx) => {
-          const { restarted: n, leftForReview } = await recoverFailedDeliveries(
-            tx,
-            endpoint.id,
-            new Date(input.since),
-            input.until ? new Date(input.until) : null,
-          );
-          await audit(tx, request.actor, 'endpoint.recovered', endpoint, {
-            since: input.since,
-            until: input.until ?? null,
-            deliveries: n,
-            leftForReview,
+    /**
+     * A task over the endpoint's messages of a window (`since`, `until`): run, audited and lifting
+     * the endpoint's rest in the call's transaction, and answered as Svix's background task,
+     * finished — its id is this call's own (there is no task to look up later).
+     */
+    const windowTask = (
+      path: string,
+      body: typeof RecoverIn | typeof ReplayMissingIn,
+      task: 'endpoint.recover' | 'endpoint.replay',
+      action: string,
+      run: (tx: Queryable, endpointId: string, since: Date, until: Date | null) => Promise<WindowTaskDone>,
+    ) =>
+      app.post<{ Params: EpParams }>(
+        `/api/v1/app/:app_id/endpoint/:endpoint_id/${path}`,
+        async (request, reply) => {
+          const input = parseOrThrow(body, request.body);
+          const { endpoint } = await load(request.actor, request.params);
+          return answerOnce(core, request, reply, async (tx) => {
+            const until = input.until ? new Date(input.until) : null;
+            const { deliveries, ...counted } = await run(tx, endpoint.id, new Date(input.since), until);
+            await audit(tx, request.actor, action, endpoint, {
+              since: input.since,
+              until: input.until ?? null,
+              deliveries,
+              ...counted,
+            });
+            // Sent now, not after a rest the endpoint's failures imposed. Last: it locks the
+            // endpoint's slot until the commit (see the resend's).
+            if (deliveries > 0) await liftEndpointPause(tx, endpoint.id);
+            return {
+              status: 202,
+              body: {
+                id: `qtask_${randomUUID().replaceAll('-', '')}`,
+                status: 'finished',
+                task,
+                updatedAt: new Date(),
+                deliveries,
+              },
+            };
           });
-          // Last: it locks the endpoint's slot until the commit (see the resend's).
-          if (n > 0) await liftEndpointPause(tx, endpoint.id);
-          // Recovery is done by the time we answer: Svix's background task, finished. Its id is
-          // this call's own (there is no task to look up later).
-          return {
-            status: 202,
-            body: {
-              id: `qtask_${randomUUID().replaceAll('-', '')}`,
-              status: 'finished',
-              task: 'endpoint.recover',
-              updatedAt: new Date(),
-              deliveries: n,
-            },
-          };
-        });
+        },
+      );
+
+    windowTask(
+      'recover',
+      RecoverIn,
+      'endpoint.recover',
+      'endpoint.recovered',
+      async (tx, endpointId, since, until) => {
+        const { restarted, leftForReview } = await recoverFailedDeliveries(tx, endpointId, since, until);
+        return { deliveries: restarted, leftForReview };
       },
     );
-
-    app.post<{ Params: EpParams }>(
-      '/api/v1/app/:app_id/endpoint/:endpoint_id/replay-missing',
-      async (request, reply) => {
-        const input = parseOrThrow(ReplayMissingIn, request.body);
-        const { endpoint } = await load(request.actor, request.params);
-        return answerOnce(core, request, reply, async (tx) => {
-          const n = await replayMissingDeliveries(
-            tx,
-            endpoint.id,
-            new Date(input.since),
-            input.until ? new Date(input.until) : null,
-          );
-          await audit(tx, request.actor, 'endpoint.missing_replayed', endpoint, {
-            since: input.since,
-            until: input.until ?? null,
-            deliveries: n,
-          });
-          // As a recovery's: sent now, not after a rest the endpoint's failures imposed.
-          if (n > 0) await liftEndpointPause(tx, endpoint.id);
-          return {
-            status: 202,
-            body: {
-              id: `qtask_${randomUUID().replaceAll('-', '')}`,
-              status: 'finished',
-              task: 'endpoint.replay',
-              updatedAt: new Date(),
-              deliveries: n,
-            },
-          };
-        });
-      },
+    windowTask(
+      'replay-missing',
+      ReplayMissingIn,
+      'endpoint.replay',
+      'endpoint.missing_replayed',
+      async (tx, ...window) => ({
+        deliveries: await replayMissingDeliveries(tx, ...window),
+      }),
     );
 
     app.post<{ Params: EpParams }>(
