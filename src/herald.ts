@@ -5,7 +5,7 @@
 import fs from 'node:fs';
 import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
-import { loadMasterKeys, secretBoxWithoutKey } from './crypto/master-key.ts';
+import { assertSecretsUnderKeys, loadMasterKeys, secretBoxWithoutKey } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
 import { coalesced, createGroupCommit, MAX_BATCH_CHARS } from './db/group-commit.ts';
@@ -215,10 +215,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     assertEmbeddedDatabase(config.dataDir);
   }
   // Without a master key on PostgreSQL (a config loaded for a command that opens no secret).
-  const box =
+  const keys =
     config.masterKey || embedded
-      ? createSecretBox(loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded))
-      : secretBoxWithoutKey();
+      ? loadMasterKeys(config.masterKey, config.previousMasterKeys, config.dataDir, embedded)
+      : null;
+  const box = keys ? createSecretBox(keys) : secretBoxWithoutKey();
   const extraCaPem = config.extraCaFile ? readExtraCa(config.extraCaFile) : undefined;
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
   if (config.allowPrivateNetworks.length > 0) {
@@ -233,6 +234,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     // The embedded database is one process's: its migrations run on the Db it opened.
     if (options.migrate !== false && embedded) await migrate(db);
     await warnIfDatabaseAhead(db, log);
+    if (embedded && keys) await assertSecretsUnderKeys(db, box, keys, config.dataDir);
   } catch (error) {
     await db.close();
     throw error;

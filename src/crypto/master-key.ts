@@ -4,8 +4,9 @@
 import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import type { Queryable } from '../db/port.ts';
 import { ConfigError } from '../errors.ts';
-import { parseMasterKey, type SecretBox } from './secret-box.ts';
+import { keyIdOf, parseMasterKey, type SecretBox } from './secret-box.ts';
 
 export const MASTER_KEY_FILE = 'master.key';
 
@@ -19,26 +20,39 @@ export function loadMasterKey(configured: string | undefined, dataDir: string, e
   }
   if (!embedded) throw new ConfigError('HERALD_MASTER_KEY', 'a base64 32-byte key when DATABASE_URL is set');
   const file = path.join(dataDir, MASTER_KEY_FILE);
-  if (!fs.existsSync(file)) {
-    // A database made before has its secrets sealed with a key: a new one would open none of them,
-    // and every attempt would fail for want of a signing secret.
-    if (hasEmbeddedDatabase(dataDir)) {
-      throw new ConfigError(
-        'HERALD_MASTER_KEY',
-        `the key this embedded database's secrets are sealed with: ${file} is missing (restore it, or set HERALD_MASTER_KEY to that key)`,
-      );
-    }
-    createKeyFile(dataDir, file);
-  }
+  if (!fs.existsSync(file)) createKeyFile(dataDir, file);
   return parseMasterKey(fs.readFileSync(file, 'utf8'));
 }
 
-/** Whether the data directory holds an embedded database already (PGlite's `pgdata`, not empty). */
-function hasEmbeddedDatabase(dataDir: string): boolean {
-  try {
-    return fs.readdirSync(path.join(dataDir, 'pgdata')).length > 0; // db/pglite.ts's PGDATA
-  } catch {
-    return false;
+/**
+ * Refuses an embedded database whose secrets were sealed under none of `keys`: its key file lost
+ * or replaced (a backup of pgdata alone), or HERALD_MASTER_KEY set at its first start and not now.
+ * A new key opens none of them, and every attempt would fail for want of a signing secret. A
+ * sample of each table is enough: a key file replaced seals nothing until herald runs on it.
+ */
+export async function assertSecretsUnderKeys(
+  db: Queryable,
+  box: SecretBox,
+  keys: readonly Buffer[],
+  dataDir: string,
+): Promise<void> {
+  const known = new Set(keys.map(keyIdOf));
+  // PGlite reads bytea as a Uint8Array, pg as a Buffer.
+  const sample = await db.query<{ sealed: Uint8Array }>(
+    '(select sealed from endpoint_secret limit 1) union all (select sealed from source_secret limit 1)',
+  );
+  const underAnother = (sealed: Uint8Array) => {
+    try {
+      return !known.has(box.keyIdOf(Buffer.from(sealed)));
+    } catch {
+      return false; // not a sealed value at all: a defect of its own, not the key's
+    }
+  };
+  if (sample.rows.some((row) => underAnother(row.sealed))) {
+    throw new ConfigError(
+      'HERALD_MASTER_KEY',
+      `the key the secrets of the embedded database in ${dataDir} are sealed with: ${path.join(dataDir, MASTER_KEY_FILE)} is not it (restore the file the database was made with, or set HERALD_MASTER_KEY to that key)`,
+    );
   }
 }
 
