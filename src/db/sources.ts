@@ -55,10 +55,14 @@ export async function findSource(db: Queryable, idOrUid: string): Promise<Source
 /**
  * The source's row, locked until the transaction ends: a change merged onto it cannot undo one
  * that committed after the caller first read the source (two PATCHes of different fields at once
- * each keep what the other set).
+ * each keep what the other set). No key update: receipts of the source, whose claims' foreign key
+ * takes a key share on its row, go on meanwhile (a change of its uid takes the stronger lock as
+ * it updates).
  */
 export async function lockSource(tx: Queryable, id: string): Promise<SourceRow | null> {
-  const result = await tx.query<SourceRow>(`select ${COLUMNS} from source where id = $1 for update`, [id]);
+  const result = await tx.query<SourceRow>(`select ${COLUMNS} from source where id = $1 for no key update`, [
+    id,
+  ]);
   return result.rows[0] ?? null;
 }
 
