@@ -601,7 +601,7 @@ test('a throttled endpoint’s oldest due delivery waits from when its slot last
   }
 });
 
-test('the oldest due delivery is found among the endpoints with due work, whatever their order; a disabled endpoint’s and a deferred row past due are judged as ever', async () => {
+test('the oldest due delivery is found among the endpoints with due work, whatever their order; a disabled endpoint’s, a deferred row past due and a held one are judged as ever', async () => {
   const database = await freshDatabase('metrics_oldest_due');
   try {
     const app = await seedApp(database.db, 'oldest');
@@ -645,6 +645,18 @@ test('the oldest due delivery is found among the endpoints with due work, whatev
     );
     const deferred = await oldest();
     assert.ok(deferred >= 400 && deferred < 430, `oldest ${deferred} s`);
+    // So is one still held for an endpoint enabled again (its release late): due, and unserved.
+    await database.db.query(
+      `insert into delivery_deferred (endpoint_id, next_attempt_at, delivery_id, held)
+       select endpoint_id, now() - interval '500 seconds', delivery_id, true from delivery_due
+        where endpoint_id = $1 and delivery_id = (select max(delivery_id) from delivery_due where endpoint_id = $1)`,
+      [endpoints[2]!.id],
+    );
+    await database.db.query(
+      `delete from delivery_due where delivery_id in (select delivery_id from delivery_deferred)`,
+    );
+    const held = await oldest();
+    assert.ok(held >= 500 && held < 530, `oldest ${held} s`);
   } finally {
     await database.drop();
   }

@@ -98,25 +98,28 @@ const rowsOf = (table: string) => `(select case when c.reltuples >= ${EXACT_COUN
     from pg_class c where c.oid = '${table}'::regclass)`;
 
 /**
- * SQL: the oldest moment from which a due delivery of an enabled endpoint has waited unserved.
- * Each endpoint with due rows is found once, with its earliest, by skipping through the due
- * table's key (a recursive walk of one index probe per such endpoint), so a scrape costs what the
- * endpoints with work cost, not every endpoint registered; rows that came due while still
- * deferred (tending runs late) are read by their index of rows coming due.
+ * SQL: each endpoint with rows in a queue table keyed (endpoint_id, next_attempt_at, …), with its
+ * earliest, found by skipping through the key: one index probe per such endpoint.
  */
-const OLDEST_UNSERVED = `with recursive due (endpoint_id, next_attempt_at) as (
-      (select endpoint_id, next_attempt_at from delivery_due order by endpoint_id, next_attempt_at limit 1)
+const earliestPerEndpoint = (name: string, table: string) => `${name} (endpoint_id, next_attempt_at) as (
+      (select endpoint_id, next_attempt_at from ${table} order by endpoint_id, next_attempt_at limit 1)
       union all
-      select next.endpoint_id, next.next_attempt_at from due
-       cross join lateral (select q.endpoint_id, q.next_attempt_at from delivery_due q
-                            where q.endpoint_id > due.endpoint_id
+      select next.endpoint_id, next.next_attempt_at from ${name}
+       cross join lateral (select q.endpoint_id, q.next_attempt_at from ${table} q
+                            where q.endpoint_id > ${name}.endpoint_id
                             order by q.endpoint_id, q.next_attempt_at limit 1) next
-    ), queued as (
-      select endpoint_id, next_attempt_at from due
-      union all
-      select endpoint_id, next_attempt_at from delivery_deferred where not held and next_attempt_at <= now()
-    )
-    select min(${UNSERVED_SINCE}) from queued q
+    )`;
+
+/**
+ * SQL: the oldest moment from which a due delivery of an enabled endpoint has waited unserved.
+ * The endpoints with queued rows, due or deferred (held ones too: a rest that ended with tending
+ * late, or an enable whose release is under way), each with its earliest, by skipping through the
+ * queue tables' keys: a scrape costs what the endpoints with work cost, not every endpoint
+ * registered.
+ */
+const OLDEST_UNSERVED = `with recursive ${earliestPerEndpoint('due', 'delivery_due')},
+    ${earliestPerEndpoint('deferred', 'delivery_deferred')}
+    select min(${UNSERVED_SINCE}) from (select * from due union all select * from deferred) q
       join endpoint e on e.id = q.endpoint_id
       left join delivery_lease s on s.endpoint_id = e.id
      where not e.disabled and ${UNSERVED_SINCE} <= now()`;
