@@ -190,6 +190,12 @@ test('a verified delivery refused for want of a business key is logged with its 
     // A forged request is refused before it: nothing of it reaches the log.
     const forged = await deliver(signed('evt_forged_nokey', noAction), '{"ticket":8}', 'helpdesk', apiUrl);
     assert.equal(forged.status, 401);
+    // Another authentic one after it: once its line is out, the forged one's would be too.
+    const after = await deliver(signed('evt_logged_after', noAction), noAction, 'helpdesk', apiUrl);
+    assert.equal(after.status, 400);
+    await waitFor('the later refusal in the log', () =>
+      proc.logs.some((r) => r['deliveryId'] === 'evt_logged_after'),
+    );
     assert.ok(!proc.stdout.includes('evt_forged_nokey'), proc.describe());
   } finally {
     await proc.kill('SIGTERM');

@@ -34,9 +34,6 @@ async function routedTo(endpoint: string): Promise<{ messageId: string; trigger:
   return rows;
 }
 
-const databaseNow = async (): Promise<string> =>
-  (await t.database.db.query<{ now: Date }>('select now()')).rows[0]!.now.toISOString();
-
 test('only what the endpoint matches today and never had: not other event types or channels, not examples, not a payload gone', async () => {
   const app = await createApp(t, 'missing-filters');
   const first = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/first' });
@@ -93,19 +90,29 @@ test('only what the endpoint matches today and never had: not other event types 
 
 test('the window: from `since` inclusive, until `until` exclusive', async () => {
   const app = await createApp(t, 'missing-window');
-  const before = await publishVia(t, app, { eventType: 'a.b', payload: { n: 1 } });
-  const middle = await databaseNow();
-  const inside = await publishVia(t, app, { eventType: 'a.b', payload: { n: 2 } });
-  const end = await databaseNow();
-  const past = await publishVia(t, app, { eventType: 'a.b', payload: { n: 3 } });
+  const messages = [];
+  for (let n = 0; n < 3; n++) messages.push(await publishVia(t, app, { eventType: 'a.b', payload: { n } }));
+  const [before, inside, past] = messages as [string, string, string];
+  // Created an hour apart (1, 2 and 3 hours after a base), on whole seconds: the bounds below
+  // fall on them exactly.
+  const { rows } = await t.database.db.query<{ base: Date }>(
+    `with base as (select date_trunc('second', now()) - interval '3 hours' as base)
+     update message m set created_at = base.base + make_interval(hours => x.n::int)
+       from base, unnest($1::text[]) with ordinality as x(id, n)
+      where m.id = x.id
+     returning base.base`,
+    [[before, inside, past]],
+  );
+  const hoursIn = (h: number) => new Date(rows[0]!.base.getTime() + h * 3600_000).toISOString();
   const ep = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/window' });
-  assert.equal((await replayMissing(app, ep, { since: middle, until: end })).deliveries, 1);
+  // inside was created at `since`, past at `until`.
+  assert.equal((await replayMissing(app, ep, { since: hoursIn(2), until: hoursIn(3) })).deliveries, 1);
   assert.deepEqual(
     (await routedTo(ep)).map((r) => r.messageId),
     [inside],
   );
-  assert.equal((await replayMissing(app, ep, { since: middle })).deliveries, 1);
-  assert.equal((await replayMissing(app, ep, { since: HOUR_AGO() })).deliveries, 1);
+  assert.equal((await replayMissing(app, ep, { since: hoursIn(2) })).deliveries, 1);
+  assert.equal((await replayMissing(app, ep, { since: hoursIn(1) })).deliveries, 1);
   assert.deepEqual(
     (await routedTo(ep)).map((r) => r.messageId),
     [before, inside, past].sort(),
