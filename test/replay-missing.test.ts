@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
+import { replayMissingDeliveries } from '../src/db/deliveries.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { waitForLockWaiter } from './support/wait.ts';
@@ -22,7 +23,7 @@ const HOUR_AGO = () => new Date(Date.now() - 3600_000).toISOString();
 async function replayMissing(app: string, endpoint: string, body: Record<string, unknown>) {
   const answer = await t.call('POST', `/api/v1/app/${app}/endpoint/${endpoint}/replay-missing`, body);
   assert.equal(answer.status, 202, JSON.stringify(answer.body));
-  return answer.body as { id: string; status: string; task: string; deliveries: number };
+  return answer.body as { id: string; status: string; task: string; deliveries: number; more: boolean };
 }
 
 /** The messages routed to the endpoint, by id, with how each delivery was asked for. */
@@ -139,7 +140,7 @@ test('two calls at once make each delivery once', async () => {
       replayMissing(app, ep, { since: HOUR_AGO() }),
       replayMissing(app, ep, { since: HOUR_AGO() }),
     ];
-    await waitForLockWaiter(t.database.db, 'insert into delivery', 10_000, 2);
+    await waitForLockWaiter(t.database.db, 'm.id as message_id, e.id as endpoint_id', 10_000, 2);
     await locker.query('rollback');
     const made = (await Promise.all(calls)).map((answer) => answer.deliveries);
     assert.equal(made[0]! + made[1]!, messages.length, `made ${made.join(' and ')}`);
@@ -150,4 +151,32 @@ test('two calls at once make each delivery once', async () => {
     (await routedTo(ep)).map((r) => r.messageId),
     [...messages].sort(),
   );
+});
+
+test('a call makes its cap of deliveries at most, the oldest first, and says more are missing; the next goes on', async () => {
+  const app = await createApp(t, 'missing-capped');
+  const messages: string[] = [];
+  for (let i = 0; i < 5; i++) messages.push(await publishVia(t, app, { eventType: 'a.b', payload: { i } }));
+  const ep = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/capped' });
+  const endpointId = (
+    await t.database.db.query<{ id: string }>('select id from endpoint where id = $1 or uid = $1', [ep])
+  ).rows[0]!.id;
+  const call = () =>
+    t.database.db.transaction((tx) => replayMissingDeliveries(tx, endpointId, new Date(HOUR_AGO()), null, 2));
+  assert.deepEqual(await call(), { made: 2, more: true });
+  assert.deepEqual(
+    (await routedTo(ep)).map((r) => r.messageId),
+    messages.slice(0, 2),
+  );
+  assert.deepEqual(await call(), { made: 2, more: true });
+  assert.deepEqual(await call(), { made: 1, more: false });
+  assert.deepEqual(
+    (await routedTo(ep)).map((r) => r.messageId),
+    messages,
+  );
+  // Through the API, under its cap of 10,000: all at once, nothing more.
+  const fresh = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/capped-api' });
+  const answer = await replayMissing(app, fresh, { since: HOUR_AGO() });
+  assert.equal(answer.deliveries, 5);
+  assert.equal(answer.more, false);
 });

@@ -480,6 +480,9 @@ export async function recoverFailedDeliveries(
   return { restarted: result.rowCount, leftForReview: left.rows[0]!.n };
 }
 
+/** Deliveries one replay-missing call makes at most: a window of a busy app is done call by call. */
+export const REPLAY_MISSING_CAP = 10_000;
+
 /**
  * Svix's replay-missing: a delivery to the endpoint, due now, for each message of its app created
  * in the window that it matches today (event types, channels) and was never routed to it — one
@@ -488,18 +491,20 @@ export async function recoverFailedDeliveries(
  * to another endpoint alone, nor one whose payload is gone: it has nothing left to send. The
  * messages are held for key share, as a restart holds its message, so that history retention
  * neither deletes one under the insert nor misses one that committed; a replay beside another
- * inserts each delivery once (the unique message × endpoint key). Returns how many it made.
+ * inserts each delivery once (the unique message × endpoint key). At most `cap` a call, the
+ * oldest first: `more` says the cap was reached, and the next call goes on from there (what this
+ * one made is no longer missing).
  */
 export async function replayMissingDeliveries(
   db: Queryable,
   endpointId: string,
   since: Date,
   until: Date | null,
-): Promise<number> {
-  const result = await db.query<{ n: number }>(
-    `with missing as (
-       insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
-       select m.app_id, m.id, e.id, now(), 'manual'
+  cap = REPLAY_MISSING_CAP,
+): Promise<{ made: number; more: boolean }> {
+  const result = await db.query<{ made: number; picked: number }>(
+    `with picked as (
+       select m.app_id, m.id as message_id, e.id as endpoint_id
          from endpoint e join message m on m.app_id = e.app_id
         where e.id = $1
           and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$2', before: '$3', includeAfter: true })}
@@ -509,16 +514,20 @@ export async function replayMissingDeliveries(
           and not exists (select 1 from delivery d where d.message_id = m.id and d.endpoint_id = e.id)
           and not exists (select 1 from audit_entry a where a.target_id = m.id and a.action = $4)
         order by m.id
+        limit $5
           for key share of m, e
+     ), missing as (
+       insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
+       select app_id, message_id, endpoint_id, now(), 'manual' from picked order by message_id
        on conflict (message_id, endpoint_id) do nothing
        returning 1
      )
-     select count(*)::int as n from missing`,
-    [endpointId, since, until, EXAMPLE_SENT],
+     select (select count(*) from missing)::int as made, (select count(*) from picked)::int as picked`,
+    [endpointId, since, until, EXAMPLE_SENT, cap],
   );
-  const made = result.rows[0]!.n;
+  const { made, picked } = result.rows[0]!;
   if (made > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);
-  return made;
+  return { made, more: picked >= cap };
 }
 
 export interface RestartedDelivery {

@@ -4,6 +4,7 @@
 // silently. Component names follow Svix's where Svix has the shape.
 
 import { z } from 'zod';
+import { REPLAY_MISSING_CAP } from '../../db/deliveries.ts';
 
 const timestamp = z.iso.datetime({ offset: true });
 const nullableTimestamp = timestamp.nullable();
@@ -162,6 +163,11 @@ export const ReplayMissingOut = z.object({
   task: z.enum(['endpoint.replay']),
   updatedAt: timestamp,
   deliveries: z.number().int().describe('herald: deliveries made for the messages the endpoint missed'),
+  more: z
+    .boolean()
+    .describe(
+      `herald: the call made its most (${REPLAY_MISSING_CAP}), the oldest first, and more are missing: call again`,
+    ),
 });
 
 export const EmptyResponse = z.object({});

@@ -43,8 +43,11 @@ import { rethrowTakenUid } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
-/** What a task over a window did: the deliveries it set going, and counts of its own for the audit. */
-type WindowTaskDone = { deliveries: number } & Record<string, number>;
+/**
+ * What a task over a window did: the deliveries it set going, whether it stopped at its cap with
+ * more left (answered, for the caller to call again), and facts of its own for the audit.
+ */
+type WindowTaskDone = { deliveries: number; more?: boolean } & Record<string, number | boolean>;
 
 /**
  * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
@@ -277,6 +280,7 @@ export const endpointRoutes =
                 task,
                 updatedAt: new Date(),
                 deliveries,
+                ...(counted.more === undefined ? {} : { more: counted.more }),
               },
             };
           });
@@ -298,9 +302,10 @@ export const endpointRoutes =
       ReplayMissingIn,
       'endpoint.replay',
       'endpoint.missing_replayed',
-      async (tx, ...window) => ({
-        deliveries: await replayMissingDeliveries(tx, ...window),
-      }),
+      async (tx, ...window) => {
+        const { made, more } = await replayMissingDeliveries(tx, ...window);
+        return { deliveries: made, more };
+      },
     );
 
     app.post<{ Params: EpParams }>(
