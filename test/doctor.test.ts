@@ -106,24 +106,31 @@ test('an intake claim that never produced a message', async () => {
 let endpoint: string;
 let message: string;
 
-test('history retention deletes a claim with its message, and its observations: nothing is left that looks like a claim that never produced one', async () => {
-  const quiet = await createApp(t, 'archive');
+/**
+ * A source `uid` relaying into `app`, a message of `eventType` published there, and the inbound
+ * claim `deliveryId` that made it, two minutes old (past the settle period).
+ */
+async function relayedClaim(uid: string, app: string, eventType: string, deliveryId: string) {
   const source = await t.call('POST', '/api/v1/source', {
-    uid: 'archive-feed',
+    uid,
     scheme: 'standard-webhooks',
     secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
-    app: quiet,
-    eventType: 'archive.entry',
+    app,
+    eventType,
   });
   assert.equal(source.status, 201, JSON.stringify(source.body));
-  const message = await publishVia(t, quiet, { eventType: 'archive.entry', payload: { n: 1 } });
-  const intake = (
-    await sql<{ id: string }>(
-      `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, claimed_at)
-       values ($1, $2, 'evt_archived', 'evt_archived', '\\x00', $3, now() - interval '2 minutes') returning id`,
-      [source.body.id, quiet, message],
-    )
-  ).rows[0]!.id;
+  const message = await publishVia(t, app, { eventType, payload: { n: 1 } });
+  const claim = await sql<{ id: string }>(
+    `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, claimed_at)
+     values ($1, $2, $3, $3, '\\x00', $4, now() - interval '2 minutes') returning id`,
+    [source.body.id, app, deliveryId, message],
+  );
+  return { intake: claim.rows[0]!.id, message };
+}
+
+test('history retention deletes a claim with its message, and its observations: nothing is left that looks like a claim that never produced one', async () => {
+  const quiet = await createApp(t, 'archive');
+  const { intake } = await relayedClaim('archive-feed', quiet, 'archive.entry', 'evt_archived');
   await sql(
     `insert into intake_observation (intake_id, app_id, duplicate, body_sha256)
      values ($1, $2, false, '\\x00'), ($1, $2, true, '\\x00')`,
@@ -144,20 +151,7 @@ test('history retention deletes a claim with its message, and its observations: 
 test('an app deleted with its messages leaves no claim that looks as if it never produced one', async () => {
   // A source relayed into this app, then moved to another; the app's deletion took its messages.
   const gone = await createApp(t, 'closed-clinic');
-  const source = await t.call('POST', '/api/v1/source', {
-    uid: 'moved-feed',
-    scheme: 'standard-webhooks',
-    secret: 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw',
-    app: gone,
-    eventType: 'lab.result',
-  });
-  assert.equal(source.status, 201, JSON.stringify(source.body));
-  const message = await publishVia(t, gone, { eventType: 'lab.result', payload: { n: 1 } });
-  await sql(
-    `insert into intake (source_id, app_id, delivery_id, business_key, body_sha256, message_id, claimed_at)
-     values ($1, $2, 'evt_moved', 'evt_moved', '\\x00', $3, now() - interval '2 minutes')`,
-    [source.body.id, gone, message],
-  );
+  await relayedClaim('moved-feed', gone, 'lab.result', 'evt_moved');
   const moved = await t.call('PATCH', '/api/v1/source/moved-feed', { app: 'clinic' });
   assert.equal(moved.status, 200, JSON.stringify(moved.body));
   assert.equal((await t.call('DELETE', `/api/v1/app/${gone}`)).status, 204);

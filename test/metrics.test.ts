@@ -633,28 +633,25 @@ test('the oldest due delivery is found among the endpoints with due work, whatev
     );
     const withoutDisabled = await oldest();
     assert.ok(withoutDisabled >= 200 && withoutDisabled < 230, `oldest ${withoutDisabled} s`);
+    /** Moves the endpoint's newest due row to the deferred table, due `seconds` ago. */
+    const deferredDue = async (endpoint: string, seconds: number, held: boolean) => {
+      await database.db.query(
+        `with moved as (
+           delete from delivery_due
+            where endpoint_id = $1 and delivery_id = (select max(delivery_id) from delivery_due where endpoint_id = $1)
+           returning endpoint_id, delivery_id
+         )
+         insert into delivery_deferred (endpoint_id, next_attempt_at, delivery_id, held)
+         select endpoint_id, now() - make_interval(secs => $2), delivery_id, $3 from moved`,
+        [endpoint, seconds, held],
+      );
+    };
     // A row that came due while still deferred (its tending late) is due too.
-    await database.db.query(
-      `insert into delivery_deferred (endpoint_id, next_attempt_at, delivery_id)
-       select endpoint_id, now() - interval '400 seconds', delivery_id from delivery_due
-        where endpoint_id = $1 and delivery_id = (select max(delivery_id) from delivery_due where endpoint_id = $1)`,
-      [endpoints[0]!.id],
-    );
-    await database.db.query(
-      `delete from delivery_due where delivery_id in (select delivery_id from delivery_deferred)`,
-    );
+    await deferredDue(endpoints[0]!.id, 400, false);
     const deferred = await oldest();
     assert.ok(deferred >= 400 && deferred < 430, `oldest ${deferred} s`);
     // So is one still held for an endpoint enabled again (its release late): due, and unserved.
-    await database.db.query(
-      `insert into delivery_deferred (endpoint_id, next_attempt_at, delivery_id, held)
-       select endpoint_id, now() - interval '500 seconds', delivery_id, true from delivery_due
-        where endpoint_id = $1 and delivery_id = (select max(delivery_id) from delivery_due where endpoint_id = $1)`,
-      [endpoints[2]!.id],
-    );
-    await database.db.query(
-      `delete from delivery_due where delivery_id in (select delivery_id from delivery_deferred)`,
-    );
+    await deferredDue(endpoints[2]!.id, 500, true);
     const held = await oldest();
     assert.ok(held >= 500 && held < 530, `oldest ${held} s`);
   } finally {
