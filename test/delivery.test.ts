@@ -152,6 +152,29 @@ describe('endpoint headers', () => {
   });
 });
 
+describe('event types', () => {
+  test('a PATCH racing an archive keeps the archive: the type is merged onto its row read under lock', async () => {
+    const made = await t.call('POST', '/api/v1/event-type', { name: 'race.archived', description: 'first' });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    const locker = new pg.Client({ connectionString: t.database.url });
+    await locker.connect();
+    try {
+      // The archive holds the row while the PATCH comes in, then commits.
+      await locker.query('begin');
+      await locker.query(`update event_type set archived = true where name = 'race.archived'`);
+      const patch = t.call('PATCH', '/api/v1/event-type/race.archived', { description: 'second' });
+      await waitForLockWaiter(t.database.db, ['from event_type where name', 'insert into event_type']);
+      await locker.query('commit');
+      const patched = await patch;
+      assert.equal(patched.status, 200, JSON.stringify(patched.body));
+      assert.equal(patched.body.description, 'second');
+      assert.equal(patched.body.archived, true, 'the archive that committed first stays');
+    } finally {
+      await locker.end();
+    }
+  });
+});
+
 describe('while a request is out', () => {
   test('the worker holds no transaction and no lock (invariant 3): its claim committed before the send', async () => {
     behaviour.set('/held-out', () => 'hold');

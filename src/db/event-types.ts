@@ -59,8 +59,16 @@ export async function upsertEventType(
   return { row, created };
 }
 
-export async function findEventType(db: Queryable, name: string): Promise<EventTypeRow | null> {
-  const result = await db.query<EventTypeRow>(`select ${COLUMNS} from event_type where name = $1`, [name]);
+/** `lock`: the row locked until the transaction ends, for a change computed from it. */
+export async function findEventType(
+  db: Queryable,
+  name: string,
+  { lock = false } = {},
+): Promise<EventTypeRow | null> {
+  const result = await db.query<EventTypeRow>(
+    `select ${COLUMNS} from event_type where name = $1${lock ? ' for update' : ''}`,
+    [name],
+  );
   return result.rows[0] ?? null;
 }
 

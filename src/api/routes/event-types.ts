@@ -86,9 +86,11 @@ export const eventTypeRoutes =
 
     app.patch<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request) => {
       const input = parseOrThrow(EventTypePatch, request.body);
-      const current = await findEventType(db, request.params.event_type_name);
-      if (!current) throw notFound('event type');
       const row = await db.transaction(async (tx) => {
+        // Read under its lock: merged onto a row read before, the PATCH would undo a change that
+        // committed since (an archive brought back), or make again a type expunged meanwhile.
+        const current = await findEventType(tx, request.params.event_type_name, { lock: true });
+        if (!current) throw notFound('event type');
         const { row: updated } = await upsertEventType(tx, {
           name: current.name,
           description: input.description ?? current.description,
