@@ -497,6 +497,13 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'headers', 'x-tenant'],
     },
     {
+      name: 'headers: more than 64',
+      method: 'PUT',
+      path: '/api/v1/app/acme/endpoint/ep-1/headers',
+      body: { headers: Object.fromEntries(Array.from({ length: 65 }, (_, i) => [`x-h${i}`, 'v'])) },
+      loc: ['body', 'headers'],
+    },
+    {
       name: 'headers: CRLF in a patched value',
       method: 'PATCH',
       path: '/api/v1/app/acme/endpoint/ep-1/headers',

@@ -152,6 +152,25 @@ describe('endpoint headers', () => {
   });
 });
 
+describe('endpoint headers that would outgrow a receiver’s buffers', () => {
+  test('a value over 4 KiB, or over 8 KiB in all once merged, is a 422 naming headers; nothing changes', async () => {
+    const app = await createApp(t, 'headers-size');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/headers-size` });
+    const path = `/api/v1/app/${app}/endpoint/${ep}/headers`;
+    const big = await t.call('PUT', path, { headers: { 'X-Big': 'a'.repeat(4097) } });
+    assert.equal(big.status, 422, JSON.stringify(big.body));
+    assert.deepEqual(big.body.detail[0].loc, ['body', 'headers', 'X-Big']);
+    assert.equal((await t.call('PUT', path, { headers: { 'X-A': 'a'.repeat(4000) } })).status, 204);
+    assert.equal((await t.call('PATCH', path, { headers: { 'X-B': 'b'.repeat(4000) } })).status, 204);
+    // Each under the limit, the merged set over it.
+    const merged = await t.call('PATCH', path, { headers: { 'X-C': 'c'.repeat(500) } });
+    assert.equal(merged.status, 422, JSON.stringify(merged.body));
+    assert.deepEqual(merged.body.detail[0].loc, ['body', 'headers']);
+    const kept = await t.call('GET', path);
+    assert.deepEqual(Object.keys(kept.body.headers).sort(), ['X-A', 'X-B']);
+  });
+});
+
 describe('event types', () => {
   test('a PATCH racing an archive keeps the archive: the type is merged onto its row read under lock', async () => {
     const made = await t.call('POST', '/api/v1/event-type', { name: 'race.archived', description: 'first' });

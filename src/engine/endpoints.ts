@@ -243,9 +243,25 @@ export async function rotateEndpointSecret(
   });
 }
 
+/**
+ * What an endpoint's own headers may take, beside herald's (signatures, ids, the business key: up
+ * to ~2 KiB): receivers refuse a request whose headers outgrow their buffers (nginx: 8 KiB a
+ * line, 32 KiB in all) with a 431 or 400, and every attempt would fail until the endpoint is
+ * disabled.
+ */
+const MAX_HEADER_VALUE_CHARS = 4096;
+const MAX_HEADERS = 64;
+const MAX_HEADERS_CHARS = 8192;
+
 export function validateHeaders(headers: Record<string, string | null>): void {
+  const entries = Object.entries(headers);
+  if (entries.length > MAX_HEADERS) throw invalidField(['headers'], `at most ${MAX_HEADERS} headers`);
+  const total = entries.reduce((sum, [name, value]) => sum + name.length + (value?.length ?? 0), 0);
+  if (total > MAX_HEADERS_CHARS) {
+    throw invalidField(['headers'], `at most ${MAX_HEADERS_CHARS} characters of names and values in all`);
+  }
   const names = new Set<string>();
-  for (const [name, value] of Object.entries(headers)) {
+  for (const [name, value] of entries) {
     if (!HEADER_NAME.test(name)) throw invalidField(['headers', name], 'not a valid header name');
     // Header names are case-insensitive: two spellings of one would both go out.
     if (names.has(name.toLowerCase()))
@@ -254,6 +270,8 @@ export function validateHeaders(headers: Record<string, string | null>): void {
     if (RESERVED_HEADER.test(name)) throw invalidField(['headers', name], 'this header is set by herald');
     if (value !== null && !HEADER_VALUE.test(value))
       throw invalidField(['headers', name], 'only visible ASCII characters, spaces and tabs');
+    if (value !== null && value.length > MAX_HEADER_VALUE_CHARS)
+      throw invalidField(['headers', name], `at most ${MAX_HEADER_VALUE_CHARS} characters`);
   }
 }
 
