@@ -116,6 +116,7 @@ before(async () => {
   receiver = await startReceiver((request) => {
     const seen = receiver.requests.filter((r) => r.path === request.path).length;
     if (request.path === '/flaky') return { status: seen <= 4 ? 500 : 204 };
+    if (request.path === '/blip') return { status: seen <= 1 ? 500 : 204 };
     if (request.path === '/dead') return { status: 500 };
     return { status: 204 };
   });
@@ -333,6 +334,23 @@ describe('endpoint events', () => {
 });
 
 describe('delivery events', () => {
+  test('one failure, then a success: no event — recovered answers a failing that was sent', async () => {
+    const app = await createApp(t, 'blip-tenant');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/blip` });
+    const msg = await publishVia(t, app, { eventType: 'order.paid', payload: { n: 8 } });
+    await waitFor(
+      'the delivery to succeed',
+      async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
+    );
+    const attempts = await attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+    assert.deepEqual(
+      attempts.map((a) => a.outcome),
+      ['failure', 'success'],
+    );
+    // Committed with the outcomes: the database would hold any event already.
+    assert.deepEqual(await storedEvents({ msgId: msg }), []);
+  });
+
   test('four failures, then a success: message.attempt.failing, then message.attempt.recovered', async () => {
     const app = await createApp(t, 'flaky-tenant');
     const ep = await createEndpoint(t, app, { url: `${receiver.url}/flaky` });

@@ -203,7 +203,9 @@ async function emitAttemptEvents(
     if (f.outcome !== 'success' && f.state === 'failed' && !f.superseded) {
       await emit('message.attempt.exhausted', data);
     }
-    if (f.outcome === 'success' && f.failuresInCycle > 0) {
+    // Svix: a success "after an earlier failure op webhook has already been sent" — the cycle's
+    // `failing`, sent at its FAILING_AFTER-th failure. A blip of fewer failures says nothing.
+    if (f.outcome === 'success' && f.failuresInCycle >= FAILING_AFTER) {
       await emit('message.attempt.recovered', data);
     }
     if (disabledDeliveries.has(f.deliveryId)) {
