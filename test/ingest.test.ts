@@ -839,6 +839,18 @@ describe('source secret rotation', () => {
         )
       ).rows[0]!.n;
     assert.equal(await live(), 6, 'nothing of the refused rotation was kept');
+    // With no overlap it goes through (a leaked secret replaced): the others stop verifying at once.
+    assert.equal((await rotate([secret(8)], 0)).status, 200);
+    const verifying = await t.database.db.query<{ n: number }>(
+      `select count(*)::int as n from source_secret s join source o on o.id = s.source_id
+        where o.uid = 'rotated-often' and (s.expires_at is null or s.expires_at > now())`,
+    );
+    assert.equal(verifying.rows[0]!.n, 1, 'only the new secret verifies');
+    await t.database.db.query(
+      `delete from source_secret s using source o where o.id = s.source_id and o.uid = 'rotated-often' and s.expires_at <= now()`,
+    );
+    assert.equal((await rotate([1, 2, 3, 4, 5].map(secret))).status, 200);
+    assert.equal((await rotate([secret(6)])).status, 400, 'the limit holds again with an overlap');
     // Once the overlaps have ended (here: moved into the past), a rotation goes through, and the
     // expired secrets are deleted, not kept for ever.
     await t.database.db.query(

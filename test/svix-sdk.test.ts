@@ -681,6 +681,21 @@ describe('svix SDK against herald', () => {
     const refused = await rejectsWith(400, () => svix.endpoint.rotateSecret('rot-limit', endpoint.id));
     assert.equal((refused.body as { code: string }).code, 'limit_reached');
     assert.equal((await svix.endpoint.getSecret('rot-limit', endpoint.id)).key, current, 'nothing rotated');
+    // A leaked secret is replaced all the same, with no grace: it stops signing at once.
+    const replaced = await t.call('POST', `/api/v1/app/rot-limit/endpoint/${endpoint.id}/secret/rotate`, {
+      gracePeriodSeconds: 0,
+    });
+    assert.equal(replaced.status, 204, JSON.stringify(replaced.body));
+    assert.notEqual((await svix.endpoint.getSecret('rot-limit', endpoint.id)).key, current);
+    const signing = await t.database.db.query<{ n: number }>(
+      'select count(*)::int as n from endpoint_secret where endpoint_id = $1 and (expires_at is null or expires_at > now())',
+      [endpoint.id],
+    );
+    assert.equal(
+      signing.rows[0]!.n,
+      6,
+      'the new secret and the five previous ones: the leaked one signs no more',
+    );
     // The grace of three of them ends; they go at the next rotation, which goes through.
     await t.database.db.query(
       `update endpoint_secret set expires_at = now() - interval '1 second'
@@ -692,7 +707,7 @@ describe('svix SDK against herald', () => {
       'select count(*)::int as n from endpoint_secret where endpoint_id = $1',
       [endpoint.id],
     );
-    assert.equal(kept.rows[0]!.n, 4, 'the current secret and three previous ones; the ended three are gone');
+    assert.equal(kept.rows[0]!.n, 4, 'the current secret and three previous ones; the ended four are gone');
   });
 
   test('recover: failed deliveries start again and succeed', async () => {

@@ -56,8 +56,10 @@ export const MAX_PREVIOUS_SECRETS = 5;
 
 /**
  * Makes `sealed` the current secret; the current one signs on for `graceSeconds`. Refused (false)
- * when MAX_PREVIOUS_SECRETS still sign. Rotations of one endpoint take turns (its row locked),
- * and the secrets whose grace has ended go.
+ * when MAX_PREVIOUS_SECRETS still sign and the current one would join them — but not with no
+ * grace: then it stops signing at once, which is how a leaked secret is replaced however many
+ * rotations came before. Rotations of one endpoint take turns (its row locked), and the secrets
+ * whose grace has ended go.
  */
 export async function rotateSecret(
   db: Queryable,
@@ -72,7 +74,7 @@ export async function rotateSecret(
     'select count(*)::int as n from endpoint_secret where endpoint_id = $1 and expires_at is not null',
     [endpointId],
   );
-  if (previous.rows[0]!.n >= MAX_PREVIOUS_SECRETS) return false;
+  if (graceSeconds > 0 && previous.rows[0]!.n >= MAX_PREVIOUS_SECRETS) return false;
   await db.query(
     `update endpoint_secret set expires_at = now() + make_interval(secs => $2)
       where endpoint_id = $1 and expires_at is null`,

@@ -235,7 +235,7 @@ export async function rotateEndpointSecret(
   if (!rotated) {
     throw new HeraldError(
       'limit_reached',
-      `${MAX_PREVIOUS_SECRETS} previous secrets still sign this endpoint's requests; rotate again once the grace period of the oldest has ended`,
+      `${MAX_PREVIOUS_SECRETS} previous secrets still sign this endpoint's requests; rotate again once the grace period of the oldest has ended, or with gracePeriodSeconds 0 to replace the current secret at once (a leaked one)`,
     );
   }
   await audit(tx, actor, 'endpoint.secret_rotated', endpoint, {

@@ -148,7 +148,7 @@ export async function changeSource(
   ) {
     throw new HeraldError(
       'limit_reached',
-      `secret: more than ${MAX_OVERLAPPING_SOURCE_SECRETS} secrets would still verify this source's requests beside the new ones; rotate again once the overlap of the oldest has ended`,
+      `secret: more than ${MAX_OVERLAPPING_SOURCE_SECRETS} secrets would still verify this source's requests beside the new ones; rotate again once the overlap of the oldest has ended, or with secretOverlapSeconds 0 to replace them all at once (a leaked secret)`,
     );
   }
   // With the secrets that verify from now on: a new scheme may not take the ones it had.
