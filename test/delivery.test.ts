@@ -171,6 +171,27 @@ describe('endpoint headers that would outgrow a receiver’s buffers', () => {
   });
 });
 
+describe('endpoint PUT', () => {
+  test('a PUT without version keeps it, and a filter or channel named twice is kept once', async () => {
+    const app = await createApp(t, 'put-version');
+    const made = await t.call('POST', `/api/v1/app/${app}/endpoint`, {
+      url: `${receiver.url}/put-version`,
+      version: 3,
+      filterTypes: ['a.b', 'a.b', 'c.d'],
+      channels: ['eu', 'eu'],
+    });
+    assert.equal(made.status, 201, JSON.stringify(made.body));
+    assert.deepEqual(made.body.filterTypes, ['a.b', 'c.d']);
+    assert.deepEqual(made.body.channels, ['eu']);
+    // What an SDK's update sends: no version.
+    const put = await t.call('PUT', `/api/v1/app/${app}/endpoint/${made.body.id}`, {
+      url: `${receiver.url}/put-version-2`,
+    });
+    assert.equal(put.status, 200, JSON.stringify(put.body));
+    assert.equal(put.body.version, 3);
+  });
+});
+
 describe('event types', () => {
   test('a PATCH racing an archive keeps the archive: the type is merged onto its row read under lock', async () => {
     const made = await t.call('POST', '/api/v1/event-type', { name: 'race.archived', description: 'first' });

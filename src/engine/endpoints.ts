@@ -140,7 +140,7 @@ export async function replaceEndpoint(
 
 /**
  * A PUT replaces what Svix's API knows of an endpoint. herald's own fields (`idempotent`,
- * `clientErrorPolicy`), which a Svix SDK cannot send, keep their values unless the body names
+ * `clientErrorPolicy`) and `version`, which a Svix SDK's update does not send, keep their values unless the body names
  * them: an SDK's update of the URL must not make an endpoint marked not idempotent retried blind.
  * A body without `uid` keeps the uid (`null` removes it): the path may be that very uid, and an
  * upsert repeated by uid would otherwise clear it, then create a second endpoint beside the first.
@@ -149,6 +149,8 @@ export function keepHeraldOwn(current: EndpointRow, input: EndpointInput): Endpo
   return {
     ...input,
     uid: input.uid === undefined ? current.uid : input.uid,
+    // Not in the contract's EndpointUpdate: an SDK's PUT would otherwise set it back to 1.
+    version: input.version ?? current.version,
     idempotent: input.idempotent ?? current.idempotent,
     clientErrorPolicy: input.clientErrorPolicy ?? current.clientErrorPolicy,
   };

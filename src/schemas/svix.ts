@@ -63,8 +63,10 @@ export const EventTypeIn = z.object({
 export const EventTypeUpdate = EventTypeIn.omit({ name: true });
 export const EventTypePatch = EventTypeUpdate.partial();
 
-const channels = (max: number) => z.array(ident(128)).min(1).max(max);
-const eventTypes = z.array(ident(256)).min(1);
+// Sets, as the contract's `uniqueItems` says: a name given twice is kept once.
+const unique = (list: string[]) => [...new Set(list)];
+const channels = (max: number) => z.array(ident(128)).min(1).max(max).transform(unique);
+const eventTypes = z.array(ident(256)).min(1).transform(unique);
 
 export const EndpointIn = z.object({
   url: z.string().min(1).max(65536),
