@@ -85,6 +85,9 @@ describe('signing', () => {
         'X-JWT': 'downstream',
         'X-Passphrase': 'downstream',
         apikey: 'downstream',
+        'X-Vercel-Protection-Bypass': 'downstream',
+        'X-Api-Keys': 'downstream',
+        'X-Hmac': 'downstream',
       },
     });
     assert.equal(put.status, 204);
@@ -107,10 +110,13 @@ describe('signing', () => {
       'Authorization',
       'ClientSecret',
       'X-AccessToken',
+      'X-Api-Keys',
       'X-Auth-Token',
+      'X-Hmac',
       'X-JWT',
       'X-Passphrase',
       'X-Shopify-Access-Token',
+      'X-Vercel-Protection-Bypass',
       'X-Webhook-Token',
       'X_API_KEY',
       'apikey',

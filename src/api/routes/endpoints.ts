@@ -52,7 +52,8 @@ type WindowTaskDone = { deliveries: number; more?: boolean } & Record<string, nu
 /**
  * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
  * few; receivers name theirs every way (`X-Webhook-Token`, `Api-Key`, `X_API_KEY`,
- * `X-AccessToken`, `ClientSecret`, `X-JWT`, `X-Passphrase`, all in lower case as often), so a
+ * `X-AccessToken`, `ClientSecret`, `X-JWT`, `X-Passphrase`, `X-Vercel-Protection-Bypass`, `X-Hmac`,
+ * all in lower case as often), so a
  * name with a credential's word anywhere in it is withheld: a harmless header withheld too
  * (`X-Author`) costs a look with the value at hand, a credential shown to every `read` key costs
  * the credential. The short words that end or hide inside others — `key` (`X-Monkey`), `sig`
@@ -60,7 +61,7 @@ type WindowTaskDone = { deliveries: number; more?: boolean } & Record<string, nu
  * `key` after api, access, private or client (`apikey`).
  */
 const SENSITIVE_HEADER =
-  /auth|token|secret|passw|passphrase|jwt|bearer|credential|signature|cookie|session|(api|access|private|client)key|(^|[-_.])(key|sig|pass)([-_.]|$)/i;
+  /auth|token|secret|passw|passphrase|jwt|bearer|credential|signature|cookie|session|bypass|hmac|(api|access|private|client)keys?|(^|[-_.])(keys?|sig|pass)([-_.]|$)/i;
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
