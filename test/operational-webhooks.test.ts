@@ -333,16 +333,19 @@ describe('endpoint events', () => {
   });
 });
 
+/** Publishes to a new app with one endpoint at `path`, waits for the delivery's success, and returns its attempts' outcomes. */
+async function deliveredThrough(uid: string, path: string, message: Record<string, unknown>) {
+  const app = await createApp(t, uid);
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}${path}` });
+  const msg = await publishVia(t, app, { eventType: 'order.paid', ...message });
+  await waitFor('the delivery to succeed', async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded');
+  const attempts = await attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+  return { app, ep, msg, attempts };
+}
+
 describe('delivery events', () => {
   test('one failure, then a success: no event — recovered answers a failing that was sent', async () => {
-    const app = await createApp(t, 'blip-tenant');
-    const ep = await createEndpoint(t, app, { url: `${receiver.url}/blip` });
-    const msg = await publishVia(t, app, { eventType: 'order.paid', payload: { n: 8 } });
-    await waitFor(
-      'the delivery to succeed',
-      async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
-    );
-    const attempts = await attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+    const { msg, attempts } = await deliveredThrough('blip-tenant', '/blip', { payload: { n: 8 } });
     assert.deepEqual(
       attempts.map((a) => a.outcome),
       ['failure', 'success'],
@@ -352,14 +355,10 @@ describe('delivery events', () => {
   });
 
   test('four failures, then a success: message.attempt.failing, then message.attempt.recovered', async () => {
-    const app = await createApp(t, 'flaky-tenant');
-    const ep = await createEndpoint(t, app, { url: `${receiver.url}/flaky` });
-    const msg = await publishVia(t, app, { eventType: 'order.paid', eventId: 'order-7', payload: { n: 7 } });
-    await waitFor(
-      'the delivery to succeed',
-      async () => (await deliveryOf(t, msg, ep))?.state === 'succeeded',
-    );
-    const attempts = await attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+    const { app, ep, msg, attempts } = await deliveredThrough('flaky-tenant', '/flaky', {
+      eventId: 'order-7',
+      payload: { n: 7 },
+    });
     assert.deepEqual(
       attempts.map((a) => a.outcome),
       ['failure', 'failure', 'failure', 'failure', 'success'],
