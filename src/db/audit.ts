@@ -9,6 +9,9 @@ import type { Queryable } from './port.ts';
  */
 export const EXAMPLE_SENT = 'message.example_sent';
 
+/** SQL: message `m` was sent as an example (found by the audit log's index by target). */
+export const SENT_AS_EXAMPLE = `exists (select 1 from audit_entry x where x.target_id = m.id and x.action = '${EXAMPLE_SENT}')`;
+
 export interface AuditFact {
   actor: string;
   action: string;

@@ -4,7 +4,7 @@
 import type { DeliveryState } from '../domain/message-status.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
-import { EXAMPLE_SENT } from './audit.ts';
+import { SENT_AS_EXAMPLE } from './audit.ts';
 import type { Queryable } from './port.ts';
 import { createdBetween } from './time-ids.ts';
 
@@ -405,12 +405,6 @@ export async function resendDelivery(
   );
 }
 
-/**
- * Opens an endpoint's slot that failures or a Retry-After closed (migration 0032), for an
- * operator who asks for a send now: a resend, a recovery, an enable; and brings back the backlog
- * that a long rest held out of the claims' walk (0033). A throttle's spacing, at most a second,
- * stays.
- */
 /** How many of an endpoint's waiting retries an enable makes due now (as many as it releases). */
 const RETRIES_DUE_AT_ENABLE = 10_000;
 
@@ -435,6 +429,12 @@ export async function retriesDueNow(db: Queryable, endpointId: string): Promise<
   );
 }
 
+/**
+ * Opens an endpoint's slot that failures or a Retry-After closed (migration 0032), for an
+ * operator who asks for a send now: a resend, a recovery, an enable; and brings back the backlog
+ * that a long rest held out of the claims' walk (0033). A throttle's spacing, at most a second,
+ * stays.
+ */
 export async function liftEndpointPause(
   db: Queryable,
   endpointId: string,
@@ -480,6 +480,13 @@ export async function recoverFailedDeliveries(
   return { restarted: result.rowCount, leftForReview: left.rows[0]!.n };
 }
 
+/**
+ * SQL: endpoint `e` is subscribed to message `m` — the fan-out's rule (herald_publish_messages,
+ * migration 0039): its event types, if it names any, and a channel in common, if it names any.
+ */
+export const ENDPOINT_MATCHES = `(e.filter_types is null or m.event_type = any(e.filter_types))
+  and (e.channels is null or e.channels && coalesce(m.channels, '{}'))`;
+
 /** Deliveries one replay-missing call makes at most: a window of a busy app is done call by call. */
 export const REPLAY_MISSING_CAP = 10_000;
 
@@ -509,12 +516,11 @@ export async function replayMissingDeliveries(
         where e.id = $1
           and ${createdBetween({ prefix: 'msg', idColumn: 'm.id', timeColumn: 'm.created_at', after: '$2', before: '$3', includeAfter: true })}
           and m.payload is not null
-          and (e.filter_types is null or m.event_type = any(e.filter_types))
-          and (e.channels is null or e.channels && coalesce(m.channels, '{}'))
+          and ${ENDPOINT_MATCHES}
           and not exists (select 1 from delivery d where d.message_id = m.id and d.endpoint_id = e.id)
-          and not exists (select 1 from audit_entry a where a.target_id = m.id and a.action = $4)
+          and not ${SENT_AS_EXAMPLE}
         order by m.id
-        limit $5
+        limit $4
           for key share of m, e
      ), missing as (
        insert into delivery (app_id, message_id, endpoint_id, next_attempt_at, trigger)
@@ -523,7 +529,7 @@ export async function replayMissingDeliveries(
        returning 1
      )
      select (select count(*) from missing)::int as made, (select count(*) from picked)::int as picked`,
-    [endpointId, since, until, EXAMPLE_SENT, cap],
+    [endpointId, since, until, cap],
   );
   const { made, picked } = result.rows[0]!;
   if (made > 0) await db.query(`select pg_notify('herald_work', $1)`, [endpointId]);

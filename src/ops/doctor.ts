@@ -3,8 +3,8 @@
 // with its count, its oldest age and a few ids to start from. Read-only: it repairs nothing, so
 // it is safe to run from cron or a probe against a live system. Every check is one query.
 
-import { EXAMPLE_SENT } from '../db/audit.ts';
-import { UNSERVED_SINCE } from '../db/deliveries.ts';
+import { SENT_AS_EXAMPLE } from '../db/audit.ts';
+import { ENDPOINT_MATCHES, UNSERVED_SINCE } from '../db/deliveries.ts';
 import { migrationState } from '../db/migrate.ts';
 import type { Queryable } from '../db/port.ts';
 import { firstIdAt } from '../db/time-ids.ts';
@@ -94,15 +94,13 @@ const CHECKS: Check[] = [
               where m.id >= ${firstIdAt('msg', 'now() - make_interval(secs => $2)')}
                 and m.created_at < now() - make_interval(secs => $1)
                 and not exists (select 1 from delivery d where d.message_id = m.id)
-                and not exists (select 1 from audit_entry x
-                                 where x.target_id = m.id and x.action = '${EXAMPLE_SENT}')
+                and not ${SENT_AS_EXAMPLE}
                 and exists (
                   select 1 from endpoint e
                    where e.app_id = m.app_id
                      and e.created_at < m.created_at - make_interval(secs => $1)
                      and e.updated_at < m.created_at - make_interval(secs => $1)
-                     and (e.filter_types is null or m.event_type = any(e.filter_types))
-                     and (e.channels is null or e.channels && coalesce(m.channels, '{}')))`,
+                     and ${ENDPOINT_MATCHES})`,
       params: [t.settleSeconds, t.lookbackSeconds],
     }),
     detail:
