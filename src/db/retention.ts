@@ -53,7 +53,7 @@ export interface PrunedBatch {
   pruned: number;
   /** The last old message the walk passed, kept or not; null when it found none after `after`. */
   walkedTo: string | null;
-  /** Older messages lie beyond `walkedTo`: the walk stopped at the batch's bounds, not the end. */
+  /** The walk stopped at the batch's bounds, not at the newest old message: more may lie beyond. */
   more: boolean;
 }
 
@@ -89,7 +89,7 @@ export async function pruneHistoryBatch(
   const step = (id: string) => `cross join lateral (select not ${kept(id)} as finished) f
      cross join lateral (select case when f.finished then (select count(*) from delivery d where d.message_id = ${id})
                                      else 0 end as n) c`;
-  const walked = await tx.query<{ id: string; finished: boolean }>(
+  const walked = await tx.query<{ id: string; finished: boolean; bounded: boolean }>(
     `with recursive walk (id, finished, deliveries, taken, passed) as (
        (select m.id, f.finished, c.n, f.finished::int, 1
           from (select m.id from message m where m.id > $2 and ${OLD} order by m.id limit 1) m
@@ -102,16 +102,14 @@ export async function pruneHistoryBatch(
           ${step('next.id')}
          where walk.deliveries < $4 and walk.taken < $3 and walk.passed < $5)
      )
-     select id, finished from walk`,
+     select id, finished, (deliveries >= $4 or taken >= $3 or passed >= $5) as bounded from walk order by id`,
     [days, after, batch.messages, batch.deliveries, batch.walk ?? PRUNE_BATCH.walk],
   );
-  const walkedTo = walked.rows.at(-1)?.id ?? null;
-  if (walkedTo === null) return { pruned: 0, walkedTo, more: false };
-  const beyond = await tx.query(`select 1 from message m where m.id > $2 and ${OLD} limit 1`, [
-    days,
-    walkedTo,
-  ]);
-  const more = beyond.rowCount > 0;
+  const last = walked.rows.at(-1);
+  if (last === undefined) return { pruned: 0, walkedTo: null, more: false };
+  // A walk that stopped at a bound may have more after it; one that did not found no next message.
+  const walkedTo = last.id;
+  const more = last.bounded;
   const candidates = walked.rows.filter((r) => r.finished).map((r) => r.id);
   if (candidates.length === 0) return { pruned: 0, walkedTo, more };
   const locked = await tx.query<{ id: string }>(
