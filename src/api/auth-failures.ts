@@ -78,18 +78,18 @@ function unitOf(counts: Map<string, number>, address: string, maxAddresses: numb
 function blockOf(address: string): string {
   if (!ipaddr.isValid(address)) return OVERFLOW;
   const parsed = ipaddr.process(address);
-  const prefix = parsed.kind() === 'ipv4' ? 24 : 48;
-  const network =
-    parsed.kind() === 'ipv4'
-      ? ipaddr.IPv4.networkAddressFromCIDR(`${parsed.toString()}/24`)
-      : ipaddr.IPv6.networkAddressFromCIDR(`${parsed.toString()}/48`);
-  return `block ${network.toString()}/${prefix}`;
+  return `block ${networkOf(parsed, parsed.kind() === 'ipv4' ? 24 : 48)}`;
+}
+
+/** `address/prefix` for the network of that size the address is in. */
+function networkOf(parsed: ipaddr.IPv4 | ipaddr.IPv6, prefix: number): string {
+  const family = parsed.kind() === 'ipv4' ? ipaddr.IPv4 : ipaddr.IPv6;
+  return `${family.networkAddressFromCIDR(`${parsed.toString()}/${prefix}`).toString()}/${prefix}`;
 }
 
 /** The unit counted: an IPv4 address (IPv4-mapped IPv6 too), or an IPv6 address's /64. */
 export function clientOf(address: string): string {
   if (!ipaddr.isValid(address)) return address;
   const parsed = ipaddr.process(address);
-  if (parsed.kind() === 'ipv4') return parsed.toString();
-  return `${ipaddr.IPv6.networkAddressFromCIDR(`${parsed.toString()}/64`).toString()}/64`;
+  return parsed.kind() === 'ipv4' ? parsed.toString() : networkOf(parsed, 64);
 }

@@ -44,10 +44,15 @@ import { rethrowTakenUid } from '../uid-conflict.ts';
 type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
 /**
- * What a task over a window did: the deliveries it set going, whether it stopped at its cap with
- * more left (answered, for the caller to call again), and facts of its own for the audit.
+ * What a task over a window did, all of it audited: the deliveries it set going; a recovery, those
+ * it left for review; a replay-missing, whether it stopped at its cap with more left (answered too,
+ * for the caller to call again).
  */
-type WindowTaskDone = { deliveries: number; more?: boolean } & Record<string, number | boolean>;
+interface WindowTaskDone {
+  deliveries: number;
+  leftForReview?: number;
+  more?: boolean;
+}
 
 /**
  * Header names whose values are credentials: listed by name, value withheld. Svix's list names a
@@ -263,12 +268,12 @@ export const endpointRoutes =
           const { endpoint } = await load(request.actor, request.params);
           return answerOnce(core, request, reply, async (tx) => {
             const until = input.until ? new Date(input.until) : null;
-            const { deliveries, ...counted } = await run(tx, endpoint.id, new Date(input.since), until);
+            const done = await run(tx, endpoint.id, new Date(input.since), until);
+            const { deliveries, more } = done;
             await audit(tx, request.actor, action, endpoint, {
               since: input.since,
               until: input.until ?? null,
-              deliveries,
-              ...counted,
+              ...done,
             });
             // Sent now, not after a rest the endpoint's failures imposed. Last: it locks the
             // endpoint's slot until the commit (see the resend's).
@@ -281,7 +286,7 @@ export const endpointRoutes =
                 task,
                 updatedAt: new Date(),
                 deliveries,
-                ...(counted.more === undefined ? {} : { more: counted.more }),
+                ...(more === undefined ? {} : { more }),
               },
             };
           });
