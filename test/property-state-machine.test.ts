@@ -15,7 +15,6 @@ import {
   recordOutcomes,
   recoverExpiredLeases,
   resendDelivery,
-  retriesDueNow,
 } from '../src/db/deliveries.ts';
 import { findEndpoint, updateEndpoint } from '../src/db/endpoints.ts';
 import type { Db } from '../src/db/port.ts';
@@ -508,7 +507,6 @@ const toggle = (pick: number, disabled: boolean): Command => ({
       // Re-enabling starts the failure count afresh (budgets are kept), and sends now.
       if (e.disabled) {
         e.failures = 0;
-        await retriesDueNow(r.db, e.id);
         for (const d of m.deliveries.values())
           if (d.endpointId === e.id && d.state === 'pending') d.due = true;
       }

@@ -1,6 +1,6 @@
 // Endpoints: where a tenant's messages go, and the state that guards them (disabled, failures).
 
-import { SLOT_RESTING } from './deliveries.ts';
+import { retriesDueNow, SLOT_RESTING } from './deliveries.ts';
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
 import { firstIdAt } from './time-ids.ts';
@@ -134,15 +134,20 @@ export async function listEndpoints(
  * new URL, whose failures and refused credentials were the old URL's. Disabling through the API
  * records the operator as the reason; re-enabling clears any reason.
  */
+/**
+ * Writes the endpoint's fields. Enabled again, its failures are forgiven and its deliveries
+ * waiting to retry are due now (retriesDueNow); sent to a new URL, its failures are forgiven too.
+ */
 export async function updateEndpoint(db: Queryable, id: string, f: EndpointFields): Promise<EndpointRow> {
-  const result = await db.query<EndpointRow>(
+  const result = await db.query<EndpointRow & { wasDisabled: boolean }>(
     `update endpoint set uid = $2, url = $3, description = $4, version = $5, throttle_rate = $6,
         filter_types = $7, channels = $8, metadata = $9,
         disabled_reason = case when not $10 then null when disabled then disabled_reason else 'operator' end,
         consecutive_failures = case when (disabled and not $10) or url <> $3 then 0 else consecutive_failures end,
         credentials_rejected_at = case when url <> $3 then null else credentials_rejected_at end,
         disabled = $10, idempotent = $11, client_error_policy = $12, updated_at = now()
-      where id = $1 returning ${COLUMNS}`,
+      from (select disabled as was_disabled from endpoint where id = $1) prior
+      where id = $1 returning ${COLUMNS}, prior.was_disabled as "wasDisabled"`,
     [
       id,
       f.uid,
@@ -158,7 +163,9 @@ export async function updateEndpoint(db: Queryable, id: string, f: EndpointField
       f.clientErrorPolicy,
     ],
   );
-  return result.rows[0]!;
+  const { wasDisabled, ...row } = result.rows[0]!;
+  if (wasDisabled && !row.disabled) await retriesDueNow(db, id);
+  return row;
 }
 
 export async function setEndpointHeaders(db: Queryable, id: string, headers: Record<string, string>) {

@@ -4,7 +4,7 @@ import type { z } from 'zod';
 import { urlOrigin } from '../config.ts';
 import type { AppRow } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
-import { liftEndpointPause, retriesDueNow } from '../db/deliveries.ts';
+import { liftEndpointPause } from '../db/deliveries.ts';
 import {
   currentSecret,
   insertCurrentSecret,
@@ -126,10 +126,10 @@ export async function replaceEndpoint(
   if (current.disabled !== updated.disabled) {
     await audit(tx, actor, updated.disabled ? 'endpoint.disabled' : 'endpoint.enabled', updated, {});
   }
-  // Enabled again, or sent to a new URL: its failures are forgiven (updateEndpoint), and so is the
-  // rest they imposed; the answer shows the endpoint as the lift left it.
+  // Enabled again, or sent to a new URL: its failures are forgiven (and, enabled, its retries due
+  // now: updateEndpoint), and so is the rest they imposed; the answer shows the endpoint as the
+  // lift left it.
   if (!updated.disabled && (current.disabled || current.url !== updated.url)) {
-    if (current.disabled) await retriesDueNow(tx, updated.id);
     await liftEndpointPause(tx, updated.id, true);
     updated = (await lockEndpoint(tx, updated.id)) ?? updated;
   }
