@@ -515,7 +515,9 @@ test('a stop while the database has gone silent ends once every lease the worker
   void herald.close().then(() => {
     closed = true;
   });
-  await waitFor('close() to end within the lease and a goodbye', () => closed, 7_000);
+  // A lease (4 s) and a goodbye (1 s), with room for a loaded machine; without them, the query
+  // deadline (60 s) at each step.
+  await waitFor('close() to end within the lease and a goodbye', () => closed, 20_000);
   assert.equal(
     count(logs, 'stopping: a lease has passed since the stop began; dropping the database connections'),
     1,

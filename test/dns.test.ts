@@ -130,6 +130,9 @@ test('names not proven lately take at most half of the lookup threads; a proven 
   // Answered promptly to a delivery's lookup: proven. To a registration check: not.
   assert.deepEqual(await systemResolver(PROMPT_NAME), loopback);
   assert.deepEqual(await checkingResolver(CHECKED_NAME), loopback);
+  // At most half of node's lookup threads: the others stay free for proven names.
+  const threads = Number(process.env['UV_THREADPOOL_SIZE']) || 4;
+  assert.ok(UNPROVEN_LOOKUPS >= 1 && UNPROVEN_LOOKUPS * 2 <= threads, `${UNPROVEN_LOOKUPS} of ${threads}`);
   const stuck = Array.from({ length: UNPROVEN_LOOKUPS }, (_, i) => systemResolver(`n${i}.${HELD_ZONE}`));
   await waitFor('the unproven lane to be full', () => slowLookups === UNPROVEN_LOOKUPS);
   // One more unproven name waits for a place, with no lookup of its own meanwhile...

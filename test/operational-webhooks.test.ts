@@ -11,7 +11,6 @@ import pino from 'pino';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { findApp } from '../src/db/apps.ts';
-import type { AttemptResult } from '../src/db/deliveries.ts';
 import { OPERATOR_APP_UID } from '../src/engine/apps.ts';
 import { LIBRARY_ACTOR } from '../src/engine/core.ts';
 import { createEndpoint as createEndpointInTx } from '../src/engine/endpoints.ts';
@@ -21,6 +20,7 @@ import { ensureOperatorWebhooks } from '../src/ops/operator-app.ts';
 import { EndpointIn } from '../src/schemas/svix.ts';
 import { attemptsOf, createApp, createEndpoint, deliveryOf, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
+import { attemptResult } from './support/outcomes.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { waitFor } from './support/wait.ts';
 
@@ -434,7 +434,7 @@ describe('delivery events', () => {
       [app!.id],
     );
     const last = rows.rows[0]!;
-    const result = { deliveryId: last.deliveryId, leaseToken: last.leaseToken } as AttemptResult;
+    const result = attemptResult(last, 'failure');
     const before = (await storedEvents({ msgId: last.messageId })).length;
     const outcome = (recorded: boolean) => [
       { deliveryId: last.deliveryId, recorded, endpointDisabled: true },
@@ -463,7 +463,7 @@ describe('delivery events', () => {
       );
       for (const attempt of attempts.rows) {
         const events = (await storedEvents({ msgId: attempt.messageId })).length;
-        const repeat = { deliveryId: attempt.deliveryId, leaseToken: attempt.leaseToken } as AttemptResult;
+        const repeat = attemptResult(attempt, 'failure');
         await t.herald.core.db.transaction((tx) =>
           emitOutcomeEvents(
             tx,

@@ -84,11 +84,13 @@ test('a database gone silent: letting go of a channel and closing take a goodbye
     proxy.silenceAll();
     child.stdin.write('go\n');
     // Its notifications already reach no handler: nothing waits for the UNLISTEN's answer.
-    await waitFor('one channel let go', () => said.includes('unlistened'), 2_000);
-    // The LISTEN connection, the pipeline's and the pool's, each dropped once its second is up...
-    await waitFor('the Db closed', () => said.includes('closed'), 3_000);
+    await waitFor('one channel let go', () => said.includes('unlistened'), 10_000);
+    // The LISTEN connection, the pipeline's and the pool's, each dropped once its second is up
+    // (well within these deadlines, which leave a loaded machine room; without the goodbye's
+    // deadline each waits minutes)...
+    await waitFor('the Db closed', () => said.includes('closed'), 10_000);
     // ...the idle ones of the pool too: nothing keeps the process.
-    await waitFor('the child to exit on its own', () => exitCode !== null, 2_000);
+    await waitFor('the child to exit on its own', () => exitCode !== null, 10_000);
     assert.equal(exitCode, 0);
   } finally {
     child.kill('SIGKILL');

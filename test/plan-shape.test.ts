@@ -274,7 +274,7 @@ test("lease recovery walks the slots and finds each expired lease's delivery and
   assert.doesNotMatch(marking[0]!, /attempt_one_per_lease/);
 });
 
-test('a metrics scrape and the doctor read the failed deliveries, never the attempt history', async () => {
+test('a metrics scrape and the doctor read the failed deliveries, never the attempt history', async (ctx) => {
   const app = await seedApp(database.db, 'parked');
   for (let i = 0; i < 300; i++) await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/x');
   // 300 deliveries parked as failed after four known failures each: history with nothing to review.
@@ -297,6 +297,7 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
     `insert into delivery_failed (endpoint_id, delivery_id)
      select 'ep_history', 'dlv_history_' || n from generate_series(1, 20000) n`,
   );
+  ctx.after(() => client.query(`delete from delivery_failed where endpoint_id = 'ep_history'`));
   // One more parked by the outcome write itself: its last attempt's outcome is unknown.
   const risky = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/risky', false);
   await publishMessages(asQueryable(client), [
@@ -374,7 +375,6 @@ test('a metrics scrape and the doctor read the failed deliveries, never the atte
     .flatMap((p) => p.match(/(Seq|Index|Index Only|Bitmap Heap) Scan.* on attempt\b.*/g) ?? []);
   assert.equal(attemptReads.length, 1, doctorPlans.join('\n---\n'));
   assert.match(attemptReads[0]!, /Index Scan using attempt_delivery_idx on attempt .*loops=1\)/);
-  await client.query(`delete from delivery_failed where endpoint_id = 'ep_history'`);
 });
 
 test('retention finds the expired payloads and the old messages by index, never reading the history', async () => {

@@ -158,11 +158,8 @@ test('a call makes its cap of deliveries at most, the oldest first, and says mor
   const messages: string[] = [];
   for (let i = 0; i < 5; i++) messages.push(await publishVia(t, app, { eventType: 'a.b', payload: { i } }));
   const ep = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/capped' });
-  const endpointId = (
-    await t.database.db.query<{ id: string }>('select id from endpoint where id = $1 or uid = $1', [ep])
-  ).rows[0]!.id;
   const call = () =>
-    t.database.db.transaction((tx) => replayMissingDeliveries(tx, endpointId, new Date(HOUR_AGO()), null, 2));
+    t.database.db.transaction((tx) => replayMissingDeliveries(tx, ep, new Date(HOUR_AGO()), null, 2));
   assert.deepEqual(await call(), { made: 2, more: true });
   assert.deepEqual(
     (await routedTo(ep)).map((r) => r.messageId),

@@ -8,14 +8,17 @@ import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
-import { loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
+import { assertSecretsUnderKeys, loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
+import { insertCurrentSecret } from '../src/db/endpoint-secrets.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
 import { revealSecret } from '../src/engine/endpoints.ts';
 import { reencryptSecrets } from '../src/ops/reencrypt.ts';
+import { freshDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { MASTER_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
+import { seedApp, seedEndpoint } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
 
 const SECRET = 'whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD';
@@ -216,4 +219,31 @@ test('embedded mode generates a 0600 key file once; server mode refuses to start
   assert.throws(() => loadConfig({ DATABASE_URL: 'postgres://x/y' }), /HERALD_MASTER_KEY/);
   assert.throws(() => loadMasterKeys('not-a-key', [], dir, false), /HERALD_MASTER_KEY/);
   assert.throws(() => loadMasterKeys(MASTER_KEY, ['short'], dir, false), /HERALD_PREVIOUS_MASTER_KEYS/);
+});
+
+test('an embedded database is judged by whether its keys open its secrets: a previous key listed will do, a key that opens none will not', async () => {
+  const database = await freshDatabase('keys_judged');
+  try {
+    const old = Buffer.alloc(32, 8);
+    const fresh = Buffer.alloc(32, 9);
+    const judged = (keys: Buffer[]) =>
+      assertSecretsUnderKeys(database.db, createSecretBox(keys), keys, '/data');
+    // No secret yet (a database migrated before its first start): any key will do.
+    await judged([fresh]);
+    const app = await seedApp(database.db, 'keys-judged');
+    const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:9/keys-judged');
+    await insertCurrentSecret(
+      database.db,
+      app.id,
+      endpoint.id,
+      createSecretBox([old]).seal(SECRET, endpoint.id),
+    );
+    await judged([old]);
+    // A new key, the old one listed among the previous: the secret opens, under it.
+    await judged([fresh, old]);
+    // A new key alone (the key file made anew): refused, naming the variable and the file.
+    await assert.rejects(judged([fresh]), /HERALD_MASTER_KEY.*\/data\/master\.key is not it/);
+  } finally {
+    await database.drop();
+  }
 });

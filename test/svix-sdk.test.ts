@@ -228,7 +228,7 @@ describe('svix SDK against herald', () => {
     const names = (await svix.eventType.list({ limit: 250 })).data.map((e) => e.name);
     const paged: string[] = [];
     let iterator: string | null | undefined;
-    for (let pages = 0; pages < 20; pages++) {
+    for (let pages = 0; pages <= names.length; pages++) {
       const page = await svix.eventType.list({ limit: 1, iterator });
       paged.push(...page.data.map((e) => e.name));
       if (page.done) break;
@@ -787,7 +787,11 @@ describe('svix SDK against herald', () => {
     assert.deepEqual(verified, { n: 1 });
     assert.equal(missed!.headers['webhook-id'], early.id);
     // Again: nothing is missing any more, and nothing is routed twice.
-    await svix.endpoint.replayMissing('late-app', endpoint.id, { since: new Date(Date.now() - 3600_000) });
+    const again = await t.call('POST', `/api/v1/app/late-app/endpoint/${endpoint.id}/replay-missing`, {
+      since: new Date(Date.now() - 3600_000).toISOString(),
+    });
+    assert.equal(again.status, 202, JSON.stringify(again.body));
+    assert.equal(again.body.deliveries, 0);
     const routed = await t.database.db.query<{ messageId: string }>(
       'select message_id as "messageId" from delivery where endpoint_id = $1 order by message_id',
       [endpoint.id],
