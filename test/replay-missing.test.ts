@@ -177,3 +177,28 @@ test('a call makes its cap of deliveries at most, the oldest first, and says mor
   assert.equal(answer.deliveries, 5);
   assert.equal(answer.more, false);
 });
+
+test('a message history retention deletes under a call is passed by, not a foreign-key error', async () => {
+  const app = await createApp(t, 'missing-pruned');
+  const kept = await publishVia(t, app, { eventType: 'a.b', payload: { n: 1 } });
+  const pruned = await publishVia(t, app, { eventType: 'a.b', payload: { n: 2 } });
+  const ep = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/pruned' });
+  const retention = new pg.Client({ connectionString: t.database.url });
+  await retention.connect();
+  try {
+    // Retention has locked the message it prunes (retention.ts), and deletes it while the call waits.
+    await retention.query('begin');
+    await retention.query('select 1 from message where id = $1 for update', [pruned]);
+    const call = replayMissing(app, ep, { since: HOUR_AGO() });
+    await waitForLockWaiter(t.database.db, 'm.id as message_id, e.id as endpoint_id');
+    await retention.query('delete from message where id = $1', [pruned]);
+    await retention.query('commit');
+    assert.equal((await call).deliveries, 1);
+  } finally {
+    await retention.end();
+  }
+  assert.deepEqual(
+    (await routedTo(ep)).map((r) => r.messageId),
+    [kept],
+  );
+});
