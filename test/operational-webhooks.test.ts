@@ -426,6 +426,33 @@ describe('delivery events', () => {
     );
   });
 
+  test('enabled again, the next endpoint.disabled tells of the run since the enable', async () => {
+    const app = await createApp(t, 'relapse-tenant');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/dead`, uid: 'relapse-ep' });
+    const failedOn = async (msg: string) => {
+      await waitFor('the delivery to fail', async () => (await deliveryOf(t, msg, ep))?.state === 'failed');
+      return attemptsOf(t, (await deliveryOf(t, msg, ep))!.id);
+    };
+    const disabledEvents = async () =>
+      (await storedEvents({ endpointId: ep })).filter((e) => e.type === 'endpoint.disabled');
+    await failedOn(await publishVia(t, app, { eventType: 'order.paid', payload: { n: 1 } }));
+    await waitFor('the first endpoint.disabled', async () => (await disabledEvents()).length === 1);
+
+    const enabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
+    assert.equal(enabled.status, 200, JSON.stringify(enabled.body));
+    const second = await failedOn(await publishVia(t, app, { eventType: 'order.paid', payload: { n: 2 } }));
+    await waitFor('the second endpoint.disabled', async () => (await disabledEvents()).length === 2);
+
+    // Five failures since the enable disabled it again: its run began with the first of them, not
+    // with the failures the enable forgave.
+    const [first, again] = await disabledEvents();
+    const startedAt = async (id: string) =>
+      (await t.database.db.query<{ started_at: Date }>('select started_at from attempt where id = $1', [id]))
+        .rows[0]!.started_at;
+    assert.ok(Date.parse(String(again!.data['failSince'])) > Date.parse(String(first!.data['failSince'])));
+    assert.equal(Date.parse(String(again!.data['failSince'])), (await startedAt(second[0]!.id)).getTime());
+  });
+
   test('fencing and repeats: a lost lease emits nothing, a repeated write emits nothing twice', async () => {
     const app = await findApp(t.database.db, 'dead-tenant');
     const rows = await t.database.db.query<{ deliveryId: string; leaseToken: string; messageId: string }>(

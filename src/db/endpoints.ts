@@ -129,14 +129,11 @@ export async function listEndpoints(
 }
 
 /**
- * Replaces the endpoint's settings. Enabling keeps the failure counter's meaning: a re-enabled
- * endpoint starts counting afresh, while its deliveries keep their budgets; so does one given a
- * new URL, whose failures and refused credentials were the old URL's. Disabling through the API
- * records the operator as the reason; re-enabling clears any reason.
- */
-/**
- * Writes the endpoint's fields. Enabled again, its failures are forgiven and its deliveries
- * waiting to retry are due now (retriesDueNow); sent to a new URL, its failures are forgiven too.
+ * Writes the endpoint's fields. Enabled again, its failures are forgiven (its failure count starts
+ * afresh; its deliveries keep their budgets) and its deliveries waiting to retry are due now
+ * (retriesDueNow); sent to a new URL, its failures and refused credentials, which were the old
+ * URL's, are forgiven too. Disabling through the API records the operator as the reason;
+ * re-enabling clears any reason.
  */
 export async function updateEndpoint(db: Queryable, id: string, f: EndpointFields): Promise<EndpointRow> {
   const result = await db.query<EndpointRow & { wasDisabled: boolean }>(

@@ -11,6 +11,7 @@
 import type { AttemptResult, RecordedOutcome, RecoveredLease } from '../db/deliveries.ts';
 import { publishMessage } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
+import { firstIdAt } from '../db/time-ids.ts';
 import { HERALD_ACTOR_ID, OPERATOR_APP_UID } from '../engine/apps.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 
@@ -221,20 +222,28 @@ async function emitAttemptEvents(
 }
 
 /**
- * When the endpoint's run of failures began: its first known failure after its last success. It
- * runs in the outcome write's transaction, so it reads the run, not the endpoint's history: attempt
- * ids follow time, and one endpoint has one attempt in flight at a time, so its attempts in id
- * order are its attempts in time order. The walk goes back from the newest attempt to the last
- * success, then forward over the attempts since: as many as the run is long (all of them for an
- * endpoint that never succeeded), never the successes before it.
+ * When the endpoint's run of failures began: its first known failure since its failure count last
+ * started afresh — at its last success, or when an operator forgave its failures (enabled it again,
+ * or gave it a new URL: the audit entry of that change). It runs in the outcome write's
+ * transaction, so it reads the run, not the endpoint's history: attempt ids follow time, and one
+ * endpoint has one attempt in flight at a time, so its attempts in id order are its attempts in
+ * time order. The walk goes back from the newest attempt to the last success, then forward over
+ * the attempts since the later of the two: as many as the run is long, never the history before it.
+ * An attempt under way when its endpoint was forgiven counts towards the new run (its failure is
+ * written after the reset) but did not start it: the run begins with the first attempt sent since.
  */
 export async function failingSince(tx: Queryable, endpointId: string, fallback: Date): Promise<Date> {
+  const forgivenAt = `(select a.at from audit_entry a
+                        where a.target_id = $1
+                          and (a.action = 'endpoint.enabled'
+                               or (a.action = 'endpoint.updated' and a.details->'changed' ? 'url'))
+                        order by a.id desc limit 1)`;
   const result = await tx.query<{ since: Date | null }>(
     `select min(f.started_at) as since from attempt f
       where f.endpoint_id = $1 and f.outcome = 'failure'
-        and f.id > coalesce(
+        and f.id > greatest(
           (select s.id from attempt s where s.endpoint_id = $1 and s.outcome = 'success' order by s.id desc limit 1),
-          '')`,
+          ${firstIdAt('atmpt', forgivenAt)})`,
     [endpointId],
   );
   return result.rows[0]?.since ?? fallback;
