@@ -334,6 +334,26 @@ describe('gcp-pubsub', () => {
     assert.match(without.ok ? '' : without.reason, /write metadata/);
   });
 
+  test("an unwrapped body's own message.messageId is the publisher's data, not the delivery's id", async () => {
+    const jwt = await token();
+    const verifier = pubsubVerifier();
+    // A chat update relayed through Pub/Sub: a `message` with an id of its own, numeric or not.
+    for (const body of ['{"message":{"message_id":17,"text":"hi"}}', '{"message":{"messageId":"chat-1"}}']) {
+      const request = push(`Bearer ${jwt}`, body);
+      const verdict = await verifier.verify(
+        { ...request, headers: { ...request.headers, 'x-goog-pubsub-message-id': '2070443601311542' } },
+        now,
+      );
+      assert.deepEqual(
+        verdict,
+        { ok: true, deliveryId: '2070443601311542', payload: JSON.parse(body) },
+        body,
+      );
+      // Without the header, no envelope and no id: refused, not taken for the delivery's id.
+      assertRejected(await verifier.verify(request, now), 400, 'missing_delivery_id');
+    }
+  });
+
   test('a genuine push without a message id is a 400', async () => {
     const jwt = await token();
     const verifier = pubsubVerifier();

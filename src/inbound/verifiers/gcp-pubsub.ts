@@ -5,9 +5,9 @@
 //
 // The token authenticates the SENDER, not the body: it carries no digest of the payload, so a
 // changed body still verifies. Integrity of the body rests on TLS between Google and herald.
-// The delivery id is `message.messageId` from the body, the same on every redelivery; with payload
-// unwrapping (the body is the message's data) the `x-goog-pubsub-message-id` header, which Google
-// sends when the subscription writes metadata.
+// The delivery id is `message.messageId` from the body (Google's envelope), the same on every
+// redelivery; with payload unwrapping (the body is the message's data) the
+// `x-goog-pubsub-message-id` header, which Google sends when the subscription writes metadata.
 // Source secrets are unused: Google's public keys are the only key material.
 
 import { createLocalJWKSet, errors, type JSONWebKeySet, type JWTPayload, jwtVerify } from 'jose';
@@ -129,13 +129,17 @@ export function createGcpPubSubVerifier(settings: GcpPubSubSettings, fetchText: 
         return reject('bad_signature', 'token email is not verified');
       }
       const payload = parseJsonBody(request.rawBody);
-      const message = field(payload, 'message');
-      const messageId = field(message, 'messageId') ?? field(message, 'message_id');
-      if (messageId !== undefined) return accept(messageId, payload, 'message.messageId of the body');
       // A subscription that unwraps payloads sends the message's data as the body, and its id in a
-      // header when it writes metadata (without, nothing tells one delivery from another).
+      // header when it writes metadata. That data is the publisher's: a body of its own with a
+      // `message.messageId` in it (a chat update's `message.message_id`) says nothing of the
+      // delivery, so the body is read as Google's envelope only when it is one — its `message`
+      // beside the `subscription` it came through.
+      const headerId = headerValue(request, 'x-goog-pubsub-message-id');
+      if (headerId !== undefined) return accept(headerId, payload, 'the x-goog-pubsub-message-id header');
+      const message = field(payload, 'message');
+      const envelope = typeof field(payload, 'subscription') === 'string' && message !== undefined;
       return accept(
-        headerValue(request, 'x-goog-pubsub-message-id'),
+        envelope ? (field(message, 'messageId') ?? field(message, 'message_id')) : undefined,
         payload,
         'message.messageId of the body or, for a subscription that unwraps payloads, the x-goog-pubsub-message-id header (enable "write metadata")',
       );
