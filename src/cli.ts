@@ -13,9 +13,10 @@ import { migrationState } from './db/migrate.ts';
 import { listSources } from './db/sources.ts';
 import { steadyNow } from './domain/steady-clock.ts';
 import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
-import { createSource } from './engine/sources.ts';
+import { createSource, requireSource } from './engine/sources.ts';
 import { ConfigError } from './errors.ts';
 import { createHerald, createLogger, type Herald, migrateDatabase } from './herald.ts';
+import { keptConfirmations } from './inbound/sns-confirmations.ts';
 import { type DoctorCheck, formatFindings, runDoctor, SKIPPABLE_CHECKS } from './ops/doctor.ts';
 import {
   acknowledgeUnknown,
@@ -261,6 +262,22 @@ sources
         );
       }
     }, OPENS_NO_SECRET),
+  );
+sources
+  .command('confirmations <source>')
+  .description(
+    'print the command that confirms each SNS subscription this source was asked to confirm (confirmSubscriptions off)',
+  )
+  .action((idOrUid: string) =>
+    withHerald(async (herald) => {
+      const source = await requireSource(herald.core.db, idOrUid);
+      const kept = await keptConfirmations(herald.core.db, herald.core.box, source);
+      if (kept.length === 0) console.error('no SNS subscription confirmation was kept for this source');
+      for (const k of kept) {
+        console.log(`# ${k.topicArn}: asked ${k.receivedAt.toISOString()} (a token is valid for three days)`);
+        console.log(k.command);
+      }
+    }),
   );
 sources
   .command('create')

@@ -18,7 +18,9 @@ import {
   type SchemeConfigInput,
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
+import { testEnv } from './support/herald.ts';
 import { withIngestor } from './support/inbound.ts';
+import { runHerald } from './support/processes.ts';
 
 const TOPIC = 'arn:aws:sns:us-east-1:123456789012:orders';
 const CERT_URL =
@@ -526,7 +528,7 @@ describe('aws-sns', () => {
 });
 
 describe('aws-sns through the ingestor', () => {
-  test('a Notification is relayed; subscription and unsubscribe confirmations store nothing', () =>
+  test('a Notification is relayed; subscription and unsubscribe confirmations relay nothing', () =>
     withIngestor('sns_ingest', fetchText, async ({ database, ingestor, addSource }) => {
       await addSource('orders-topic', 'aws-sns', { topicArns: [TOPIC] });
       const stored = async () =>
@@ -567,6 +569,27 @@ describe('aws-sns through the ingestor', () => {
         assert.deepEqual(answer, { kind: 'subscription', confirmed: false }, type);
       }
       assert.deepEqual(await stored(), { intake: 1, message: 1 }, 'nothing relayed for a confirmation');
+
+      // Not confirmed by herald (confirmSubscriptions off): kept, sealed, for the operator, whose
+      // `aws sns confirm-subscription` needs its token — SNS does not send it again once answered.
+      const sealed = await database.db.query<{ sealed: Uint8Array }>(
+        'select sealed from source_subscription_token',
+      );
+      const token = String(confirmation('SubscriptionConfirmation')['Token']);
+      assert.equal(sealed.rows.length, 1);
+      assert.ok(!Buffer.from(sealed.rows[0]!.sealed).includes(token), 'sealed, not in the clear');
+      const cli = await runHerald(['sources', 'confirmations', 'orders-topic'], testEnv(database.url));
+      assert.equal(cli.code, 0, cli.stderr);
+      assert.match(
+        cli.stdout,
+        new RegExp(
+          `^aws sns confirm-subscription --region us-east-1 --topic-arn ${TOPIC} --token ${token} --authenticate-on-unsubscribe true$`,
+          'm',
+        ),
+      );
+      const none = await runHerald(['sources', 'confirmations', 'confirming-topic'], testEnv(database.url));
+      assert.notEqual(none.code, 0, 'a source that does not exist (yet) is named as not found');
+      assert.match(none.stderr, /source/);
 
       // A source that confirms its subscriptions visits the SubscribeURL; when it does not answer,
       // a 503 that says so asks SNS to send the confirmation again (not a store failure).

@@ -12,6 +12,7 @@ import { assertSecretsUnderKeys, loadMasterKey, loadMasterKeys } from '../src/cr
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { insertCurrentSecret } from '../src/db/endpoint-secrets.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
+import { keepSubscriptionToken, subscriptionTokens } from '../src/db/sources.ts';
 import { revealSecret } from '../src/engine/endpoints.ts';
 import { reencryptSecrets } from '../src/ops/reencrypt.ts';
 import { freshDatabase } from './support/database.ts';
@@ -77,6 +78,14 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
     eventType: 'e',
   });
   assert.equal(source.status, 201, JSON.stringify(source.body));
+  // An SNS subscription token kept for the operator is sealed to its source as the secrets are.
+  const token = 'a-subscription-token';
+  await keepSubscriptionToken(
+    t.database.db,
+    source.body.id,
+    'arn:aws:sns:us-east-1:123456789012:rekey',
+    t.herald.core.box.seal(token, source.body.id),
+  );
   // A row too damaged to name its key (two bytes), which must not stop the run either.
   const damaged = await createEndpoint(t, app, { url: `${receiver.url}/damaged` });
   await t.database.db.query(`update endpoint_secret set sealed = '\\x0102'::bytea where endpoint_id = $1`, [
@@ -89,13 +98,14 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   const byTable = Object.fromEntries(report.tables.map((r) => [r.table, r]));
   assert.ok(byTable['endpoint_secret']!.reencrypted >= 1);
   assert.equal(byTable['source_secret']!.reencrypted, 1, 'the source’s secret too');
+  assert.equal(byTable['source_subscription_token']!.reencrypted, 1, 'and its kept subscription token');
   // The row the previous test tampered with, and the damaged one, are reported, not silently
   // skipped or fatal.
   assert.equal(byTable['endpoint_secret']!.unreadable.length, 2);
   const again = await reencryptSecrets(t.database.db, both, 'cli');
   assert.deepEqual(
     again.tables.map((r) => r.reencrypted),
-    [0, 0],
+    [0, 0, 0],
     'a second run finds nothing left',
   );
   // Each run is on record, with what it did (counts, never secrets).
@@ -117,6 +127,7 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
       unreadable: 2,
     },
     { table: 'source_secret', examined: 1, reencrypted: 0, unreadable: 0 },
+    { table: 'source_subscription_token', examined: 1, reencrypted: 0, unreadable: 0 },
   ]);
 
   // Under the new key alone, both open; under the old alone, neither.
@@ -136,6 +147,8 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   assert.equal(onlyNew.open(sealedSource, source.body.id), sourceSecret);
   assert.throws(() => onlyOld.open(sealedEndpoint, ep), /unknown key/);
   assert.throws(() => onlyOld.open(sealedSource, source.body.id), /unknown key/);
+  const [kept] = await subscriptionTokens(t.database.db, source.body.id);
+  assert.equal(onlyNew.open(kept!.sealed, source.body.id), token);
 });
 
 test('a re-encryption stopped midway has recorded every secret it re-encrypted', async () => {

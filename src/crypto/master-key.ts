@@ -5,6 +5,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Queryable } from '../db/port.ts';
+import { SEALED_TABLES } from '../db/sealed-secrets.ts';
 import { ConfigError } from '../errors.ts';
 import { keyIdOf, parseMasterKey, type SecretBox } from './secret-box.ts';
 
@@ -39,7 +40,7 @@ export async function assertSecretsUnderKeys(
   const known = new Set(keys.map(keyIdOf));
   // PGlite reads bytea as a Uint8Array, pg as a Buffer.
   const sample = await db.query<{ sealed: Uint8Array }>(
-    '(select sealed from endpoint_secret limit 1) union all (select sealed from source_secret limit 1)',
+    SEALED_TABLES.map(({ table }) => `(select sealed from ${table} limit 1)`).join(' union all '),
   );
   const underAnother = (sealed: Uint8Array) => {
     try {

@@ -1,5 +1,6 @@
 // Every secret herald keeps sealed under the master key, table by table: endpoint signing secrets
-// (bound to their endpoint) and inbound source secrets (bound to their source). Re-encryption
+// (bound to their endpoint), inbound source secrets and the SNS subscription tokens kept for the
+// operator (bound to their source). Re-encryption
 // walks them all: a table it skipped would be unreadable once the old key is dropped.
 
 import type { Queryable } from './port.ts';
@@ -8,6 +9,8 @@ import type { Queryable } from './port.ts';
 export const SEALED_TABLES = [
   { table: 'endpoint_secret', owner: 'endpoint_id' },
   { table: 'source_secret', owner: 'source_id' },
+  // The tokens of SNS subscription confirmations kept for the operator (migration 0043).
+  { table: 'source_subscription_token', owner: 'source_id' },
 ] as const;
 
 export type SealedTable = (typeof SEALED_TABLES)[number];

@@ -82,6 +82,36 @@ export async function insertSourceSecret(db: Queryable, sourceId: string, sealed
   await db.query('insert into source_secret (source_id, sealed) values ($1, $2)', [sourceId, sealed]);
 }
 
+/** An SNS subscription confirmation kept for the operator (migration 0043), its token sealed. */
+export interface SubscriptionToken {
+  topicArn: string;
+  sealed: Buffer;
+  receivedAt: Date;
+}
+
+/** Keeps the latest confirmation of a source's topic: SNS sends one again when asked to. */
+export async function keepSubscriptionToken(
+  db: Queryable,
+  sourceId: string,
+  topicArn: string,
+  sealed: Buffer,
+): Promise<void> {
+  await db.query(
+    `insert into source_subscription_token (source_id, topic_arn, sealed) values ($1, $2, $3)
+     on conflict (source_id, topic_arn) do update set sealed = excluded.sealed, received_at = now()`,
+    [sourceId, topicArn, sealed],
+  );
+}
+
+export async function subscriptionTokens(db: Queryable, sourceId: string): Promise<SubscriptionToken[]> {
+  const result = await db.query<{ topicArn: string; sealed: Uint8Array; receivedAt: Date }>(
+    `select topic_arn as "topicArn", sealed, received_at as "receivedAt"
+       from source_subscription_token where source_id = $1 order by topic_arn`,
+    [sourceId],
+  );
+  return result.rows.map((r) => ({ ...r, sealed: Buffer.from(r.sealed) }));
+}
+
 /**
  * Secrets in their overlap period, at most, that a rotation leaves verifying beside the new ones.
  * A request that verifies with none of them is checked against each (an unsigned flood, an

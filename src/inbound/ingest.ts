@@ -11,7 +11,13 @@ import { createGroupCommit, MAX_BATCH_CHARS } from '../db/group-commit.ts';
 import { claimedBusinessKey, type IntakeReceipt, recordReceipts } from '../db/intake.ts';
 import { createNotifiedCache, loadOne } from '../db/notified-cache.ts';
 import type { Db } from '../db/port.ts';
-import { findSource, liveSourceSecrets, SOURCE_CHANGED_CHANNEL, type SourceRow } from '../db/sources.ts';
+import {
+  findSource,
+  keepSubscriptionToken,
+  liveSourceSecrets,
+  SOURCE_CHANGED_CHANNEL,
+  type SourceRow,
+} from '../db/sources.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
@@ -182,9 +188,17 @@ export function createIngestor(deps: IngestDeps): Ingestor {
   async function confirmSubscription(source: SourceRow, payload: unknown): Promise<IngestResult> {
     const url = (payload as { SubscribeURL?: unknown }).SubscribeURL;
     if (source.settings['confirmSubscriptions'] !== true) {
+      // The operator confirms it (with AuthenticateOnUnsubscribe), and needs its token for that:
+      // kept, as SNS does not send a confirmation again once it was answered. A failed write is
+      // a 503, for SNS to send it again.
+      const topicArn = field(payload, 'TopicArn');
+      const token = field(payload, 'Token');
+      if (typeof topicArn === 'string' && typeof token === 'string') {
+        await keepSubscriptionToken(deps.db, source.id, topicArn, deps.box.seal(token, source.id));
+      }
       deps.log.warn(
-        { sourceId: source.id },
-        'SNS subscription confirmation not enabled for this source; ignored',
+        { sourceId: source.id, topicArn },
+        'SNS subscription confirmation kept for the operator: `herald sources confirmations <source>` prints the command that confirms it',
       );
       return { kind: 'subscription', confirmed: false };
     }
