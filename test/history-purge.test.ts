@@ -1,0 +1,193 @@
+// Deleting an endpoint, an app or a source takes its history first, in transactions of its own
+// (src/db/history-purge.ts), and the row last. Deleting the row alone cascaded through the whole
+// history under the row's lock, and every publish to the app waited behind it.
+//
+// Each test holds the lock of a delivery in flight, as the outcome write of a worker holds it: the
+// deletion's last transaction waits for it before it touches the endpoint or app row, so the test
+// can look at what the purge left meanwhile, and publish beside it.
+
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { claimDeliveries } from '../src/db/deliveries.ts';
+import { recordReceipts } from '../src/db/intake.ts';
+import type { Transaction } from '../src/db/port.ts';
+import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
+import { startTestHerald, type TestHerald } from './support/herald.ts';
+import { MISQUEUED_SQL } from './support/queue.ts';
+import { seedReceipt, seedSource } from './support/seed.ts';
+import { waitForLockWaiter } from './support/wait.ts';
+
+let t: TestHerald;
+
+before(async () => {
+  t = await startTestHerald('history_purge', { worker: false });
+});
+after(() => t.close());
+
+/** `n` finished deliveries of the endpoint, each with its attempt, as a long history leaves them. */
+async function seedHistory(appId: string, endpointId: string, n: number): Promise<void> {
+  await t.database.db.query(
+    `with m as (insert into message (app_id, event_type, payload, payload_expires_at)
+                select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, $3) returning id),
+          d as (insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+                select $1, m.id, $2, 'succeeded', 1, 1 from m returning id, message_id)
+     insert into attempt (app_id, delivery_id, message_id, endpoint_id, cycle, lease_token, trigger, url,
+                          finished_at, outcome, status_code)
+     select $1, d.id, d.message_id, $2, 1, gen_random_uuid(), 'scheduled', 'http://x', now(), 'success', 204 from d`,
+    [appId, endpointId, n],
+  );
+}
+
+async function count(sql: string, params: unknown[]): Promise<number> {
+  return (await t.database.db.query<{ n: number }>(`select (${sql})::int as n`, params)).rows[0]!.n;
+}
+
+/**
+ * Leases the app's due deliveries and holds the lock of `endpointId`'s one, as its outcome write
+ * would, until the returned release is called.
+ */
+async function holdInFlight(endpointId: string): Promise<() => Promise<void>> {
+  const claimed = await claimDeliveries(t.database.db, { batch: 10, leaseSeconds: 60, afterEndpoint: '' });
+  const mine = claimed.find((c) => c.endpointId === endpointId);
+  assert.ok(mine, 'the endpoint has a delivery in flight');
+  let locked!: () => void;
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => {
+    locked = resolve;
+  });
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const holder = t.database.db.transaction(async (tx: Transaction) => {
+    await tx.query('select 1 from delivery where id = $1 for update', [mine.deliveryId]);
+    locked();
+    await released;
+  });
+  await held;
+  return async () => {
+    release();
+    await holder;
+  };
+}
+
+test("an endpoint's history goes before it, and its app's publishes never wait for the deletion", async () => {
+  const app = await createApp(t, 'purge-endpoint');
+  const doomed = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/doomed' });
+  const kept = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/kept' });
+  await seedHistory(app, doomed, 2_500);
+  await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
+  const release = await holdInFlight(doomed);
+
+  const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${doomed}`);
+  try {
+    // The deletion's last transaction waits for the delivery in flight; its history is gone by then,
+    // committed, and the endpoint is still there, unlocked.
+    await waitForLockWaiter(t.database.db, "state = 'sending' for update");
+    assert.equal(
+      await count(`select count(*) from delivery where endpoint_id = $1 and state <> 'sending'`, [doomed]),
+      0,
+      'every finished delivery of the endpoint was deleted ahead of it',
+    );
+    assert.equal(
+      await count('select count(*) from attempt where endpoint_id = $1', [doomed]),
+      1,
+      'only the attempt in flight',
+    );
+    assert.equal(await count('select count(*) from endpoint where id = $1', [doomed]), 1);
+
+    // A publish to the app meanwhile fans out to both endpoints without waiting (lock_timeout: a
+    // wait would be an error here, where the API would hold the batch for 2 s and answer 503).
+    const beside = await t.database.db.transaction(async (tx) => {
+      await tx.query(`set local lock_timeout = '200ms'`);
+      const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
+      return (
+        await tx.query<{ deliveries: number }>(
+          'select deliveries from herald_publish_grouped($1::jsonb, true)',
+          [JSON.stringify([item])],
+        )
+      ).rows[0]!.deliveries;
+    });
+    assert.equal(beside, 2);
+  } finally {
+    await release();
+  }
+  assert.equal((await deletion).status, 204);
+
+  assert.equal(await count('select count(*) from endpoint where id = $1', [doomed]), 0);
+  assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [doomed]), 0);
+  assert.equal(await count('select count(*) from attempt where endpoint_id = $1', [doomed]), 0);
+  assert.equal(
+    await count('select count(*) from delivery where endpoint_id = $1', [kept]),
+    2,
+    'the other endpoint keeps its own',
+  );
+  assert.equal(await count(MISQUEUED_SQL, [app]), 0, 'the queue tables follow the purge');
+});
+
+test("an app's deliveries, messages and intake claims go before it", async () => {
+  const app = await createApp(t, 'purge-app');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/app' });
+  await seedHistory(app, endpoint, 1_500);
+  const source = await seedSource(t.database.db, app, 'purge-app-source');
+  await recordReceipts(
+    t.database.db,
+    Array.from({ length: 20 }, (_, i) => seedReceipt(source.id, `d${i}`)),
+    1,
+  );
+  const release = await holdInFlight(endpoint);
+
+  const deletion = t.call('DELETE', `/api/v1/app/${app}`);
+  try {
+    await waitForLockWaiter(t.database.db, 'for update of delivery');
+    // What is left is the delivery in flight with its message, and the app with its endpoint and source.
+    assert.equal(await count('select count(*) from delivery where app_id = $1', [app]), 1);
+    assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1);
+    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
+    assert.equal(await count('select count(*) from app where id = $1', [app]), 1);
+  } finally {
+    await release();
+  }
+  assert.equal((await deletion).status, 204);
+  for (const table of ['message', 'delivery', 'attempt', 'endpoint', 'source', 'intake'])
+    assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
+});
+
+test("a source's intake claims and their observations go before it", async () => {
+  const app = await createApp(t, 'purge-source');
+  const source = await seedSource(t.database.db, app, 'purge-source');
+  await recordReceipts(
+    t.database.db,
+    Array.from({ length: 30 }, (_, i) => seedReceipt(source.id, `r${i}`)),
+    1,
+  );
+  const observed =
+    'select count(*) from intake_observation o join intake i on i.id = o.intake_id where i.source_id = $1';
+  assert.equal(await count(observed, [source.id]), 30);
+
+  // The source's row held as a receipt's write in progress holds it (its foreign-key check).
+  let release!: () => void;
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let locked!: () => void;
+  const held = new Promise<void>((resolve) => {
+    locked = resolve;
+  });
+  const holder = t.database.db.transaction(async (tx) => {
+    await tx.query('select 1 from source where id = $1 for key share', [source.id]);
+    locked();
+    await released;
+  });
+  await held;
+  const deletion = t.call('DELETE', `/api/v1/source/${source.id}`);
+  try {
+    await waitForLockWaiter(t.database.db, 'delete from source where id');
+    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
+    assert.equal(await count(observed, [source.id]), 0);
+  } finally {
+    release();
+    await holder;
+  }
+  assert.equal((await deletion).status, 204);
+  assert.equal(await count('select count(*) from source where id = $1', [source.id]), 0);
+});
