@@ -1,14 +1,15 @@
-// Deleting an endpoint, an app or a source takes its history first, in transactions of its own
-// (src/db/history-purge.ts), and the row last. Deleting the row alone cascaded through the whole
-// history under the row's lock, and every publish to the app waited behind it.
+// Deleting an endpoint or an app takes the endpoints' finished deliveries first, in transactions of
+// their own (src/db/history-purge.ts), and the rest last. Deleting the row alone cascaded through
+// the whole history under the row's lock, and every publish to the app waited behind it.
 //
-// Each test holds the lock of a delivery in flight, as the outcome write of a worker holds it: the
-// deletion's last transaction waits for it before it touches the endpoint or app row, so the test
-// can look at what the purge left meanwhile, and publish beside it.
+// The route tests hold the lock of a delivery in flight, as the outcome write of a worker holds it:
+// the deletion's last transaction waits for it before it touches the endpoint or app row, so the
+// test can look at what the purge left meanwhile, and publish beside it.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries } from '../src/db/deliveries.ts';
+import { purgeEndpointHistory } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import type { Transaction } from '../src/db/port.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
@@ -77,6 +78,8 @@ test("an endpoint's history goes before it, and its app's publishes never wait f
   await seedHistory(app, doomed, 2_500);
   await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
   const release = await holdInFlight(doomed);
+  // Owed to the endpoint behind the one in flight (one at a time per endpoint).
+  await publishVia(t, app, { eventType: 'e', payload: { n: 2 } });
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${doomed}`);
   try {
@@ -84,9 +87,17 @@ test("an endpoint's history goes before it, and its app's publishes never wait f
     // committed, and the endpoint is still there, unlocked.
     await waitForLockWaiter(t.database.db, "state = 'sending' for update");
     assert.equal(
-      await count(`select count(*) from delivery where endpoint_id = $1 and state <> 'sending'`, [doomed]),
+      await count(
+        `select count(*) from delivery where endpoint_id = $1 and state in ('succeeded', 'failed')`,
+        [doomed],
+      ),
       0,
       'every finished delivery of the endpoint was deleted ahead of it',
+    );
+    assert.equal(
+      await count(`select count(*) from delivery where endpoint_id = $1 and state = 'pending'`, [doomed]),
+      1,
+      'work still owed stays with the endpoint until it goes',
     );
     assert.equal(
       await count('select count(*) from attempt where endpoint_id = $1', [doomed]),
@@ -118,13 +129,13 @@ test("an endpoint's history goes before it, and its app's publishes never wait f
   assert.equal(await count('select count(*) from attempt where endpoint_id = $1', [doomed]), 0);
   assert.equal(
     await count('select count(*) from delivery where endpoint_id = $1', [kept]),
-    2,
+    3,
     'the other endpoint keeps its own',
   );
   assert.equal(await count(MISQUEUED_SQL, [app]), 0, 'the queue tables follow the purge');
 });
 
-test("an app's deliveries, messages and intake claims go before it", async () => {
+test("an app's finished deliveries go before it; its messages, owed work and intake claims with it", async () => {
   const app = await createApp(t, 'purge-app');
   const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/app' });
   await seedHistory(app, endpoint, 1_500);
@@ -139,10 +150,17 @@ test("an app's deliveries, messages and intake claims go before it", async () =>
   const deletion = t.call('DELETE', `/api/v1/app/${app}`);
   try {
     await waitForLockWaiter(t.database.db, 'for update of delivery');
-    // What is left is the delivery in flight with its message, and the app with its endpoint and source.
-    assert.equal(await count('select count(*) from delivery where app_id = $1', [app]), 1);
-    assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1);
-    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
+    // The finished deliveries are gone; the messages stay while the app takes publishes (each is
+    // what makes a retried publish with its idempotency key a duplicate), and so do the claims
+    // that make a provider's redelivery one, and the work owed (the receipts' relayed messages).
+    assert.equal(
+      await count(`select count(*) from delivery where app_id = $1 and state in ('succeeded', 'failed')`, [
+        app,
+      ]),
+      0,
+    );
+    assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1_500 + 20);
+    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 20);
     assert.equal(await count('select count(*) from app where id = $1', [app]), 1);
   } finally {
     await release();
@@ -152,19 +170,19 @@ test("an app's deliveries, messages and intake claims go before it", async () =>
     assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
 });
 
-test("a source's intake claims and their observations go before it", async () => {
-  const app = await createApp(t, 'purge-source');
-  const source = await seedSource(t.database.db, app, 'purge-source');
-  await recordReceipts(
-    t.database.db,
-    Array.from({ length: 30 }, (_, i) => seedReceipt(source.id, `r${i}`)),
-    1,
-  );
-  const observed =
-    'select count(*) from intake_observation o join intake i on i.id = o.intake_id where i.source_id = $1';
-  assert.equal(await count(observed, [source.id]), 30);
+test('the purge walks its batches past rows another transaction deleted under it', async () => {
+  const app = await createApp(t, 'purge-batches');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/batches' });
+  await seedHistory(app, endpoint, 50);
+  const first = (
+    await t.database.db.query<{ id: string }>(
+      'select id from delivery where endpoint_id = $1 order by message_id limit 7',
+      [endpoint],
+    )
+  ).rows.map((r) => r.id);
 
-  // The source's row held as a receipt's write in progress holds it (its foreign-key check).
+  // Another deletion (a second DELETE, history retention) holds the purge's first batch of 7, and
+  // commits while the purge waits for it: that batch deletes nothing, and the purge goes on.
   let release!: () => void;
   const released = new Promise<void>((resolve) => {
     release = resolve;
@@ -173,21 +191,21 @@ test("a source's intake claims and their observations go before it", async () =>
   const held = new Promise<void>((resolve) => {
     locked = resolve;
   });
-  const holder = t.database.db.transaction(async (tx) => {
-    await tx.query('select 1 from source where id = $1 for key share', [source.id]);
+  const other = t.database.db.transaction(async (tx) => {
+    await tx.query('delete from delivery where id = any($1)', [first]);
     locked();
     await released;
   });
   await held;
-  const deletion = t.call('DELETE', `/api/v1/source/${source.id}`);
+  const purge = purgeEndpointHistory(t.database.db, endpoint, 7);
   try {
-    await waitForLockWaiter(t.database.db, 'delete from source where id');
-    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
-    assert.equal(await count(observed, [source.id]), 0);
+    await waitForLockWaiter(t.database.db, 'with picked as materialized');
   } finally {
     release();
-    await holder;
+    await other;
   }
-  assert.equal((await deletion).status, 204);
-  assert.equal(await count('select count(*) from source where id = $1', [source.id]), 0);
+  assert.equal(await purge, 50 - 7, 'every batch after the first deleted its rows');
+  assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [endpoint]), 0);
+  assert.equal(await count('select count(*) from attempt where endpoint_id = $1', [endpoint]), 0);
+  assert.equal(await count(MISQUEUED_SQL, [app]), 0);
 });

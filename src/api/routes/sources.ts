@@ -1,7 +1,6 @@
 // herald's inbound sources: /api/v1/source[/{id or uid}]. Secrets are write-only.
 
 import type { FastifyPluginAsync } from 'fastify';
-import { purgeSourceHistory } from '../../db/history-purge.ts';
 import { deleteSource, listSources, type SourceRow } from '../../db/sources.ts';
 import { assertAppAllowed } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
@@ -72,7 +71,6 @@ export const sourceRoutes =
 
     app.delete<{ Params: Params }>('/api/v1/source/:source_id', async (request, reply) => {
       const source = await load(request.actor, request.params.source_id);
-      await purgeSourceHistory(db, source.id);
       await db.transaction(async (tx) => {
         await deleteSource(tx, source.id);
         await audit(tx, request.actor, 'source.deleted', source, {});
