@@ -145,7 +145,8 @@ export async function emitRecoveryEvents(tx: Queryable, recovered: readonly Reco
  * - message.attempt.failing: the cycle's FAILING_AFTER-th known failure (once per cycle);
  * - message.attempt.exhausted: the cycle ended without a success (budget spent, or the outcome
  *   policy stopped it): no further attempt will be made unless someone resends or replays;
- * - message.attempt.recovered: a success after at least one known failure in the cycle;
+ * - message.attempt.recovered: a success in a cycle that had sent its `failing` (FAILING_AFTER
+ *   known failures);
  * - endpoint.disabled: this outcome auto-disabled the endpoint (failures, or a 410 Gone).
  */
 async function emitAttemptEvents(
