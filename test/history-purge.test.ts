@@ -1,15 +1,16 @@
-// Deleting an endpoint or an app takes the endpoints' finished deliveries first, in transactions of
-// their own (src/db/history-purge.ts), and the rest last. Deleting the row alone cascaded through
-// the whole history under the row's lock, and every publish to the app waited behind it.
+// Deleting an endpoint or an app takes the endpoints' finished deliveries first, in transactions
+// of their own (src/db/history-purge.ts), and an app's endpoints, claims and messages after them.
+// Deleting the row alone cascaded through the whole history under the row's lock, and every
+// publish to the app waited behind it.
 //
 // The route tests hold the lock of a delivery in flight, as the outcome write of a worker holds it:
-// the deletion's last transaction waits for it before it touches the endpoint or app row, so the
-// test can look at what the purge left meanwhile, and publish beside it.
+// the transaction that deletes its endpoint waits for it, so the test can look at what the purge
+// left meanwhile, and publish beside it.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries } from '../src/db/deliveries.ts';
-import { purgeEndpointHistory } from '../src/db/history-purge.ts';
+import { purgeApp, purgeEndpointHistory } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import type { Transaction } from '../src/db/port.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
@@ -135,38 +136,77 @@ test("an endpoint's history goes before it, and its app's publishes never wait f
   assert.equal(await count(MISQUEUED_SQL, [app]), 0, 'the queue tables follow the purge');
 });
 
-test("an app's finished deliveries go before it; its messages, owed work and intake claims with it", async () => {
+test("an app's deletion purges its endpoints one by one, and its app's publishes never wait for it", async () => {
   const app = await createApp(t, 'purge-app');
   const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/app' });
   await seedHistory(app, endpoint, 1_500);
-  const source = await seedSource(t.database.db, app, 'purge-app-source');
-  await recordReceipts(
-    t.database.db,
-    Array.from({ length: 20 }, (_, i) => seedReceipt(source.id, `d${i}`)),
-    1,
-  );
+  await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
   const release = await holdInFlight(endpoint);
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}`);
   try {
-    await waitForLockWaiter(t.database.db, 'for update of delivery');
-    // The finished deliveries are gone; the messages stay while the app takes publishes (each is
-    // what makes a retried publish with its idempotency key a duplicate), and so do the claims
-    // that make a provider's redelivery one, and the work owed (the receipts' relayed messages).
+    // The endpoint's own deletion waits for its delivery in flight, its history gone already.
+    await waitForLockWaiter(t.database.db, "state = 'sending' for update");
     assert.equal(
       await count(`select count(*) from delivery where app_id = $1 and state in ('succeeded', 'failed')`, [
         app,
       ]),
       0,
     );
-    assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1_500 + 20);
-    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 20);
     assert.equal(await count('select count(*) from app where id = $1', [app]), 1);
+    // Neither the app nor its endpoint is locked meanwhile: a publish to it goes through.
+    const beside = await t.database.db.transaction(async (tx) => {
+      await tx.query(`set local lock_timeout = '200ms'`);
+      const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
+      return (
+        await tx.query<{ deliveries: number }>(
+          'select deliveries from herald_publish_grouped($1::jsonb, true)',
+          [JSON.stringify([item])],
+        )
+      ).rows[0]!.deliveries;
+    });
+    assert.equal(beside, 1);
   } finally {
     await release();
   }
   assert.equal((await deletion).status, 204);
-  for (const table of ['message', 'delivery', 'attempt', 'endpoint', 'source', 'intake'])
+  for (const table of ['message', 'delivery', 'attempt', 'endpoint'])
+    assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
+});
+
+test("an app's messages and claims go once no endpoint is left: a retry or a redelivery meanwhile sends nothing", async () => {
+  const app = await createApp(t, 'purge-app-rest');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/rest' });
+  await seedHistory(app, endpoint, 1_500);
+  await publishVia(t, app, { eventType: 'e', payload: { n: 1 } }, { 'idempotency-key': 'k-1' });
+  const source = await seedSource(t.database.db, app, 'purge-app-source');
+  const receipts = Array.from({ length: 20 }, (_, i) => seedReceipt(source.id, `d${i}`));
+  await recordReceipts(t.database.db, receipts, 1);
+
+  await purgeApp(t.database.db, app, 7);
+  for (const table of ['endpoint', 'delivery', 'attempt', 'message', 'intake'])
+    assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
+  assert.equal(
+    await count('select count(*) from app where id = $1', [app]),
+    1,
+    "the app's row is its deletion's",
+  );
+  assert.equal(await count('select count(*) from source where id = $1', [source.id]), 1);
+
+  // What the purge took can no longer make these duplicates; with no endpoint left, they send nothing.
+  const retried = await t.call(
+    'POST',
+    `/api/v1/app/${app}/msg`,
+    { eventType: 'e', payload: { n: 1 } },
+    { 'idempotency-key': 'k-1' },
+  );
+  assert.equal(retried.status, 202);
+  const [redelivered] = await recordReceipts(t.database.db, [receipts[0]!], 1);
+  assert.ok(redelivered?.relayed);
+  assert.equal(await count('select count(*) from delivery where app_id = $1', [app]), 0);
+
+  assert.equal((await t.call('DELETE', `/api/v1/app/${app}`)).status, 204);
+  for (const table of ['message', 'source', 'intake'])
     assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
 });
 
