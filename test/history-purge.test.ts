@@ -44,14 +44,8 @@ async function count(sql: string, params: unknown[]): Promise<number> {
   return (await t.database.db.query<{ n: number }>(`select (${sql})::int as n`, params)).rows[0]!.n;
 }
 
-/**
- * Leases the app's due deliveries and holds the lock of `endpointId`'s one, as its outcome write
- * would, until the returned release is called.
- */
-async function holdInFlight(endpointId: string): Promise<() => Promise<void>> {
-  const claimed = await claimDeliveries(t.database.db, { batch: 10, leaseSeconds: 60, afterEndpoint: '' });
-  const mine = claimed.find((c) => c.endpointId === endpointId);
-  assert.ok(mine, 'the endpoint has a delivery in flight');
+/** Runs `work` in a transaction held open, its locks with it, until the returned release is called. */
+async function holdOpen(work: (tx: Transaction) => Promise<unknown>): Promise<() => Promise<void>> {
   let locked!: () => void;
   let release!: () => void;
   const held = new Promise<void>((resolve) => {
@@ -60,8 +54,8 @@ async function holdInFlight(endpointId: string): Promise<() => Promise<void>> {
   const released = new Promise<void>((resolve) => {
     release = resolve;
   });
-  const holder = t.database.db.transaction(async (tx: Transaction) => {
-    await tx.query('select 1 from delivery where id = $1 for update', [mine.deliveryId]);
+  const holder = t.database.db.transaction(async (tx) => {
+    await work(tx);
     locked();
     await released;
   });
@@ -70,6 +64,34 @@ async function holdInFlight(endpointId: string): Promise<() => Promise<void>> {
     release();
     await holder;
   };
+}
+
+/**
+ * Leases the app's due deliveries and holds the lock of `endpointId`'s one, as its outcome write
+ * would, until the returned release is called.
+ */
+async function holdInFlight(endpointId: string): Promise<() => Promise<void>> {
+  const claimed = await claimDeliveries(t.database.db, { batch: 10, leaseSeconds: 60, afterEndpoint: '' });
+  const mine = claimed.find((c) => c.endpointId === endpointId);
+  assert.ok(mine, 'the endpoint has a delivery in flight');
+  return holdOpen((tx) => tx.query('select 1 from delivery where id = $1 for update', [mine.deliveryId]));
+}
+
+/**
+ * Publishes one message to the app as the API's group commit does, answering its deliveries: with
+ * a lock timeout short enough that a wait is an error here, where the API would hold the batch
+ * for 2 s and answer 503.
+ */
+function publishWithoutWaiting(app: string): Promise<number> {
+  return t.database.db.transaction(async (tx) => {
+    await tx.query(`set local lock_timeout = '200ms'`);
+    const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
+    const { rows } = await tx.query<{ deliveries: number }>(
+      'select deliveries from herald_publish_grouped($1::jsonb, true)',
+      [JSON.stringify([item])],
+    );
+    return rows[0]!.deliveries;
+  });
 }
 
 test("an endpoint's history goes before it, and its app's publishes never wait for the deletion", async () => {
@@ -107,19 +129,8 @@ test("an endpoint's history goes before it, and its app's publishes never wait f
     );
     assert.equal(await count('select count(*) from endpoint where id = $1', [doomed]), 1);
 
-    // A publish to the app meanwhile fans out to both endpoints without waiting (lock_timeout: a
-    // wait would be an error here, where the API would hold the batch for 2 s and answer 503).
-    const beside = await t.database.db.transaction(async (tx) => {
-      await tx.query(`set local lock_timeout = '200ms'`);
-      const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
-      return (
-        await tx.query<{ deliveries: number }>(
-          'select deliveries from herald_publish_grouped($1::jsonb, true)',
-          [JSON.stringify([item])],
-        )
-      ).rows[0]!.deliveries;
-    });
-    assert.equal(beside, 2);
+    // A publish to the app meanwhile fans out to both endpoints without waiting.
+    assert.equal(await publishWithoutWaiting(app), 2);
   } finally {
     await release();
   }
@@ -155,17 +166,7 @@ test("an app's deletion purges its endpoints one by one, and its app's publishes
     );
     assert.equal(await count('select count(*) from app where id = $1', [app]), 1);
     // Neither the app nor its endpoint is locked meanwhile: a publish to it goes through.
-    const beside = await t.database.db.transaction(async (tx) => {
-      await tx.query(`set local lock_timeout = '200ms'`);
-      const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
-      return (
-        await tx.query<{ deliveries: number }>(
-          'select deliveries from herald_publish_grouped($1::jsonb, true)',
-          [JSON.stringify([item])],
-        )
-      ).rows[0]!.deliveries;
-    });
-    assert.equal(beside, 1);
+    assert.equal(await publishWithoutWaiting(app), 1);
   } finally {
     await release();
   }
@@ -223,26 +224,12 @@ test('the purge walks its batches past rows another transaction deleted under it
 
   // Another deletion (a second DELETE, history retention) holds the purge's first batch of 7, and
   // commits while the purge waits for it: that batch deletes nothing, and the purge goes on.
-  let release!: () => void;
-  const released = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  let locked!: () => void;
-  const held = new Promise<void>((resolve) => {
-    locked = resolve;
-  });
-  const other = t.database.db.transaction(async (tx) => {
-    await tx.query('delete from delivery where id = any($1)', [first]);
-    locked();
-    await released;
-  });
-  await held;
+  const release = await holdOpen((tx) => tx.query('delete from delivery where id = any($1)', [first]));
   const purge = purgeEndpointHistory(t.database.db, endpoint, 7);
   try {
     await waitForLockWaiter(t.database.db, 'with picked as materialized');
   } finally {
-    release();
-    await other;
+    await release();
   }
   assert.equal(await purge, 50 - 7, 'every batch after the first deleted its rows');
   assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [endpoint]), 0);
