@@ -1,16 +1,15 @@
-// Deleting an endpoint or an app takes the endpoints' finished deliveries first, in transactions
-// of their own (src/db/history-purge.ts), and an app's endpoints, claims and messages after them.
-// Deleting the row alone cascaded through the whole history under the row's lock, and every
-// publish to the app waited behind it.
+// Deleting an endpoint, an app or a source deletes its history first, in the transaction that
+// deletes the row, and the row last (src/db/history-purge.ts). Deleting the row first cascaded
+// through the whole history under the row's lock: every publish to the app, and the outcome write
+// of the endpoint's delivery in flight, waited behind it.
 //
-// The route tests hold the lock of a delivery in flight, as the outcome write of a worker holds it:
-// the transaction that deletes its endpoint waits for it, so the test can look at what the purge
-// left meanwhile, and publish beside it.
+// Each test holds the lock of one row of the history, as a long history would hold the deletion
+// there: the test publishes, writes an outcome or records a receipt beside it meanwhile, with a lock
+// timeout short enough that any wait is an error, and looks at what other readers see.
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries } from '../src/db/deliveries.ts';
-import { purgeApp, purgeEndpointHistory } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import type { Transaction } from '../src/db/port.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
@@ -66,173 +65,160 @@ async function holdOpen(work: (tx: Transaction) => Promise<unknown>): Promise<()
   };
 }
 
-/**
- * Leases the app's due deliveries and holds the lock of `endpointId`'s one, as its outcome write
- * would, until the returned release is called.
- */
-async function holdInFlight(endpointId: string): Promise<() => Promise<void>> {
-  const claimed = await claimDeliveries(t.database.db, { batch: 10, leaseSeconds: 60, afterEndpoint: '' });
-  const mine = claimed.find((c) => c.endpointId === endpointId);
-  assert.ok(mine, 'the endpoint has a delivery in flight');
-  return holdOpen((tx) => tx.query('select 1 from delivery where id = $1 for update', [mine.deliveryId]));
+/** Holds the lock of one of the endpoint's finished deliveries: the deletion will wait there. */
+async function holdHistory(endpointId: string): Promise<() => Promise<void>> {
+  return holdOpen((tx) =>
+    tx.query(
+      `select 1 from delivery where endpoint_id = $1 and state = 'succeeded' order by message_id desc limit 1
+        for update`,
+      [endpointId],
+    ),
+  );
 }
 
-/**
- * Publishes one message to the app as the API's group commit does, answering its deliveries: with
- * a lock timeout short enough that a wait is an error here, where the API would hold the batch
- * for 2 s and answer 503.
- */
-function publishWithoutWaiting(app: string): Promise<number> {
+/** Runs `work` with a lock timeout short enough that any wait for a lock is an error here. */
+function withoutWaiting<T>(work: (tx: Transaction) => Promise<T>): Promise<T> {
   return t.database.db.transaction(async (tx) => {
     await tx.query(`set local lock_timeout = '200ms'`);
-    const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
-    const { rows } = await tx.query<{ deliveries: number }>(
-      'select deliveries from herald_publish_grouped($1::jsonb, true)',
-      [JSON.stringify([item])],
-    );
-    return rows[0]!.deliveries;
+    return work(tx);
   });
 }
 
-test("an endpoint's history goes before it, and its app's publishes never wait for the deletion", async () => {
+/** Publishes one message to the app as the API's group commit does; answers its deliveries. */
+async function publishBeside(tx: Transaction, app: string): Promise<number> {
+  const item = { ord: 0, app_id: app, event_type: 'e', payload: '{}', retention_days: 1, actor: 'test' };
+  const { rows } = await tx.query<{ deliveries: number }>(
+    'select deliveries from herald_publish_grouped($1::jsonb, true)',
+    [JSON.stringify([item])],
+  );
+  return rows[0]!.deliveries;
+}
+
+/** Leases the app's due deliveries; answers `endpointId`'s delivery now in flight. */
+async function putInFlight(endpointId: string): Promise<string> {
+  const claimed = await claimDeliveries(t.database.db, { batch: 10, leaseSeconds: 60, afterEndpoint: '' });
+  const mine = claimed.find((c) => c.endpointId === endpointId);
+  assert.ok(mine, 'the endpoint has a delivery in flight');
+  return mine.deliveryId;
+}
+
+/** What a worker's outcome write locks first: the delivery in flight. */
+const lockInFlight = (tx: Transaction, deliveryId: string) =>
+  tx.query('select 1 from delivery where id = $1 for update', [deliveryId]);
+
+test("an endpoint's deletion locks neither it nor its delivery in flight while its history goes", async () => {
   const app = await createApp(t, 'purge-endpoint');
   const doomed = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/doomed' });
   const kept = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/kept' });
   await seedHistory(app, doomed, 2_500);
   await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
-  const release = await holdInFlight(doomed);
-  // Owed to the endpoint behind the one in flight (one at a time per endpoint).
+  const inFlight = await putInFlight(doomed);
   await publishVia(t, app, { eventType: 'e', payload: { n: 2 } });
+  const release = await holdHistory(doomed);
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${doomed}`);
   try {
-    // The deletion's last transaction waits for the delivery in flight; its history is gone by then,
-    // committed, and the endpoint is still there, unlocked.
-    await waitForLockWaiter(t.database.db, "state = 'sending' for update");
-    assert.equal(
-      await count(
-        `select count(*) from delivery where endpoint_id = $1 and state in ('succeeded', 'failed')`,
-        [doomed],
-      ),
-      0,
-      'every finished delivery of the endpoint was deleted ahead of it',
-    );
-    assert.equal(
-      await count(`select count(*) from delivery where endpoint_id = $1 and state = 'pending'`, [doomed]),
-      1,
-      'work still owed stays with the endpoint until it goes',
-    );
-    assert.equal(
-      await count('select count(*) from attempt where endpoint_id = $1', [doomed]),
-      1,
-      'only the attempt in flight',
-    );
-    assert.equal(await count('select count(*) from endpoint where id = $1', [doomed]), 1);
-
-    // A publish to the app meanwhile fans out to both endpoints without waiting.
-    assert.equal(await publishWithoutWaiting(app), 2);
+    await waitForLockWaiter(t.database.db, [
+      'delete from delivery where endpoint_id',
+      'delete from endpoint',
+    ]);
+    assert.equal(await withoutWaiting((tx) => publishBeside(tx, app)), 2, 'a publish fans out to both');
+    await withoutWaiting((tx) => lockInFlight(tx, inFlight));
+    // One transaction: until it commits, others see the endpoint's history whole.
+    assert.equal(await count(`select count(*) from delivery where endpoint_id = $1`, [doomed]), 2_500 + 3);
   } finally {
     await release();
   }
   assert.equal((await deletion).status, 204);
 
-  assert.equal(await count('select count(*) from endpoint where id = $1', [doomed]), 0);
-  assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [doomed]), 0);
-  assert.equal(await count('select count(*) from attempt where endpoint_id = $1', [doomed]), 0);
+  for (const table of ['endpoint', 'delivery', 'attempt']) {
+    const key = table === 'endpoint' ? 'id' : 'endpoint_id';
+    assert.equal(await count(`select count(*) from ${table} where ${key} = $1`, [doomed]), 0, table);
+  }
   assert.equal(
     await count('select count(*) from delivery where endpoint_id = $1', [kept]),
     3,
     'the other endpoint keeps its own',
   );
-  assert.equal(await count(MISQUEUED_SQL, [app]), 0, 'the queue tables follow the purge');
+  assert.equal(await count(MISQUEUED_SQL, [app]), 0, 'the queue tables follow the deletion');
 });
 
-test("an app's deletion purges its endpoints one by one, and its app's publishes never wait for it", async () => {
+test("an app's deletion locks neither it nor its deliveries in flight while its history goes", async () => {
   const app = await createApp(t, 'purge-app');
   const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/app' });
   await seedHistory(app, endpoint, 1_500);
-  await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
-  const release = await holdInFlight(endpoint);
+  const source = await seedSource(t.database.db, app, 'purge-app-source');
+  const receipts = Array.from({ length: 20 }, (_, i) => seedReceipt(source.id, `d${i}`));
+  await recordReceipts(t.database.db, receipts, 1);
+  const inFlight = await putInFlight(endpoint);
+  const release = await holdHistory(endpoint);
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}`);
   try {
-    // The endpoint's own deletion waits for its delivery in flight, its history gone already.
-    await waitForLockWaiter(t.database.db, "state = 'sending' for update");
-    assert.equal(
-      await count(`select count(*) from delivery where app_id = $1 and state in ('succeeded', 'failed')`, [
-        app,
-      ]),
-      0,
-    );
-    assert.equal(await count('select count(*) from app where id = $1', [app]), 1);
-    // Neither the app nor its endpoint is locked meanwhile: a publish to it goes through.
-    assert.equal(await publishWithoutWaiting(app), 1);
+    await waitForLockWaiter(t.database.db, ['delete from delivery where endpoint_id', 'delete from app']);
+    assert.equal(await withoutWaiting((tx) => publishBeside(tx, app)), 1);
+    await withoutWaiting((tx) => lockInFlight(tx, inFlight));
+    assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1_500 + 20 + 1);
+    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 20);
   } finally {
     await release();
   }
   assert.equal((await deletion).status, 204);
-  for (const table of ['message', 'delivery', 'attempt', 'endpoint'])
-    assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
+  for (const table of ['app', 'message', 'delivery', 'attempt', 'endpoint', 'source', 'intake']) {
+    const key = table === 'app' ? 'id' : 'app_id';
+    assert.equal(await count(`select count(*) from ${table} where ${key} = $1`, [app]), 0, table);
+  }
 });
 
-test("an app's messages and claims go once no endpoint is left: a retry or a redelivery meanwhile sends nothing", async () => {
-  const app = await createApp(t, 'purge-app-rest');
-  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/rest' });
-  await seedHistory(app, endpoint, 1_500);
-  await publishVia(t, app, { eventType: 'e', payload: { n: 1 } }, { 'idempotency-key': 'k-1' });
-  const source = await seedSource(t.database.db, app, 'purge-app-source');
-  const receipts = Array.from({ length: 20 }, (_, i) => seedReceipt(source.id, `d${i}`));
-  await recordReceipts(t.database.db, receipts, 1);
-
-  await purgeApp(t.database.db, app, 7);
-  for (const table of ['endpoint', 'delivery', 'attempt', 'message', 'intake'])
-    assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
-  assert.equal(
-    await count('select count(*) from app where id = $1', [app]),
+test("a source's deletion does not lock it while its claims go", async () => {
+  const app = await createApp(t, 'purge-source');
+  const source = await seedSource(t.database.db, app, 'purge-source');
+  await recordReceipts(
+    t.database.db,
+    Array.from({ length: 30 }, (_, i) => seedReceipt(source.id, `r${i}`)),
     1,
-    "the app's row is its deletion's",
   );
-  assert.equal(await count('select count(*) from source where id = $1', [source.id]), 1);
-
-  // What the purge took can no longer make these duplicates; with no endpoint left, they send nothing.
-  const retried = await t.call(
-    'POST',
-    `/api/v1/app/${app}/msg`,
-    { eventType: 'e', payload: { n: 1 } },
-    { 'idempotency-key': 'k-1' },
+  const release = await holdOpen((tx) =>
+    tx.query(`select 1 from intake where source_id = $1 and delivery_id = 'r7' for update`, [source.id]),
   );
-  assert.equal(retried.status, 202);
-  const [redelivered] = await recordReceipts(t.database.db, [receipts[0]!], 1);
-  assert.ok(redelivered?.relayed);
-  assert.equal(await count('select count(*) from delivery where app_id = $1', [app]), 0);
 
-  assert.equal((await t.call('DELETE', `/api/v1/app/${app}`)).status, 204);
-  for (const table of ['message', 'source', 'intake'])
-    assert.equal(await count(`select count(*) from ${table} where app_id = $1`, [app]), 0, table);
-});
-
-test('the purge walks its batches past rows another transaction deleted under it', async () => {
-  const app = await createApp(t, 'purge-batches');
-  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/batches' });
-  await seedHistory(app, endpoint, 50);
-  const first = (
-    await t.database.db.query<{ id: string }>(
-      'select id from delivery where endpoint_id = $1 order by message_id limit 7',
-      [endpoint],
-    )
-  ).rows.map((r) => r.id);
-
-  // Another deletion (a second DELETE, history retention) holds the purge's first batch of 7, and
-  // commits while the purge waits for it: that batch deletes nothing, and the purge goes on.
-  const release = await holdOpen((tx) => tx.query('delete from delivery where id = any($1)', [first]));
-  const purge = purgeEndpointHistory(t.database.db, endpoint, 7);
+  const deletion = t.call('DELETE', `/api/v1/source/${source.id}`);
   try {
-    await waitForLockWaiter(t.database.db, 'with picked as materialized');
+    await waitForLockWaiter(t.database.db, ['delete from intake where source_id', 'delete from source']);
+    const [beside] = await withoutWaiting((tx) => recordReceipts(tx, [seedReceipt(source.id, 'new')], 1));
+    assert.ok(beside?.claimed, 'a receipt of a new delivery id is claimed meanwhile');
+    assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 31);
   } finally {
     await release();
   }
-  assert.equal(await purge, 50 - 7, 'every batch after the first deleted its rows');
-  assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [endpoint]), 0);
-  assert.equal(await count('select count(*) from attempt where endpoint_id = $1', [endpoint]), 0);
-  assert.equal(await count(MISQUEUED_SQL, [app]), 0);
+  assert.equal((await deletion).status, 204);
+  assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
+  assert.equal(await count('select count(*) from intake_observation where app_id = $1', [app]), 0);
+});
+
+test('of two deletions of one app, one is answered 204 and audited, the other 404', async () => {
+  const app = await createApp(t, 'purge-twice');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/twice' });
+  await seedHistory(app, endpoint, 100);
+  const release = await holdHistory(endpoint);
+  const first = t.call('DELETE', `/api/v1/app/${app}`);
+  let second: ReturnType<typeof t.call>;
+  try {
+    await waitForLockWaiter(t.database.db, ['delete from delivery where endpoint_id', 'delete from app']);
+    second = t.call('DELETE', `/api/v1/app/${app}`);
+    await waitForLockWaiter(
+      t.database.db,
+      ['delete from delivery where endpoint_id', 'delete from app'],
+      10_000,
+      2,
+    );
+  } finally {
+    await release();
+  }
+  const statuses = [(await first).status, (await second).status].sort();
+  assert.deepEqual(statuses, [204, 404]);
+  assert.equal(
+    await count(`select count(*) from audit_entry where action = 'app.deleted' and target_id = $1`, [app]),
+    1,
+  );
 });

@@ -97,13 +97,16 @@ export async function updateApp(db: Queryable, id: string, fields: AppFields): P
   return result.rows[0]!;
 }
 
-/** Run it in a transaction: its deliveries in flight are locked first, as deleteEndpoint does. */
-export async function deleteApp(db: Queryable, id: string): Promise<void> {
+/**
+ * Run it in a transaction: its deliveries in flight are locked first, as deleteEndpoint does.
+ * false: the app was deleted meanwhile.
+ */
+export async function deleteApp(db: Queryable, id: string): Promise<boolean> {
   await db.query(
     `select 1 from delivery
       where endpoint_id in (select e.id from endpoint e where e.app_id = $1) and state = 'sending'
       for update of delivery`,
     [id],
   );
-  await db.query('delete from app where id = $1', [id]);
+  return (await db.query('delete from app where id = $1', [id])).rowCount === 1;
 }

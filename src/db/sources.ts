@@ -74,8 +74,9 @@ export async function listSources(db: Queryable, appIds: readonly string[] | nul
   return result.rows;
 }
 
-export async function deleteSource(db: Queryable, id: string): Promise<void> {
-  await db.query('delete from source where id = $1', [id]);
+/** false: the source was deleted meanwhile. */
+export async function deleteSource(db: Queryable, id: string): Promise<boolean> {
+  return (await db.query('delete from source where id = $1', [id])).rowCount === 1;
 }
 
 export async function insertSourceSecret(db: Queryable, sourceId: string, sealed: Buffer): Promise<void> {

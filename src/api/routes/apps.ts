@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } from '../../db/apps.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { purgeApp } from '../../db/history-purge.ts';
+import { purgeAppHistory } from '../../db/history-purge.ts';
 import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Actor, Core } from '../../engine/core.ts';
 import { HeraldError, invalidField, notFound } from '../../errors.ts';
@@ -144,9 +144,10 @@ export const appRoutes =
 
     app.delete<{ Params: AppParams }>('/api/v1/app/:app_id', async (request, reply) => {
       const current = await requireApp(db, request.actor, request.params.app_id);
-      await purgeApp(db, current.id);
       await db.transaction(async (tx) => {
-        await deleteApp(tx, current.id);
+        await purgeAppHistory(tx, current.id);
+        // Deleted meanwhile by another request: that one was audited, not this one.
+        if (!(await deleteApp(tx, current.id))) throw notFound('application');
         await recordAudit(tx, {
           actor: request.actor.id,
           action: 'app.deleted',

@@ -179,8 +179,8 @@ export const endpointRoutes =
 
     app.delete<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request, reply) => {
       const { endpoint } = await load(request.actor, request.params);
-      await purgeEndpointHistory(db, endpoint.id);
       await db.transaction(async (tx) => {
+        await purgeEndpointHistory(tx, endpoint.id);
         // Deleted meanwhile by another request: that one was audited and announced, not this one.
         if (!(await deleteEndpoint(tx, endpoint.id))) throw notFound('endpoint');
         await audit(tx, request.actor, 'endpoint.deleted', endpoint, {});

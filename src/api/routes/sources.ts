@@ -1,10 +1,12 @@
 // herald's inbound sources: /api/v1/source[/{id or uid}]. Secrets are write-only.
 
 import type { FastifyPluginAsync } from 'fastify';
+import { purgeSourceHistory } from '../../db/history-purge.ts';
 import { deleteSource, listSources, type SourceRow } from '../../db/sources.ts';
 import { assertAppAllowed } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { audit, changeSource, createSource, requireSource } from '../../engine/sources.ts';
+import { notFound } from '../../errors.ts';
 import { sourceLabel } from '../../ops/metrics.ts';
 import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
@@ -72,7 +74,9 @@ export const sourceRoutes =
     app.delete<{ Params: Params }>('/api/v1/source/:source_id', async (request, reply) => {
       const source = await load(request.actor, request.params.source_id);
       await db.transaction(async (tx) => {
-        await deleteSource(tx, source.id);
+        await purgeSourceHistory(tx, source.id);
+        // Deleted meanwhile by another request: that one was audited, not this one.
+        if (!(await deleteSource(tx, source.id))) throw notFound('source');
         await audit(tx, request.actor, 'source.deleted', source, {});
       });
       return reply.status(204).send();
