@@ -16,7 +16,7 @@ import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
 import { seedReceipt, seedSource } from './support/seed.ts';
-import { waitForLockWaiter } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 let t: TestHerald;
 
@@ -102,6 +102,10 @@ async function putInFlight(endpointId: string): Promise<string> {
   return mine.deliveryId;
 }
 
+/** The statements of a deletion that may wait for the row a test holds: its purge's, or its row's. */
+const ENDPOINT_DELETION = ['delete from delivery where endpoint_id', 'delete from endpoint'];
+const APP_DELETION = ['delete from message', 'delete from app'];
+
 /** What a worker's outcome write locks first: the delivery in flight. */
 const lockInFlight = (tx: Transaction, deliveryId: string) =>
   tx.query('select 1 from delivery where id = $1 for update', [deliveryId]);
@@ -118,10 +122,7 @@ test("an endpoint's deletion locks neither it nor its delivery in flight while i
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${doomed}`);
   try {
-    await waitForLockWaiter(t.database.db, [
-      'delete from delivery where endpoint_id',
-      'delete from endpoint',
-    ]);
+    await waitForLockWaiter(t.database.db, ENDPOINT_DELETION);
     assert.equal(await withoutWaiting((tx) => publishBeside(tx, app)), 2, 'a publish fans out to both');
     await withoutWaiting((tx) => lockInFlight(tx, inFlight));
     // One transaction: until it commits, others see the endpoint's history whole.
@@ -155,7 +156,7 @@ test("an app's deletion locks neither it nor its deliveries in flight while its 
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}`);
   try {
-    await waitForLockWaiter(t.database.db, ['delete from delivery where endpoint_id', 'delete from app']);
+    await waitForLockWaiter(t.database.db, APP_DELETION);
     assert.equal(await withoutWaiting((tx) => publishBeside(tx, app)), 1);
     await withoutWaiting((tx) => lockInFlight(tx, inFlight));
     assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1_500 + 20 + 1);
@@ -204,14 +205,9 @@ test('of two deletions of one app, one is answered 204 and audited, the other 40
   const first = t.call('DELETE', `/api/v1/app/${app}`);
   let second: ReturnType<typeof t.call>;
   try {
-    await waitForLockWaiter(t.database.db, ['delete from delivery where endpoint_id', 'delete from app']);
+    await waitForLockWaiter(t.database.db, APP_DELETION);
     second = t.call('DELETE', `/api/v1/app/${app}`);
-    await waitForLockWaiter(
-      t.database.db,
-      ['delete from delivery where endpoint_id', 'delete from app'],
-      10_000,
-      2,
-    );
+    await waitForLockWaiter(t.database.db, APP_DELETION, 10_000, 2);
   } finally {
     await release();
   }
@@ -221,4 +217,86 @@ test('of two deletions of one app, one is answered 204 and audited, the other 40
     await count(`select count(*) from audit_entry where action = 'app.deleted' and target_id = $1`, [app]),
     1,
   );
+});
+
+test('a deletion that PostgreSQL rolls back to break a deadlock starts over, and is answered 204', async () => {
+  const app = await createApp(t, 'purge-deadlock');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/deadlock' });
+  await seedHistory(app, endpoint, 200);
+  const ordered = await t.database.db.query<{ id: string }>(
+    'select id from delivery where endpoint_id = $1 order by message_id',
+    [endpoint],
+  );
+  const oldest = ordered.rows[0]!.id;
+  const newest = ordered.rows.at(-1)!.id;
+  const deadlocks = () =>
+    count('select deadlocks from pg_stat_database where datname = current_database()', []);
+  const before = await deadlocks();
+
+  // A bulk writer of the same rows in the other order: it holds the newest delivery, which the
+  // purge reaches last, then asks for the oldest, which the purge holds by then. The deletion
+  // began to wait first, so it is the one PostgreSQL rolls back.
+  let go!: () => void;
+  const crossing = new Promise<void>((resolve) => {
+    go = resolve;
+  });
+  let crossed!: (rolledBack: boolean) => void;
+  const writerCrossed = new Promise<boolean>((resolve) => {
+    crossed = resolve;
+  });
+  const release = await holdOpen(async (tx) => {
+    await tx.query('select 1 from delivery where id = $1 for update', [newest]);
+    void crossing.then(async () => {
+      try {
+        await tx.query('select 1 from delivery where id = $1 for update', [oldest]);
+        crossed(false);
+      } catch {
+        crossed(true);
+      }
+    });
+  });
+
+  const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${endpoint}`);
+  try {
+    await waitForLockWaiter(t.database.db, ENDPOINT_DELETION);
+    go();
+    assert.equal(await writerCrossed, false, 'the writer got its lock: the deletion was rolled back');
+    await waitFor('the deadlock counted', async () => (await deadlocks()) > before);
+    // Started over, it waits for the writer's rows again.
+    await waitForLockWaiter(t.database.db, ENDPOINT_DELETION);
+  } finally {
+    await release();
+  }
+  assert.equal((await deletion).status, 204);
+  assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [endpoint]), 0);
+});
+
+test("an app's deletion locks a message before its deliveries, as a replay, a resend and retention do", async () => {
+  const app = await createApp(t, 'purge-order');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/order' });
+  await seedHistory(app, endpoint, 50);
+  const { rows } = await t.database.db.query<{ deliveryId: string; messageId: string }>(
+    `select id as "deliveryId", message_id as "messageId" from delivery where endpoint_id = $1
+      order by message_id desc limit 1`,
+    [endpoint],
+  );
+  const { deliveryId, messageId } = rows[0]!;
+
+  // A restart's hold on its message (deliveries.ts, messageHeld); its delivery comes next.
+  let restart!: Transaction;
+  const release = await holdOpen(async (tx) => {
+    restart = tx;
+    await tx.query('select 1 from message where id = $1 for key share', [messageId]);
+  });
+  const deletion = t.call('DELETE', `/api/v1/app/${app}`);
+  try {
+    await waitForLockWaiter(t.database.db, APP_DELETION);
+    // The deletion waits at the message holding none of its deliveries: the restart gets its own.
+    await restart.query(`set local lock_timeout = '200ms'`);
+    await restart.query('select 1 from delivery where id = $1 for update', [deliveryId]);
+  } finally {
+    await release();
+  }
+  assert.equal((await deletion).status, 204);
+  assert.equal(await count('select count(*) from message where app_id = $1', [app]), 0);
 });

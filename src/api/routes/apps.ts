@@ -3,7 +3,7 @@
 import type { FastifyPluginAsync } from 'fastify';
 import { type AppFields, type AppRow, deleteApp, findApp, listApps, updateApp } from '../../db/apps.ts';
 import { recordAudit } from '../../db/audit.ts';
-import { purgeAppHistory } from '../../db/history-purge.ts';
+import { deletionTransaction, purgeAppHistory } from '../../db/history-purge.ts';
 import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Actor, Core } from '../../engine/core.ts';
 import { HeraldError, invalidField, notFound } from '../../errors.ts';
@@ -144,7 +144,7 @@ export const appRoutes =
 
     app.delete<{ Params: AppParams }>('/api/v1/app/:app_id', async (request, reply) => {
       const current = await requireApp(db, request.actor, request.params.app_id);
-      await db.transaction(async (tx) => {
+      await deletionTransaction(db, async (tx) => {
         await purgeAppHistory(tx, current.id);
         // Deleted meanwhile by another request: that one was audited, not this one.
         if (!(await deleteApp(tx, current.id))) throw notFound('application');

@@ -1,7 +1,7 @@
 // herald's inbound sources: /api/v1/source[/{id or uid}]. Secrets are write-only.
 
 import type { FastifyPluginAsync } from 'fastify';
-import { purgeSourceHistory } from '../../db/history-purge.ts';
+import { deletionTransaction, purgeSourceHistory } from '../../db/history-purge.ts';
 import { deleteSource, listSources, type SourceRow } from '../../db/sources.ts';
 import { assertAppAllowed } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
@@ -73,7 +73,7 @@ export const sourceRoutes =
 
     app.delete<{ Params: Params }>('/api/v1/source/:source_id', async (request, reply) => {
       const source = await load(request.actor, request.params.source_id);
-      await db.transaction(async (tx) => {
+      await deletionTransaction(db, async (tx) => {
         await purgeSourceHistory(tx, source.id);
         // Deleted meanwhile by another request: that one was audited, not this one.
         if (!(await deleteSource(tx, source.id))) throw notFound('source');
