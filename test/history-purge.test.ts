@@ -10,8 +10,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries } from '../src/db/deliveries.ts';
+import { purgeAppHistory, purgeEndpointHistory } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
-import type { Transaction } from '../src/db/port.ts';
+import type { Queryable, Transaction } from '../src/db/port.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { startTestHerald, type TestHerald } from './support/herald.ts';
 import { MISQUEUED_SQL } from './support/queue.ts';
@@ -39,9 +40,11 @@ async function seedHistory(appId: string, endpointId: string, n: number): Promis
   );
 }
 
-async function count(sql: string, params: unknown[]): Promise<number> {
-  return (await t.database.db.query<{ n: number }>(`select (${sql})::int as n`, params)).rows[0]!.n;
+async function countIn(db: Queryable, sql: string, params: unknown[]): Promise<number> {
+  return (await db.query<{ n: number }>(`select (${sql})::int as n`, params)).rows[0]!.n;
 }
+
+const count = (sql: string, params: unknown[]) => countIn(t.database.db, sql, params);
 
 /** Runs `work` in a transaction held open, its locks with it, until the returned release is called. */
 async function holdOpen(work: (tx: Transaction) => Promise<unknown>): Promise<() => Promise<void>> {
@@ -103,8 +106,8 @@ async function putInFlight(endpointId: string): Promise<string> {
 }
 
 /** The statements of a deletion that may wait for the row a test holds: its purge's, or its row's. */
-const ENDPOINT_DELETION = ['delete from delivery where endpoint_id', 'delete from endpoint'];
-const APP_DELETION = ['delete from message', 'delete from app'];
+const ENDPOINT_DELETION = ['delete from delivery x', 'delete from endpoint'];
+const APP_DELETION = ['delete from message x', 'delete from app'];
 
 /** What a worker's outcome write locks first: the delivery in flight. */
 const lockInFlight = (tx: Transaction, deliveryId: string) =>
@@ -185,7 +188,7 @@ test("a source's deletion does not lock it while its claims go", async () => {
 
   const deletion = t.call('DELETE', `/api/v1/source/${source.id}`);
   try {
-    await waitForLockWaiter(t.database.db, ['delete from intake where source_id', 'delete from source']);
+    await waitForLockWaiter(t.database.db, ['delete from intake x', 'delete from source']);
     const [beside] = await withoutWaiting((tx) => recordReceipts(tx, [seedReceipt(source.id, 'new')], 1));
     assert.ok(beside?.claimed, 'a receipt of a new delivery id is claimed meanwhile');
     assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 31);
@@ -299,4 +302,33 @@ test("an app's deletion locks a message before its deliveries, as a replay, a re
   }
   assert.equal((await deletion).status, 204);
   assert.equal(await count('select count(*) from message where app_id = $1', [app]), 0);
+});
+
+test('a purge goes in batches of its own size until nothing is left', async () => {
+  const app = await createApp(t, 'purge-batches');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/batches' });
+  await seedHistory(app, endpoint, 50);
+  const source = await seedSource(t.database.db, app, 'purge-batches-source');
+  await recordReceipts(
+    t.database.db,
+    Array.from({ length: 12 }, (_, i) => seedReceipt(source.id, `b${i}`)),
+    1,
+  );
+  // Batches of 7: 50 finished deliveries, 12 claims, 50 messages whose deliveries all finished.
+  await t.database.db.transaction(async (tx) => {
+    await purgeEndpointHistory(tx, endpoint, 7);
+    assert.equal(await countIn(tx, `select count(*) from delivery where endpoint_id = $1`, [endpoint]), 12);
+    await purgeAppHistory(tx, app, 7);
+  });
+  assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
+  assert.equal(
+    await count('select count(*) from message where app_id = $1', [app]),
+    12,
+    'the relayed messages, still owed to the endpoint, stay for the cascade',
+  );
+  assert.equal(
+    await count(`select count(*) from delivery where endpoint_id = $1 and state = 'pending'`, [endpoint]),
+    12,
+  );
+  assert.equal(await count(MISQUEUED_SQL, [app]), 0);
 });

@@ -12,6 +12,7 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { messageIdsInWindow } from '../src/db/evidence.ts';
+import { purgeAppHistory, purgeEndpointHistory } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { findMessage, listMessages, publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
@@ -505,6 +506,44 @@ test("an endpoint's run of failures is found from the end of its history, not fr
     read.length > 0 && read.every((n) => n <= 10),
     `attempts read per scan: ${read}\n${plans.join('\n')}`,
   );
+});
+
+test("deleting an endpoint's or an app's history walks its own index, never another app's rows", async () => {
+  // Another app's 20,000 messages and deliveries, published before this app's, lie ahead of them
+  // by id.
+  const neighbour = await seedApp(database.db, 'purge-neighbour');
+  await seedEndpoint(database.db, neighbour.id, 'http://127.0.0.1:1/neighbour');
+  await backlog(neighbour.id, 20_000);
+  const app = await seedApp(database.db, 'purge-plan');
+  const ep = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:1/purge');
+  await client.query(
+    `with m as (
+       insert into message (app_id, event_type, payload, payload_expires_at)
+       select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, 2000) returning id
+     )
+     insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+     select $1, m.id, $2, 'succeeded', 1, 1 from m`,
+    [app.id, ep.id],
+  );
+  await backlog(app.id, 100);
+  await client.query('analyze message');
+  await client.query('analyze delivery');
+  const plans = await explained(async () => {
+    await client.query('begin');
+    try {
+      await purgeEndpointHistory(asQueryable(client), ep.id, 500);
+      await purgeAppHistory(asQueryable(client), app.id, 500);
+    } finally {
+      await client.query('rollback');
+    }
+  });
+  assert.ok(
+    plans.some((p) => p.includes('Delete on message')),
+    'the purge was explained',
+  );
+  assertNoScans(plans, /Seq Scan on (message|delivery)\b/g);
+  assertNoWholeIndexScans(plans, /^(message|delivery)$/);
+  assertNoFilterBeyond(plans, 500);
 });
 
 test('no function whose plan is pinned, nor lease recovery, is compiled by JIT at each call', async () => {

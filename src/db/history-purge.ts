@@ -17,40 +17,91 @@
 // stood: a message that lost its delivery reads as missing — replay-missing would send it again,
 // the doctor would report it — and a message or claim gone while its app still sends would no
 // longer make a retry or a redelivery a duplicate.) The transaction is as long as before: it still
-// holds back VACUUM for as long.
+// holds back VACUUM for as long. Its statements are not: each deletes PURGE_BATCH rows at most, so
+// that none meets the client's statement deadline (HERALD_DB_QUERY_TIMEOUT_MS), which one statement
+// over a long history did — a deletion that could never succeed, however often asked.
 
 import type { Db, Queryable, Transaction } from './port.ts';
 import { refusedStatementCode } from './server-error.ts';
 
-const FINISHED = `state in ('succeeded', 'failed')`;
+/** Rows per statement of a purge (~0.1 s each): as history retention's batches (retention.ts). */
+export const PURGE_BATCH = 10_000;
+
+/**
+ * Runs `sql`, which deletes one batch of an owner's rows, from the cursor '' until a batch picks
+ * nothing more. Each statement picks its batch by the index that leads with the owner (the order
+ * by names it, so that no plan walks another index from the cursor) and deletes it by primary key;
+ * the cursor follows the rows picked, so a batch whose rows another transaction deleted meanwhile
+ * (history retention) does not end the purge.
+ */
+async function inBatches(tx: Queryable, sql: string, owner: string, batch: number): Promise<void> {
+  let after = '';
+  for (;;) {
+    const { rows } = await tx.query<{ last: string | null }>(sql, [owner, after, batch]);
+    if (rows[0]!.last === null) return;
+    after = rows[0]!.last;
+  }
+}
+
+/**
+ * The statement that deletes one batch of `table`'s rows of an owner (`owner` = $1): it picks $3
+ * of them in `key` order from the cursor ($2), a walk of the owner's index alone, and deletes
+ * those of them that `only` (of a row alias) admits, checked as each is locked. The test is not
+ * part of the walk: a planner that joined it there read a whole table for each batch (a hash or
+ * materialized anti-join over `delivery`); on the picked rows it is a probe of an index each.
+ */
+function batchDelete(
+  table: string,
+  owner: string,
+  key: string,
+  only: (row: string) => string = () => 'true',
+): string {
+  return `
+    with picked as materialized (
+      select id, ${key} as key from ${table}
+       where ${owner} = $1 and ${key} > $2
+       order by ${owner}, ${key} limit $3
+    ),
+    gone as (delete from ${table} x where x.id = any (array(select id from picked)) and ${only('x')})
+    select max(key) as last from picked`;
+}
+
+const FINISHED = (d: string) => `${d}.state in ('succeeded', 'failed')`;
+
+const ENDPOINT_FINISHED_DELIVERIES = batchDelete('delivery', 'endpoint_id', 'message_id', FINISHED);
+
+const SOURCE_CLAIMS = batchDelete('intake', 'source_id', 'delivery_id');
+
+const APP_FINISHED_MESSAGES = batchDelete(
+  'message',
+  'app_id',
+  'id',
+  (m) => `not exists (select 1 from delivery d where d.message_id = ${m}.id and not ${FINISHED('d')})`,
+);
 
 /** Deletes the endpoint's finished deliveries with their attempts. */
-export async function purgeEndpointHistory(tx: Queryable, endpointId: string): Promise<void> {
-  await tx.query(`delete from delivery where endpoint_id = $1 and ${FINISHED}`, [endpointId]);
+export function purgeEndpointHistory(tx: Queryable, endpointId: string, batch = PURGE_BATCH): Promise<void> {
+  return inBatches(tx, ENDPOINT_FINISHED_DELIVERIES, endpointId, batch);
 }
 
 /** Deletes the source's intake claims with their observations. */
-export async function purgeSourceHistory(tx: Queryable, sourceId: string): Promise<void> {
-  await tx.query('delete from intake where source_id = $1', [sourceId]);
+export function purgeSourceHistory(tx: Queryable, sourceId: string, batch = PURGE_BATCH): Promise<void> {
+  return inBatches(tx, SOURCE_CLAIMS, sourceId, batch);
 }
 
 /**
  * Deletes each source's claims, then the messages whose deliveries are all finished, with them:
  * what is owed or in flight, and its message, stay for the cascade. By message, not by endpoint:
  * every writer that holds a message and its deliveries (history retention, a replay, a resend, a
- * recovery) locks the message first, and so does this delete — all its messages, then their
- * deliveries as its cascade runs — where deleting the deliveries first deadlocked with them.
+ * recovery) locks the message first, and so does each batch — its messages, then their deliveries
+ * as its cascade runs — where deleting the deliveries first deadlocked with them.
  */
-export async function purgeAppHistory(tx: Queryable, appId: string): Promise<void> {
+export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURGE_BATCH): Promise<void> {
   const sources = await tx.query<{ id: string }>('select id from source where app_id = $1 order by id', [
     appId,
   ]);
-  for (const { id } of sources.rows) await purgeSourceHistory(tx, id);
-  await tx.query(
-    `delete from message m
-      where m.app_id = $1 and not exists (select 1 from delivery d where d.message_id = m.id and not d.${FINISHED})`,
-    [appId],
-  );
+  for (const { id } of sources.rows) await purgeSourceHistory(tx, id, batch);
+  await inBatches(tx, APP_FINISHED_MESSAGES, appId, batch);
 }
 
 const DEADLOCK_DETECTED = '40P01';
