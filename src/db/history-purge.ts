@@ -8,11 +8,9 @@
 // answered 503 — and so did the outcome write of a worker whose batch held the endpoint's delivery
 // in flight, which the deletion locks first (~1.3 s per 200,000 deliveries with their attempts,
 // measured); a source's receipts waited the same way for its claims. Here the history goes first,
-// locking only its own rows: every delivery but the one in flight — an outcome write never waits
-// for them, and a claim passes over those locked (SKIP LOCKED), as a replay or a resend of one
-// waits — an app's messages with none in flight, a source's claims. The delivery in flight, locked
-// as an outcome write locks it, goes in the cascade with what came meanwhile. A disabled
-// endpoint's held backlog, the usual reason to delete one, is history here as well.
+// locking only its own rows, which nothing else writes: finished deliveries (no claim or outcome
+// write touches them; a replay or a resend of one waits), an app's messages whose deliveries are
+// all finished, a source's claims. What is still owed or in flight goes in the cascade.
 //
 // One transaction still: until it commits, every reader sees the history whole, and a deletion
 // that fails leaves it whole. (In batches of their own, the history would be gone while the row
@@ -68,22 +66,22 @@ function batchDelete(
     select max(key) as last from picked`;
 }
 
-const NOT_IN_FLIGHT = (d: string) => `${d}.state <> 'sending'`;
+const FINISHED = (d: string) => `${d}.state in ('succeeded', 'failed')`;
 
-const ENDPOINT_DELIVERIES = batchDelete('delivery', 'endpoint_id', 'message_id', NOT_IN_FLIGHT);
+const ENDPOINT_FINISHED_DELIVERIES = batchDelete('delivery', 'endpoint_id', 'message_id', FINISHED);
 
 const SOURCE_CLAIMS = batchDelete('intake', 'source_id', 'delivery_id');
 
-const APP_MESSAGES = batchDelete(
+const APP_FINISHED_MESSAGES = batchDelete(
   'message',
   'app_id',
   'id',
-  (m) => `not exists (select 1 from delivery d where d.message_id = ${m}.id and d.state = 'sending')`,
+  (m) => `not exists (select 1 from delivery d where d.message_id = ${m}.id and not ${FINISHED('d')})`,
 );
 
-/** Deletes the endpoint's deliveries with their attempts, but for the one in flight. */
+/** Deletes the endpoint's finished deliveries with their attempts. */
 export function purgeEndpointHistory(tx: Queryable, endpointId: string, batch = PURGE_BATCH): Promise<void> {
-  return inBatches(tx, ENDPOINT_DELIVERIES, endpointId, batch);
+  return inBatches(tx, ENDPOINT_FINISHED_DELIVERIES, endpointId, batch);
 }
 
 /** Deletes the source's intake claims with their observations. */
@@ -92,8 +90,8 @@ export function purgeSourceHistory(tx: Queryable, sourceId: string, batch = PURG
 }
 
 /**
- * Deletes each source's claims, then the messages with no delivery in flight, with their
- * deliveries: a message in flight stays for the cascade. By message, not by endpoint:
+ * Deletes each source's claims, then the messages whose deliveries are all finished, with them:
+ * what is owed or in flight, and its message, stay for the cascade. By message, not by endpoint:
  * every writer that holds a message and its deliveries (history retention, a replay, a resend, a
  * recovery) locks the message first, and so does each batch — its messages, then their deliveries
  * as its cascade runs — where deleting the deliveries first deadlocked with them.
@@ -103,7 +101,7 @@ export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURG
     appId,
   ]);
   for (const { id } of sources.rows) await purgeSourceHistory(tx, id, batch);
-  await inBatches(tx, APP_MESSAGES, appId, batch);
+  await inBatches(tx, APP_FINISHED_MESSAGES, appId, batch);
 }
 
 const DEADLOCK_DETECTED = '40P01';
