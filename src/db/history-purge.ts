@@ -72,13 +72,6 @@ const ENDPOINT_FINISHED_DELIVERIES = batchDelete('delivery', 'endpoint_id', 'mes
 
 const SOURCE_CLAIMS = batchDelete('intake', 'source_id', 'delivery_id');
 
-const APP_FINISHED_MESSAGES = batchDelete(
-  'message',
-  'app_id',
-  'id',
-  (m) => `not exists (select 1 from delivery d where d.message_id = ${m}.id and not ${FINISHED('d')})`,
-);
-
 /** Deletes the endpoint's finished deliveries with their attempts. */
 export function purgeEndpointHistory(tx: Queryable, endpointId: string, batch = PURGE_BATCH): Promise<void> {
   return inBatches(tx, ENDPOINT_FINISHED_DELIVERIES, endpointId, batch);
@@ -89,19 +82,44 @@ export function purgeSourceHistory(tx: Queryable, sourceId: string, batch = PURG
   return inBatches(tx, SOURCE_CLAIMS, sourceId, batch);
 }
 
+const ALL_FINISHED = (m: string) =>
+  `not exists (select 1 from delivery d where d.message_id = ${m}.id and not ${FINISHED('d')})`;
+
 /**
  * Deletes each source's claims, then the messages whose deliveries are all finished, with them:
- * what is owed or in flight, and its message, stay for the cascade. By message, not by endpoint:
- * every writer that holds a message and its deliveries (history retention, a replay, a resend, a
- * recovery) locks the message first, and so does each batch — its messages, then their deliveries
- * as its cascade runs — where deleting the deliveries first deadlocked with them.
+ * what is owed or in flight, and its message, stay for the cascade.
+ *
+ * A batch of messages goes in two steps, each a statement that sees what committed before it:
+ * - it locks those of the walk whose deliveries are all finished. Message first, as every writer
+ *   that holds a message and its deliveries does (history retention, a replay, a resend, a
+ *   recovery): deleting the deliveries first deadlocked with them. Held so, no delivery of theirs
+ *   can be restarted, and a finished one nothing else writes;
+ * - it deletes those messages still with none owed or in flight: a restart that committed while
+ *   the first step waited for its message was not in that step's snapshot, and its delivery may
+ *   be leased by now; its message stays. (One statement that tested and deleted at once tested a
+ *   snapshot, and its cascade deleted a delivery a claim had leased since, and made the worker's
+ *   outcome write wait for the whole deletion.)
  */
 export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURGE_BATCH): Promise<void> {
   const sources = await tx.query<{ id: string }>('select id from source where app_id = $1 order by id', [
     appId,
   ]);
   for (const { id } of sources.rows) await purgeSourceHistory(tx, id, batch);
-  await inBatches(tx, APP_FINISHED_MESSAGES, appId, batch);
+  let after = '';
+  for (;;) {
+    const walked = await tx.query<{ id: string }>(
+      'select id from message where app_id = $1 and id > $2 order by app_id, id limit $3',
+      [appId, after, batch],
+    );
+    if (walked.rows.length === 0) return;
+    after = walked.rows.at(-1)!.id;
+    const locked = await tx.query<{ id: string }>(
+      `select id from message m where m.id = any($1) and ${ALL_FINISHED('m')} order by m.id for update`,
+      [walked.rows.map((r) => r.id)],
+    );
+    const ids = locked.rows.map((r) => r.id);
+    await tx.query(`delete from message m where m.id = any($1) and ${ALL_FINISHED('m')}`, [ids]);
+  }
 }
 
 const DEADLOCK_DETECTED = '40P01';
