@@ -206,6 +206,43 @@ test('a replay under way keeps its message from history pruning, and the deliver
   assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1);
 });
 
+test('history pruning passes by a message whose delivery another transaction holds, and never waits for it', async () => {
+  // An endpoint's deletion holds the finished deliveries it purges until it commits: pruning, in
+  // the worker's maintenance with lease recovery, must not wait that long.
+  const appId = await createApp(t, 'prune-held');
+  const ep = await createEndpoint(t, 'prune-held', { url: `${receiver.url}/prune-held` });
+  const [held, free] = [fortyDaysOld(21), fortyDaysOld(22)];
+  const deliveries = await t.database.db.query<{ id: string; message_id: string }>(
+    `with m as (
+       insert into message (id, app_id, event_type, payload, payload_expires_at, created_at)
+       select id, $1, 'e', '{}', now() + interval '1 day', now() - interval '40 days' from unnest($3::text[]) id
+       returning id
+     )
+     insert into delivery (app_id, message_id, endpoint_id, state, attempts_in_cycle, attempts_total)
+     select $1, m.id, $2, 'succeeded', 1, 1 from m
+     returning id, message_id`,
+    [appId, ep, [held, free]],
+  );
+  const heldDelivery = deliveries.rows.find((d) => d.message_id === held)!.id;
+  const holder = new pg.Client({ connectionString: t.database.url });
+  await holder.connect();
+  try {
+    await holder.query('begin');
+    await holder.query('select 1 from delivery where id = $1 for update', [heldDelivery]);
+    const pruned = await t.database.db.transaction(async (tx) => {
+      await tx.query(`set local lock_timeout = '200ms'`);
+      return pruneFinishedHistory(tx, 30);
+    });
+    assert.equal(pruned, 1, 'the free message goes, the held one is passed by');
+    await holder.query('rollback');
+  } finally {
+    await holder.end();
+  }
+  assert.equal(await t.database.db.transaction((tx) => pruneFinishedHistory(tx, 30)), 1, 'released, it goes');
+  const left = await t.database.db.query('select 1 from message where id = any($1)', [[held, free]]);
+  assert.equal(left.rowCount, 0);
+});
+
 test('a retention pass works off a backlog batch after batch, within its time; one out of time says it is behind', async () => {
   const appId = await createApp(t, 'backlog');
   const expiredPayloads = () =>

@@ -116,11 +116,29 @@ export async function pruneHistoryBatch(
     'select id from message where id = any($1) order by id for update skip locked',
     [candidates],
   );
+  // Their deliveries too, without waiting: a message one of whose deliveries another transaction
+  // holds is passed by, as one whose own lock is. The delete's cascade would wait for that
+  // transaction — an endpoint's deletion holds the finished deliveries it purges until it commits
+  // (history-purge.ts) — and hold up the worker's maintenance, lease recovery among it, as long.
+  const free = await tx.query<{ id: string }>(
+    `with held as (
+       select message_id, count(*) as n
+         from (select message_id from delivery where message_id = any($1) for update skip locked) l
+        group by message_id
+     ), every as (
+       select message_id, count(*) as n from delivery where message_id = any($1) group by message_id
+     )
+     select m.id from unnest($1::text[]) m (id)
+       left join every e on e.message_id = m.id
+       left join held h on h.message_id = m.id
+      where coalesce(e.n, 0) = coalesce(h.n, 0)`,
+    [locked.rows.map((r) => r.id)],
+  );
   // Still finished as a statement after the locks sees them; and so they stay until the delete
   // below: what could restart one waits for the message's lock, held here.
   const finished = await tx.query<{ id: string }>(
     `select m.id from message m where m.id = any($1) and not ${KEPT}`,
-    [locked.rows.map((r) => r.id)],
+    [free.rows.map((r) => r.id)],
   );
   const ids = finished.rows.map((r) => r.id);
   await tx.query(
