@@ -107,11 +107,7 @@ async function putInFlight(endpointId: string): Promise<string> {
 
 /** The statements of a deletion that may wait for the row a test holds: its purge's, or its row's. */
 const ENDPOINT_DELETION = ['delete from delivery x', 'delete from endpoint'];
-const APP_DELETION = [
-  'from message m where m.id = any',
-  'from delivery d where d.message_id = any',
-  'delete from app',
-];
+const APP_DELETION = ['from message m where m.id = any', 'delete from app'];
 
 /** What a worker's outcome write locks first: the delivery in flight. */
 const lockInFlight = (tx: Transaction, deliveryId: string) =>

@@ -28,19 +28,24 @@ import { refusedStatementCode } from './server-error.ts';
 export const PURGE_BATCH = 10_000;
 
 /**
- * Runs `sql`, which deletes one batch of an owner's rows, from the cursor '' until a batch picks
- * nothing more. Each statement picks its batch by the index that leads with the owner (the order
- * by names it, so that no plan walks another index from the cursor) and deletes it by primary key;
- * the cursor follows the rows picked, so a batch whose rows another transaction deleted meanwhile
- * (history retention) does not end the purge.
+ * Walks an owner's rows a batch at a time from the cursor '': `step` deletes the batch after its
+ * cursor and answers the last key it walked past, or null once it walked past nothing. The cursor
+ * follows the rows walked, not those deleted, so a batch whose rows another transaction deleted
+ * meanwhile (history retention) does not end the purge.
  */
-async function inBatches(tx: Queryable, sql: string, owner: string, batch: number): Promise<void> {
-  let after = '';
-  for (;;) {
-    const { rows } = await tx.query<{ last: string | null }>(sql, [owner, after, batch]);
-    if (rows[0]!.last === null) return;
-    after = rows[0]!.last;
-  }
+async function inBatches(step: (after: string) => Promise<string | null>): Promise<void> {
+  for (let after: string | null = ''; after !== null; ) after = await step(after);
+}
+
+/**
+ * Runs `sql` (batchDelete's) batch after batch. Each statement picks its batch by the index that
+ * leads with the owner (the order by names it, so that no plan walks another index from the
+ * cursor) and deletes it by primary key.
+ */
+function batchDeletes(tx: Queryable, sql: string, owner: string, batch: number): Promise<void> {
+  return inBatches(
+    async (after) => (await tx.query<{ last: string | null }>(sql, [owner, after, batch])).rows[0]!.last,
+  );
 }
 
 /**
@@ -74,12 +79,12 @@ const SOURCE_CLAIMS = batchDelete('intake', 'source_id', 'delivery_id');
 
 /** Deletes the endpoint's finished deliveries with their attempts. */
 export function purgeEndpointHistory(tx: Queryable, endpointId: string, batch = PURGE_BATCH): Promise<void> {
-  return inBatches(tx, ENDPOINT_FINISHED_DELIVERIES, endpointId, batch);
+  return batchDeletes(tx, ENDPOINT_FINISHED_DELIVERIES, endpointId, batch);
 }
 
 /** Deletes the source's intake claims with their observations. */
 export function purgeSourceHistory(tx: Queryable, sourceId: string, batch = PURGE_BATCH): Promise<void> {
-  return inBatches(tx, SOURCE_CLAIMS, sourceId, batch);
+  return batchDeletes(tx, SOURCE_CLAIMS, sourceId, batch);
 }
 
 const ALL_FINISHED = (m: string) =>
@@ -105,21 +110,21 @@ export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURG
     appId,
   ]);
   for (const { id } of sources.rows) await purgeSourceHistory(tx, id, batch);
-  let after = '';
-  for (;;) {
+  await inBatches(async (after) => {
     const walked = await tx.query<{ id: string }>(
       'select id from message where app_id = $1 and id > $2 order by app_id, id limit $3',
       [appId, after, batch],
     );
-    if (walked.rows.length === 0) return;
-    after = walked.rows.at(-1)!.id;
+    if (walked.rows.length === 0) return null;
     const locked = await tx.query<{ id: string }>(
       `select id from message m where m.id = any($1) and ${ALL_FINISHED('m')} order by m.id for update`,
       [walked.rows.map((r) => r.id)],
     );
-    const ids = locked.rows.map((r) => r.id);
-    await tx.query(`delete from message m where m.id = any($1) and ${ALL_FINISHED('m')}`, [ids]);
-  }
+    await tx.query(`delete from message m where m.id = any($1) and ${ALL_FINISHED('m')}`, [
+      locked.rows.map((r) => r.id),
+    ]);
+    return walked.rows.at(-1)!.id;
+  });
 }
 
 const DEADLOCK_DETECTED = '40P01';
