@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { claimDeliveries } from '../src/db/deliveries.ts';
-import { purgeAppHistory, purgeEndpointHistory } from '../src/db/history-purge.ts';
+import { PURGE_BATCH, purgeAppHistory, purgeEndpointDeliveries } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import type { Queryable, Transaction } from '../src/db/port.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
@@ -39,6 +39,32 @@ async function seedHistory(appId: string, endpointId: string, n: number): Promis
     [appId, endpointId, n],
   );
 }
+
+/**
+ * `n` deliveries owed to the endpoint, a message each, queued by the trigger that follows them: due
+ * now (one second apart, the latest first in id order), or `in` ahead (out of the claims' walk).
+ */
+async function seedOwed(
+  appId: string,
+  endpointId: string,
+  n: number,
+  due: { in: string } | 'now',
+): Promise<void> {
+  const at = due === 'now' ? `now() - g * interval '1 second'` : `now() + interval '${due.in}'`;
+  await t.database.db.query(
+    `with m as (insert into message (app_id, event_type, payload, payload_expires_at)
+                select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, $3) returning id),
+          n as (select id, row_number() over (order by id) as g from m)
+     insert into delivery (app_id, message_id, endpoint_id, state, next_attempt_at)
+     select $1, n.id, $2, 'pending', ${at} from n`,
+    [appId, endpointId, n],
+  );
+}
+
+const deliveriesOf = async (db: Queryable, endpointId: string) =>
+  (
+    await db.query<{ id: string }>('select id from delivery where endpoint_id = $1 order by id', [endpointId])
+  ).rows.map((r) => r.id);
 
 async function countIn(db: Queryable, sql: string, params: unknown[]): Promise<number> {
   return (await db.query<{ n: number }>(`select (${sql})::int as n`, params)).rows[0]!.n;
@@ -107,7 +133,13 @@ async function putInFlight(endpointId: string): Promise<string> {
 
 /** The statements of a deletion that may wait for the row a test holds: its purge's, or its row's. */
 const ENDPOINT_DELETION = ['delete from delivery x', 'delete from endpoint'];
-const APP_DELETION = ['from message m where m.id = any', 'delete from app'];
+/** The statement of an endpoint's purge that walks its deliveries by message: past its due ones. */
+const ENDPOINT_DELIVERIES = 'delete from delivery x';
+const APP_DELETION = [
+  'from message m where m.id = any',
+  'delete from delivery d where d.message_id',
+  'delete from app',
+];
 
 /** What a worker's outcome write locks first: the delivery in flight. */
 const lockInFlight = (tx: Transaction, deliveryId: string) =>
@@ -308,27 +340,101 @@ test('a purge goes in batches of its own size until nothing is left', async () =
   const app = await createApp(t, 'purge-batches');
   const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/batches' });
   await seedHistory(app, endpoint, 50);
+  await seedOwed(app, endpoint, 9, { in: '1 day' });
   const source = await seedSource(t.database.db, app, 'purge-batches-source');
   await recordReceipts(
     t.database.db,
     Array.from({ length: 12 }, (_, i) => seedReceipt(source.id, `b${i}`)),
     1,
   );
-  // Batches of 7: 50 finished deliveries, 12 claims, 50 messages whose deliveries all finished.
+  const head = await t.database.db.query<{ id: string }>(
+    'select delivery_id as id from delivery_due where endpoint_id = $1 order by next_attempt_at, delivery_id limit 7',
+    [endpoint],
+  );
+  // Out of the walk but soon back in it, as tending moves what comes within its horizon: left.
+  const before = new Set(await deliveriesOf(t.database.db, endpoint));
+  await seedOwed(app, endpoint, 4, { in: '90 seconds' });
+  const soon = (await deliveriesOf(t.database.db, endpoint)).filter((id) => !before.has(id));
+
+  // Batches of 7: 50 finished deliveries, 9 owed a day ahead, 12 due of which the 7 at the head
+  // stay, 12 claims, and the messages whose deliveries are all gone.
   await t.database.db.transaction(async (tx) => {
-    await purgeEndpointHistory(tx, endpoint, 7);
-    assert.equal(await countIn(tx, `select count(*) from delivery where endpoint_id = $1`, [endpoint]), 12);
+    await purgeEndpointDeliveries(tx, endpoint, 7);
+    assert.deepEqual(
+      await deliveriesOf(tx, endpoint),
+      [...head.rows.map((r) => r.id), ...soon].sort(),
+      'the head of the due queue, and what comes due soon, are left for the cascade',
+    );
     await purgeAppHistory(tx, app, 7);
   });
   assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
   assert.equal(
     await count('select count(*) from message where app_id = $1', [app]),
-    12,
-    'the relayed messages, still owed to the endpoint, stay for the cascade',
+    7 + 4,
+    'the messages of what is left, still owed, stay for the cascade',
   );
+  assert.equal(await count(MISQUEUED_SQL, [app]), 0);
+});
+
+test("a disabled endpoint's held backlog goes ahead of its row, and of its app's", async () => {
+  const app = await createApp(t, 'purge-held');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/held' });
+  await seedOwed(app, endpoint, 30, 'now');
+  const disabled = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${endpoint}`, { disabled: true });
+  assert.equal(disabled.status, 200);
   assert.equal(
-    await count(`select count(*) from delivery where endpoint_id = $1 and state = 'pending'`, [endpoint]),
-    12,
+    await count('select count(*) from delivery_deferred where endpoint_id = $1 and held', [endpoint]),
+    30,
+    'the disable held them',
   );
+  for (const purge of [
+    (tx: Transaction) => purgeEndpointDeliveries(tx, endpoint, 7),
+    (tx: Transaction) => purgeAppHistory(tx, app, 7),
+  ]) {
+    // Each purge looks at what it left, then rolls back, for the other to start from the same.
+    const rolledBack = t.database.db.transaction(async (tx) => {
+      await purge(tx);
+      assert.deepEqual(await deliveriesOf(tx, endpoint), []);
+      throw new Error('rolled back');
+    });
+    await assert.rejects(rolledBack, { message: 'rolled back' });
+  }
+});
+
+test("an endpoint's deletion leaves the head of its queue to the claims while its owed deliveries go", async () => {
+  const app = await createApp(t, 'purge-owed');
+  const doomed = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/owed' });
+  await seedHistory(app, doomed, 20);
+  await seedOwed(app, doomed, PURGE_BATCH + 30, 'now');
+  await seedOwed(app, doomed, 40, { in: '1 day' });
+  const queue = (offset: number, limit: number) =>
+    `select p.id from delivery_due q join delivery p on p.id = q.delivery_id where q.endpoint_id = $1
+      order by q.next_attempt_at, q.delivery_id offset ${offset} limit ${limit} for update of p nowait`;
+  const headId = (await t.database.db.query<{ id: string }>(queue(0, 1), [doomed])).rows[0]!.id;
+  const release = await holdHistory(doomed);
+
+  const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${doomed}`);
+  try {
+    // Past its due deliveries, it waits among its finished ones.
+    await waitForLockWaiter(t.database.db, ENDPOINT_DELIVERIES);
+    await withoutWaiting(async (tx) => {
+      await assert.rejects(tx.query(queue(PURGE_BATCH, 1), [doomed]), { code: '55P03' }, 'its tail is taken');
+    });
+    // The head is free for the claims, which stepped over every deleted row ahead of a free one.
+    const head = await withoutWaiting((tx) => tx.query(queue(0, PURGE_BATCH), [doomed]));
+    assert.equal(head.rowCount, PURGE_BATCH);
+    const claimed = await withoutWaiting((tx) =>
+      claimDeliveries(tx, { batch: 10, leaseSeconds: 60, afterEndpoint: '' }),
+    );
+    assert.equal(claimed.find((c) => c.endpointId === doomed)?.deliveryId, headId, 'a claim leases the head');
+    assert.equal(
+      await count('select count(*) from delivery where endpoint_id = $1', [doomed]),
+      20 + PURGE_BATCH + 70,
+    );
+  } finally {
+    await release();
+  }
+  assert.equal((await deletion).status, 204);
+  assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [doomed]), 0);
   assert.equal(await count(MISQUEUED_SQL, [app]), 0);
 });

@@ -12,7 +12,7 @@ import crypto from 'node:crypto';
 import { after, before, test } from 'node:test';
 import pg from 'pg';
 import { messageIdsInWindow } from '../src/db/evidence.ts';
-import { purgeAppHistory, purgeEndpointHistory } from '../src/db/history-purge.ts';
+import { purgeAppHistory, purgeEndpointDeliveries } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import { findMessage, listMessages, publishMessages } from '../src/db/messages.ts';
 import { asQueryable } from '../src/db/port.ts';
@@ -508,7 +508,7 @@ test("an endpoint's run of failures is found from the end of its history, not fr
   );
 });
 
-test("deleting an endpoint's or an app's history walks its own index, never another app's rows", async () => {
+test("deleting an endpoint's or an app's deliveries walks its own index, never another app's rows", async () => {
   // Another app's 20,000 messages and deliveries, published before this app's, lie ahead of them
   // by id.
   const neighbour = await seedApp(database.db, 'purge-neighbour');
@@ -525,13 +525,22 @@ test("deleting an endpoint's or an app's history walks its own index, never anot
      select $1, m.id, $2, 'succeeded', 1, 1 from m`,
     [app.id, ep.id],
   );
-  await backlog(app.id, 100);
-  await client.query('analyze message');
-  await client.query('analyze delivery');
+  // Owed: 1,600 due (the 500 at the head stay), and 1,000 a day ahead, out of the claims' walk.
+  await backlog(app.id, 1_600);
+  await client.query(
+    `with m as (
+       insert into message (app_id, event_type, payload, payload_expires_at)
+       select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, 1000) returning id
+     )
+     insert into delivery (app_id, message_id, endpoint_id, next_attempt_at)
+     select $1, m.id, $2, now() + interval '1 day' from m`,
+    [app.id, ep.id],
+  );
+  await client.query('analyze message, delivery, delivery_due, delivery_deferred');
   const plans = await explained(async () => {
     await client.query('begin');
     try {
-      await purgeEndpointHistory(asQueryable(client), ep.id, 500);
+      await purgeEndpointDeliveries(asQueryable(client), ep.id, 500);
       await purgeAppHistory(asQueryable(client), app.id, 500);
     } finally {
       await client.query('rollback');
@@ -541,8 +550,8 @@ test("deleting an endpoint's or an app's history walks its own index, never anot
     plans.some((p) => p.includes('Delete on message')),
     'the purge was explained',
   );
-  assertNoScans(plans, /Seq Scan on (message|delivery)\b/g);
-  assertNoWholeIndexScans(plans, /^(message|delivery)$/);
+  assertNoScans(plans, /Seq Scan on (message|delivery|delivery_due|delivery_deferred)\b/g);
+  assertNoWholeIndexScans(plans, /^(message|delivery|delivery_due|delivery_deferred)$/);
   assertNoFilterBeyond(plans, 500);
 });
 

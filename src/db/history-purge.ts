@@ -8,9 +8,11 @@
 // answered 503 — and so did the outcome write of a worker whose batch held the endpoint's delivery
 // in flight, which the deletion locks first (~1.3 s per 200,000 deliveries with their attempts,
 // measured); a source's receipts waited the same way for its claims. Here the history goes first,
-// locking only its own rows, which nothing else writes: finished deliveries (no claim or outcome
-// write touches them; a replay or a resend of one waits), an app's messages whose deliveries are
-// all finished, a source's claims. What is still owed or in flight goes in the cascade.
+// locking only rows that no claim, outcome write or receipt is about to write: finished deliveries
+// (a replay or a resend of one waits); owed ones out of the claims' walk (a disabled endpoint's held
+// backlog, retries due later); an endpoint's due ones from the tail of its queue, behind the head
+// that claims lease from; an app's messages whose deliveries all went so; a source's claims. The
+// delivery in flight, the head of the queue and what comes due soon go in the cascade.
 //
 // One transaction still: until it commits, every reader sees the history whole, and a deletion
 // that fails leaves it whole. (In batches of their own, the history would be gone while the row
@@ -26,6 +28,15 @@ import { refusedStatementCode } from './server-error.ts';
 
 /** Rows per statement of a purge (~0.1 s each): as history retention's batches (retention.ts). */
 export const PURGE_BATCH = 10_000;
+
+/**
+ * Keeps the rest of the deletion's transaction on indexes: each purge statement names its rows by
+ * key, and a table small when its statistics were taken (a new database) was read whole instead,
+ * at every batch, once it had grown.
+ */
+async function onIndexes(tx: Queryable): Promise<void> {
+  await tx.query('set local enable_seqscan = off');
+}
 
 /**
  * Walks an owner's rows a batch at a time from the cursor '': `step` deletes the batch after its
@@ -73,39 +84,119 @@ function batchDelete(
 
 const FINISHED = (d: string) => `${d}.state in ('succeeded', 'failed')`;
 
-const ENDPOINT_FINISHED_DELIVERIES = batchDelete('delivery', 'endpoint_id', 'message_id', FINISHED);
+/**
+ * Owed, and queued where nothing will bring it into the claims' walk while the statement runs: held
+ * while its endpoint is disabled (until an enable), or due after tending's horizon and a minute
+ * more. A delivery that a writer changes and commits between a statement's snapshot and its lock
+ * stays locked by the statement, though no longer deleted (PostgreSQL locks the latest version
+ * before it tests it again); one that tending brought into the walk and a claim leased so would
+ * hold its outcome write for the whole deletion. Rows closer to their time go in the cascade.
+ */
+const OWED_OUT_OF_THE_WALK = (d: string) =>
+  `(${d}.state = 'pending' and exists (
+     select 1 from delivery_deferred q
+      where q.endpoint_id = ${d}.endpoint_id and q.next_attempt_at = ${d}.next_attempt_at and q.delivery_id = ${d}.id
+        and case when q.held then (select e.disabled from endpoint e where e.id = q.endpoint_id)
+                 else q.next_attempt_at > statement_timestamp() + herald_defer_horizon() + interval '1 minute' end))`;
+
+/** What a purge takes: a delivery no claim or outcome write reads. */
+const PURGEABLE = (d: string) => `(${FINISHED(d)} or ${OWED_OUT_OF_THE_WALK(d)})`;
+
+const ENDPOINT_DELIVERIES_OUT_OF_THE_WALK = batchDelete('delivery', 'endpoint_id', 'message_id', PURGEABLE);
 
 const SOURCE_CLAIMS = batchDelete('intake', 'source_id', 'delivery_id');
 
-/** Deletes the endpoint's finished deliveries with their attempts. */
-export function purgeEndpointHistory(tx: Queryable, endpointId: string, batch = PURGE_BATCH): Promise<void> {
-  return batchDeletes(tx, ENDPOINT_FINISHED_DELIVERIES, endpointId, batch);
+/** The queue key of the endpoint's due row $2 rows from the head: the purge of due rows stops above it. */
+const DUE_HEAD_KEPT = `
+  select next_attempt_at::text as at, delivery_id as id from delivery_due
+   where endpoint_id = $1 order by endpoint_id, next_attempt_at, delivery_id offset $2 - 1 limit 1`;
+
+/**
+ * One batch of the endpoint's due deliveries, latest due first, from the cursor ($2, $3) down to
+ * the kept head ($4, $5): $6 rows of delivery_due's own index, deleted by key if still pending.
+ */
+const DUE_LATEST_FIRST = `
+  with picked as materialized (
+    select next_attempt_at, delivery_id from delivery_due
+     where endpoint_id = $1
+       and (next_attempt_at, delivery_id) < ($2::timestamptz, $3::text)
+       and (next_attempt_at, delivery_id) > ($4::timestamptz, $5::text)
+     order by endpoint_id desc, next_attempt_at desc, delivery_id desc limit $6
+  ),
+  gone as (delete from delivery x where x.id = any (array(select delivery_id from picked)) and x.state = 'pending')
+  select next_attempt_at::text as at, delivery_id as id from picked
+   order by next_attempt_at, delivery_id limit 1`;
+
+interface QueueKey {
+  at: string;
+  id: string;
+}
+
+/**
+ * Deletes the endpoint's due deliveries but the `batch` at the head of its queue, latest due
+ * first. A claim looks for the head (the earliest due row it can lock): a row deleted here stays
+ * visible, locked, until the deletion commits, and each claim stepped over every such row ahead of
+ * a free one (~4 µs apiece, for every tenant's claims). Deleted from the tail, they lie behind
+ * the head, which the claims reach first — and lease from meanwhile, one request in flight at a
+ * time, far fewer than `batch` in the time a purge takes. The head goes in the cascade, under the
+ * endpoint's lock, which claims skip.
+ */
+async function purgeDueTail(tx: Queryable, endpointId: string, batch: number): Promise<void> {
+  const head = (await tx.query<QueueKey>(DUE_HEAD_KEPT, [endpointId, batch])).rows[0];
+  if (!head) return;
+  let cursor: QueueKey | undefined = { at: 'infinity', id: '' };
+  while (cursor) {
+    const params: unknown[] = [endpointId, cursor.at, cursor.id, head.at, head.id, batch];
+    cursor = (await tx.query<QueueKey>(DUE_LATEST_FIRST, params)).rows[0];
+  }
+}
+
+/**
+ * Deletes what the endpoint's row would cascade to, but for what claims walk or the worker holds:
+ * its finished deliveries with their attempts, the owed ones that wait out of the claims' walk
+ * (held while it is disabled, or due later), and its due ones but for the head of its queue. Its
+ * delivery in flight, and the head, go in the cascade.
+ */
+export async function purgeEndpointDeliveries(
+  tx: Queryable,
+  endpointId: string,
+  batch = PURGE_BATCH,
+): Promise<void> {
+  await onIndexes(tx);
+  await purgeDueTail(tx, endpointId, batch);
+  await batchDeletes(tx, ENDPOINT_DELIVERIES_OUT_OF_THE_WALK, endpointId, batch);
 }
 
 /** Deletes the source's intake claims with their observations. */
-export function purgeSourceHistory(tx: Queryable, sourceId: string, batch = PURGE_BATCH): Promise<void> {
-  return batchDeletes(tx, SOURCE_CLAIMS, sourceId, batch);
+export async function purgeSourceHistory(
+  tx: Queryable,
+  sourceId: string,
+  batch = PURGE_BATCH,
+): Promise<void> {
+  await onIndexes(tx);
+  await batchDeletes(tx, SOURCE_CLAIMS, sourceId, batch);
 }
 
-const ALL_FINISHED = (m: string) =>
-  `not exists (select 1 from delivery d where d.message_id = ${m}.id and not ${FINISHED('d')})`;
+const ALL_PURGEABLE = (m: string) =>
+  `not exists (select 1 from delivery d where d.message_id = ${m}.id and not ${PURGEABLE('d')})`;
 
 /**
- * Deletes each source's claims, then the messages whose deliveries are all finished, with them:
- * what is owed or in flight, and its message, stay for the cascade.
+ * Deletes each source's claims, then the messages whose deliveries are all finished or owed out of
+ * the claims' walk, with them: a delivery in flight or due, and its message, stay for the cascade.
  *
  * A batch of messages goes in two steps, each a statement that sees what committed before it:
- * - it locks those of the walk whose deliveries are all finished. Message first, as every writer
- *   that holds a message and its deliveries does (history retention, a replay, a resend, a
+ * - it locks those of the walk whose deliveries a purge may all take. Message first, as every
+ *   writer that holds a message and its deliveries does (history retention, a replay, a resend, a
  *   recovery): deleting the deliveries first deadlocked with them. Held so, no delivery of theirs
- *   can be restarted, and a finished one nothing else writes;
- * - it deletes those messages still with none owed or in flight: a restart that committed while
- *   the first step waited for its message was not in that step's snapshot, and its delivery may
- *   be leased by now; its message stays. (One statement that tested and deleted at once tested a
- *   snapshot, and its cascade deleted a delivery a claim had leased since, and made the worker's
- *   outcome write wait for the whole deletion.)
+ *   can be restarted, a finished one nothing else writes, and an owed one stays out of the walk;
+ * - it deletes those messages still so: a restart that committed while the first step waited for
+ *   its message was not in that step's snapshot, and its delivery may be leased by now; its
+ *   message stays. (One statement that tested and deleted at once tested a snapshot, and its
+ *   cascade deleted a delivery a claim had leased since, and made the worker's outcome write wait
+ *   for the whole deletion.)
  */
 export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURGE_BATCH): Promise<void> {
+  await onIndexes(tx);
   const sources = await tx.query<{ id: string }>('select id from source where app_id = $1 order by id', [
     appId,
   ]);
@@ -117,10 +208,10 @@ export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURG
     );
     if (walked.rows.length === 0) return null;
     const locked = await tx.query<{ id: string }>(
-      `select id from message m where m.id = any($1) and ${ALL_FINISHED('m')} order by m.id for update`,
+      `select id from message m where m.id = any($1) and ${ALL_PURGEABLE('m')} order by m.id for update`,
       [walked.rows.map((r) => r.id)],
     );
-    await tx.query(`delete from message m where m.id = any($1) and ${ALL_FINISHED('m')}`, [
+    await tx.query(`delete from message m where m.id = any($1) and ${ALL_PURGEABLE('m')}`, [
       locked.rows.map((r) => r.id),
     ]);
     return walked.rows.at(-1)!.id;

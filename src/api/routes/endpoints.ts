@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import { liftEndpointPause, recoverFailedDeliveries, replayMissingDeliveries } from '../../db/deliveries.ts';
 import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
-import { deletionTransaction, purgeEndpointHistory } from '../../db/history-purge.ts';
+import { deletionTransaction, purgeEndpointDeliveries } from '../../db/history-purge.ts';
 import type { Queryable } from '../../db/port.ts';
 import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
@@ -180,7 +180,7 @@ export const endpointRoutes =
     app.delete<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request, reply) => {
       const { endpoint } = await load(request.actor, request.params);
       await deletionTransaction(db, async (tx) => {
-        await purgeEndpointHistory(tx, endpoint.id);
+        await purgeEndpointDeliveries(tx, endpoint.id);
         // Deleted meanwhile by another request: that one was audited and announced, not this one.
         if (!(await deleteEndpoint(tx, endpoint.id))) throw notFound('endpoint');
         await audit(tx, request.actor, 'endpoint.deleted', endpoint, {});
