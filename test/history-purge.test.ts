@@ -9,7 +9,7 @@
 
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
-import { claimDeliveries } from '../src/db/deliveries.ts';
+import { claimDeliveries, retriesDueNow } from '../src/db/deliveries.ts';
 import { PURGE_BATCH, purgeAppHistory, purgeEndpointDeliveries } from '../src/db/history-purge.ts';
 import { recordReceipts } from '../src/db/intake.ts';
 import type { Queryable, Transaction } from '../src/db/port.ts';
@@ -59,6 +59,13 @@ async function seedOwed(
      select $1, n.id, $2, 'pending', ${at} from n`,
     [appId, endpointId, n],
   );
+}
+
+/** The endpoint's deliveries that `seed` adds. */
+async function seeded(endpointId: string, seed: () => Promise<void>): Promise<string[]> {
+  const before = new Set(await deliveriesOf(t.database.db, endpointId));
+  await seed();
+  return (await deliveriesOf(t.database.db, endpointId)).filter((id) => !before.has(id));
 }
 
 const deliveriesOf = async (db: Queryable, endpointId: string) =>
@@ -135,11 +142,9 @@ async function putInFlight(endpointId: string): Promise<string> {
 const ENDPOINT_DELETION = ['delete from delivery x', 'delete from endpoint'];
 /** The statement of an endpoint's purge that walks its deliveries by message: past its due ones. */
 const ENDPOINT_DELIVERIES = 'delete from delivery x';
-const APP_DELETION = [
-  'from message m where m.id = any',
-  'delete from delivery d where d.message_id',
-  'delete from app',
-];
+/** The statement of an endpoint's purge that takes the tail of its due queue. */
+const DUE_TAIL = 'select delivery_id from picked';
+const APP_DELETION = ['from message m where m.id = any', 'delete from app'];
 
 /** What a worker's outcome write locks first: the delivery in flight. */
 const lockInFlight = (tx: Transaction, deliveryId: string) =>
@@ -347,30 +352,37 @@ test('a purge goes in batches of its own size until nothing is left', async () =
     Array.from({ length: 12 }, (_, i) => seedReceipt(source.id, `b${i}`)),
     1,
   );
+  await seedOwed(app, endpoint, 20, 'now');
   const head = await t.database.db.query<{ id: string }>(
     'select delivery_id as id from delivery_due where endpoint_id = $1 order by next_attempt_at, delivery_id limit 7',
     [endpoint],
   );
-  // Out of the walk but soon back in it, as tending moves what comes within its horizon: left.
-  const before = new Set(await deliveriesOf(t.database.db, endpoint));
-  await seedOwed(app, endpoint, 4, { in: '90 seconds' });
-  const soon = (await deliveriesOf(t.database.db, endpoint)).filter((id) => !before.has(id));
+  // Out of the walk but soon back in it, as tending moves what comes within its horizon; and held
+  // by a rest of the endpoint, open, which tending releases as the rest ends: left.
+  const soon = await seeded(endpoint, () => seedOwed(app, endpoint, 4, { in: '90 seconds' }));
+  const resting = await seeded(endpoint, () => seedOwed(app, endpoint, 3, { in: '1 day' }));
+  await t.database.db.query('update delivery_deferred set held = true where delivery_id = any($1)', [
+    resting,
+  ]);
 
-  // Batches of 7: 50 finished deliveries, 9 owed a day ahead, 12 due of which the 7 at the head
-  // stay, 12 claims, and the messages whose deliveries are all gone.
+  // Batches of 7: 50 finished deliveries, 9 owed a day ahead, 32 due (12 of them due at one time)
+  // of which the 7 at the head stay, 12 claims, and the messages whose deliveries are all gone.
   await t.database.db.transaction(async (tx) => {
+    // The tail's keys go out as text and back: whatever the session's settings.
+    await tx.query(`set local datestyle = 'SQL, DMY'`);
+    await tx.query(`set local timezone = 'Asia/Kolkata'`);
     await purgeEndpointDeliveries(tx, endpoint, 7);
     assert.deepEqual(
       await deliveriesOf(tx, endpoint),
-      [...head.rows.map((r) => r.id), ...soon].sort(),
-      'the head of the due queue, and what comes due soon, are left for the cascade',
+      [...head.rows.map((r) => r.id), ...soon, ...resting].sort(),
+      'the head of the due queue, and what comes back into the walk soon, are left for the cascade',
     );
     await purgeAppHistory(tx, app, 7);
   });
   assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 0);
   assert.equal(
     await count('select count(*) from message where app_id = $1', [app]),
-    7 + 4,
+    7 + 4 + 3,
     'the messages of what is left, still owed, stay for the cascade',
   );
   assert.equal(await count(MISQUEUED_SQL, [app]), 0);
@@ -407,18 +419,31 @@ test("an endpoint's deletion leaves the head of its queue to the claims while it
   await seedHistory(app, doomed, 20);
   await seedOwed(app, doomed, PURGE_BATCH + 30, 'now');
   await seedOwed(app, doomed, 40, { in: '1 day' });
+  // Locks the deliveries at these places of the queue, and those only (a locking clause over an
+  // offset would lock the rows the offset passes by too).
   const queue = (offset: number, limit: number) =>
-    `select p.id from delivery_due q join delivery p on p.id = q.delivery_id where q.endpoint_id = $1
-      order by q.next_attempt_at, q.delivery_id offset ${offset} limit ${limit} for update of p nowait`;
+    `select p.id from delivery p
+      where p.id in (select q.delivery_id from delivery_due q where q.endpoint_id = $1
+                      order by q.next_attempt_at, q.delivery_id offset ${offset} limit ${limit})
+      order by p.next_attempt_at, p.id for update of p nowait`;
   const headId = (await t.database.db.query<{ id: string }>(queue(0, 1), [doomed])).rows[0]!.id;
-  const release = await holdHistory(doomed);
+  // The tail's first row, which the purge, latest due first, reaches last.
+  const release = await holdOpen((tx) => tx.query(queue(PURGE_BATCH, 1), [doomed]));
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${doomed}`);
   try {
-    // Past its due deliveries, it waits among its finished ones.
-    await waitForLockWaiter(t.database.db, ENDPOINT_DELIVERIES);
+    await waitForLockWaiter(t.database.db, DUE_TAIL);
+    // The tail goes last, right before the row: the head need last only as long as the tail's purge.
     await withoutWaiting(async (tx) => {
-      await assert.rejects(tx.query(queue(PURGE_BATCH, 1), [doomed]), { code: '55P03' }, 'its tail is taken');
+      const finished = `select 1 from delivery where endpoint_id = $1 and state = 'succeeded' limit 1 for update nowait`;
+      await assert.rejects(tx.query(finished, [doomed]), { code: '55P03' }, 'its history went first');
+    });
+    await withoutWaiting(async (tx) => {
+      await assert.rejects(
+        tx.query(queue(PURGE_BATCH + 1, 1), [doomed]),
+        { code: '55P03' },
+        'its tail is taken',
+      );
     });
     // The head is free for the claims, which stepped over every deleted row ahead of a free one.
     const head = await withoutWaiting((tx) => tx.query(queue(0, PURGE_BATCH), [doomed]));
@@ -437,4 +462,31 @@ test("an endpoint's deletion leaves the head of its queue to the claims while it
   assert.equal((await deletion).status, 204);
   assert.equal(await count('select count(*) from delivery where endpoint_id = $1', [doomed]), 0);
   assert.equal(await count(MISQUEUED_SQL, [app]), 0);
+});
+
+test("an enable beside an endpoint's deletion passes by the retries the deletion holds", async () => {
+  const app = await createApp(t, 'purge-enable');
+  const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/enable' });
+  await seedOwed(app, endpoint, 20, { in: '1 day' });
+  await t.database.db.query(
+    `update endpoint set disabled = true, disabled_reason = 'failures' where id = $1`,
+    [endpoint],
+  );
+  // The retry the purge, in message order, reaches last: it has taken the others when it waits.
+  const release = await holdOpen((tx) =>
+    tx.query('select 1 from delivery where endpoint_id = $1 order by message_id desc limit 1 for update', [
+      endpoint,
+    ]),
+  );
+
+  const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${endpoint}`);
+  try {
+    await waitForLockWaiter(t.database.db, ENDPOINT_DELIVERIES);
+    // What an enable does to the retries, holding the endpoint's row (endpoints.ts): waiting here
+    // held up every publish to the app, and deadlocked with the deletion.
+    await withoutWaiting((tx) => retriesDueNow(tx, endpoint));
+  } finally {
+    await release();
+  }
+  assert.equal((await deletion).status, 204);
 });

@@ -413,18 +413,23 @@ const RETRIES_DUE_AT_ENABLE = 10_000;
  * disabled it) are due now, with the budgets they have left — someone has asked for a send. Its
  * deliveries never tried are due already. Found in the queue tables by the endpoint's due times
  * (their keys), never in its history; the first 10,000, as the enable releases its held rows: the
- * rest keep their times.
+ * rest keep their times, and so do those another transaction holds (the endpoint's deletion,
+ * history-purge.ts): the enable holds the endpoint's row, and waiting there held up every publish
+ * to the app, and deadlocked with the deletion.
  */
 export async function retriesDueNow(db: Queryable, endpointId: string): Promise<void> {
   await db.query(
     `update delivery d set next_attempt_at = now(), updated_at = now()
-      where d.id in (
-              (select q.delivery_id from delivery_due q
-                where q.endpoint_id = $1 and q.next_attempt_at > now() order by q.next_attempt_at limit $2)
-              union all
-              (select q.delivery_id from delivery_deferred q
-                where q.endpoint_id = $1 and q.next_attempt_at > now() order by q.next_attempt_at limit $2))
-        and d.state = 'pending' and d.next_attempt_at > now()`,
+      where d.id = any(array(
+              select p.id from delivery p
+               where p.id in (
+                       (select q.delivery_id from delivery_due q
+                         where q.endpoint_id = $1 and q.next_attempt_at > now() order by q.next_attempt_at limit $2)
+                       union all
+                       (select q.delivery_id from delivery_deferred q
+                         where q.endpoint_id = $1 and q.next_attempt_at > now() order by q.next_attempt_at limit $2))
+                 and p.state = 'pending' and p.next_attempt_at > now()
+                 for no key update skip locked))`,
     [endpointId, RETRIES_DUE_AT_ENABLE],
   );
 }

@@ -30,12 +30,15 @@ import { refusedStatementCode } from './server-error.ts';
 export const PURGE_BATCH = 10_000;
 
 /**
- * Keeps the rest of the deletion's transaction on indexes: each purge statement names its rows by
- * key, and a table small when its statistics were taken (a new database) was read whole instead,
- * at every batch, once it had grown.
+ * Settings for the rest of the deletion's transaction. On indexes: each purge statement names its
+ * rows by key, and a table small when its statistics were taken (a new database) was read whole
+ * instead, at every batch, once it had grown. A lock timeout: a statement that waited longer would
+ * test owed deliveries on a snapshot older than OWED_OUT_OF_THE_WALK's margin; the deletion is
+ * answered 503 instead, and can be asked again.
  */
-async function onIndexes(tx: Queryable): Promise<void> {
+async function purgeSettings(tx: Queryable): Promise<void> {
   await tx.query('set local enable_seqscan = off');
+  await tx.query(`set local lock_timeout = '30s'`);
 }
 
 /**
@@ -87,10 +90,13 @@ const FINISHED = (d: string) => `${d}.state in ('succeeded', 'failed')`;
 /**
  * Owed, and queued where nothing will bring it into the claims' walk while the statement runs: held
  * while its endpoint is disabled (until an enable), or due after tending's horizon and a minute
- * more. A delivery that a writer changes and commits between a statement's snapshot and its lock
- * stays locked by the statement, though no longer deleted (PostgreSQL locks the latest version
- * before it tests it again); one that tending brought into the walk and a claim leased so would
- * hold its outcome write for the whole deletion. Rows closer to their time go in the cascade.
+ * more (purgeSettings bounds a statement's wait for locks well below that). A delivery that a
+ * writer changes and commits between a statement's snapshot and its lock stays locked by the
+ * statement, though no longer deleted (PostgreSQL locks the latest version before it tests it
+ * again); one that tending brought into the walk and a claim leased so would hold its outcome
+ * write for the whole deletion. Rows closer to their time go in the cascade. What is left: an
+ * enable, a resend or a replay of the endpoint's deliveries, and a claim of one, all committed in
+ * the moment between a batch's snapshot and its lock of that row.
  */
 const OWED_OUT_OF_THE_WALK = (d: string) =>
   `(${d}.state = 'pending' and exists (
@@ -106,9 +112,16 @@ const ENDPOINT_DELIVERIES_OUT_OF_THE_WALK = batchDelete('delivery', 'endpoint_id
 
 const SOURCE_CLAIMS = batchDelete('intake', 'source_id', 'delivery_id');
 
+/**
+ * A due time as text and back, to the microsecond, whatever the session's DateStyle and time zone
+ * (JavaScript's Date keeps milliseconds).
+ */
+const UTC_TEXT = (at: string) => `to_char(${at} at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')`;
+const FROM_UTC_TEXT = (param: string) => `(${param}::timestamp at time zone 'UTC')`;
+
 /** The queue key of the endpoint's due row $2 rows from the head: the purge of due rows stops above it. */
 const DUE_HEAD_KEPT = `
-  select next_attempt_at::text as at, delivery_id as id from delivery_due
+  select ${UTC_TEXT('next_attempt_at')} as at, delivery_id as id from delivery_due
    where endpoint_id = $1 order by endpoint_id, next_attempt_at, delivery_id offset $2 - 1 limit 1`;
 
 /**
@@ -119,12 +132,12 @@ const DUE_LATEST_FIRST = `
   with picked as materialized (
     select next_attempt_at, delivery_id from delivery_due
      where endpoint_id = $1
-       and (next_attempt_at, delivery_id) < ($2::timestamptz, $3::text)
-       and (next_attempt_at, delivery_id) > ($4::timestamptz, $5::text)
+       and (next_attempt_at, delivery_id) < (${FROM_UTC_TEXT('$2')}, $3::text)
+       and (next_attempt_at, delivery_id) > (${FROM_UTC_TEXT('$4')}, $5::text)
      order by endpoint_id desc, next_attempt_at desc, delivery_id desc limit $6
   ),
   gone as (delete from delivery x where x.id = any (array(select delivery_id from picked)) and x.state = 'pending')
-  select next_attempt_at::text as at, delivery_id as id from picked
+  select ${UTC_TEXT('next_attempt_at')} as at, delivery_id as id from picked
    order by next_attempt_at, delivery_id limit 1`;
 
 interface QueueKey {
@@ -136,10 +149,12 @@ interface QueueKey {
  * Deletes the endpoint's due deliveries but the `batch` at the head of its queue, latest due
  * first. A claim looks for the head (the earliest due row it can lock): a row deleted here stays
  * visible, locked, until the deletion commits, and each claim stepped over every such row ahead of
- * a free one (~4 µs apiece, for every tenant's claims). Deleted from the tail, they lie behind
- * the head, which the claims reach first — and lease from meanwhile, one request in flight at a
- * time, far fewer than `batch` in the time a purge takes. The head goes in the cascade, under the
- * endpoint's lock, which claims skip.
+ * a free one (~4 µs apiece, for every tenant's claims), and so did a disable's hold of its due
+ * rows. Deleted from the tail, they lie behind the head, which the claims reach first — and lease
+ * from meanwhile, one request in flight at a time: ~10,000 rows a second are purged, and an
+ * endpoint that took more than `batch` requests in the time its tail takes would drain the head
+ * (then its claims step over the tail until the deletion commits). It runs last, right before the
+ * row: the head goes in the cascade, under the endpoint's lock, which claims skip.
  */
 async function purgeDueTail(tx: Queryable, endpointId: string, batch: number): Promise<void> {
   const head = (await tx.query<QueueKey>(DUE_HEAD_KEPT, [endpointId, batch])).rows[0];
@@ -162,9 +177,10 @@ export async function purgeEndpointDeliveries(
   endpointId: string,
   batch = PURGE_BATCH,
 ): Promise<void> {
-  await onIndexes(tx);
-  await purgeDueTail(tx, endpointId, batch);
+  await purgeSettings(tx);
   await batchDeletes(tx, ENDPOINT_DELIVERIES_OUT_OF_THE_WALK, endpointId, batch);
+  // Last, right before the row: the head need last only as long as this.
+  await purgeDueTail(tx, endpointId, batch);
 }
 
 /** Deletes the source's intake claims with their observations. */
@@ -173,7 +189,7 @@ export async function purgeSourceHistory(
   sourceId: string,
   batch = PURGE_BATCH,
 ): Promise<void> {
-  await onIndexes(tx);
+  await purgeSettings(tx);
   await batchDeletes(tx, SOURCE_CLAIMS, sourceId, batch);
 }
 
@@ -188,7 +204,8 @@ const ALL_PURGEABLE = (m: string) =>
  * - it locks those of the walk whose deliveries a purge may all take. Message first, as every
  *   writer that holds a message and its deliveries does (history retention, a replay, a resend, a
  *   recovery): deleting the deliveries first deadlocked with them. Held so, no delivery of theirs
- *   can be restarted, a finished one nothing else writes, and an owed one stays out of the walk;
+ *   can be restarted, and a finished one nothing else writes; an owed one only an enable of its
+ *   endpoint brings back into the walk (see OWED_OUT_OF_THE_WALK);
  * - it deletes those messages still so: a restart that committed while the first step waited for
  *   its message was not in that step's snapshot, and its delivery may be leased by now; its
  *   message stays. (One statement that tested and deleted at once tested a snapshot, and its
@@ -196,7 +213,7 @@ const ALL_PURGEABLE = (m: string) =>
  *   for the whole deletion.)
  */
 export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURGE_BATCH): Promise<void> {
-  await onIndexes(tx);
+  await purgeSettings(tx);
   const sources = await tx.query<{ id: string }>('select id from source where app_id = $1 order by id', [
     appId,
   ]);
