@@ -468,23 +468,29 @@ test("an enable beside an endpoint's deletion passes by the retries the deletion
   const app = await createApp(t, 'purge-enable');
   const endpoint = await createEndpoint(t, app, { url: 'http://127.0.0.1:9/enable' });
   await seedOwed(app, endpoint, 20, { in: '1 day' });
+  // The retry the purge, in message order, reaches last: it has taken the others when it waits.
+  const { rows } = await t.database.db.query<{ id: string }>(
+    'select id from delivery where endpoint_id = $1 order by message_id desc limit 1',
+    [endpoint],
+  );
+  // Close to its time: the purge leaves it for the cascade, and the enable makes it due.
+  const [soon] = await seeded(endpoint, () => seedOwed(app, endpoint, 1, { in: '90 seconds' }));
   await t.database.db.query(
     `update endpoint set disabled = true, disabled_reason = 'failures' where id = $1`,
     [endpoint],
   );
-  // The retry the purge, in message order, reaches last: it has taken the others when it waits.
-  const release = await holdOpen((tx) =>
-    tx.query('select 1 from delivery where endpoint_id = $1 order by message_id desc limit 1 for update', [
-      endpoint,
-    ]),
-  );
+  const release = await holdOpen((tx) => lockInFlight(tx, rows[0]!.id));
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${endpoint}`);
   try {
     await waitForLockWaiter(t.database.db, ENDPOINT_DELIVERIES);
     // What an enable does to the retries, holding the endpoint's row (endpoints.ts): waiting here
     // held up every publish to the app, and deadlocked with the deletion.
-    await withoutWaiting((tx) => retriesDueNow(tx, endpoint));
+    await withoutWaiting(async (tx) => {
+      await retriesDueNow(tx, endpoint);
+      const due = 'select count(*) from delivery where id = $1 and next_attempt_at <= now()';
+      assert.equal(await countIn(tx, due, [soon]), 1, 'the retry no one holds is due now');
+    });
   } finally {
     await release();
   }

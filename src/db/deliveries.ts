@@ -413,9 +413,10 @@ const RETRIES_DUE_AT_ENABLE = 10_000;
  * disabled it) are due now, with the budgets they have left — someone has asked for a send. Its
  * deliveries never tried are due already. Found in the queue tables by the endpoint's due times
  * (their keys), never in its history; the first 10,000, as the enable releases its held rows: the
- * rest keep their times, and so do those another transaction holds (the endpoint's deletion,
- * history-purge.ts): the enable holds the endpoint's row, and waiting there held up every publish
- * to the app, and deadlocked with the deletion.
+ * rest keep their times, and so do those another transaction holds at that moment (they are tried
+ * on their schedule): the enable holds the endpoint's row, and waiting for the endpoint's deletion
+ * (history-purge.ts), which holds its retries, held up every publish to the app, and deadlocked
+ * with the deletion.
  */
 export async function retriesDueNow(db: Queryable, endpointId: string): Promise<void> {
   await db.query(

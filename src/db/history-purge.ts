@@ -30,15 +30,18 @@ import { refusedStatementCode } from './server-error.ts';
 export const PURGE_BATCH = 10_000;
 
 /**
- * Settings for the rest of the deletion's transaction. On indexes: each purge statement names its
- * rows by key, and a table small when its statistics were taken (a new database) was read whole
- * instead, at every batch, once it had grown. A lock timeout: a statement that waited longer would
- * test owed deliveries on a snapshot older than OWED_OUT_OF_THE_WALK's margin; the deletion is
- * answered 503 instead, and can be asked again.
+ * Runs a purge with its settings. On indexes, for the rest of the deletion's transaction: each
+ * purge statement names its rows by key, and a table small when its statistics were taken (a new
+ * database) was read whole instead, at every batch, once it had grown. A statement timeout, for the
+ * purge's statements only: one that ran longer would test owed deliveries on a snapshot older than
+ * OWED_OUT_OF_THE_WALK's margin (a wait for locks is the way it could); the deletion is answered
+ * 503 instead, and can be asked again. The closing cascade keeps the client's deadline.
  */
-async function purgeSettings(tx: Queryable): Promise<void> {
+async function purging(tx: Queryable, purge: () => Promise<void>): Promise<void> {
   await tx.query('set local enable_seqscan = off');
-  await tx.query(`set local lock_timeout = '30s'`);
+  await tx.query(`set local statement_timeout = '30s'`);
+  await purge();
+  await tx.query('set local statement_timeout to default');
 }
 
 /**
@@ -90,7 +93,7 @@ const FINISHED = (d: string) => `${d}.state in ('succeeded', 'failed')`;
 /**
  * Owed, and queued where nothing will bring it into the claims' walk while the statement runs: held
  * while its endpoint is disabled (until an enable), or due after tending's horizon and a minute
- * more (purgeSettings bounds a statement's wait for locks well below that). A delivery that a
+ * more (`purging` keeps a statement's snapshot well younger than that). A delivery that a
  * writer changes and commits between a statement's snapshot and its lock stays locked by the
  * statement, though no longer deleted (PostgreSQL locks the latest version before it tests it
  * again); one that tending brought into the walk and a claim leased so would hold its outcome
@@ -177,10 +180,11 @@ export async function purgeEndpointDeliveries(
   endpointId: string,
   batch = PURGE_BATCH,
 ): Promise<void> {
-  await purgeSettings(tx);
-  await batchDeletes(tx, ENDPOINT_DELIVERIES_OUT_OF_THE_WALK, endpointId, batch);
-  // Last, right before the row: the head need last only as long as this.
-  await purgeDueTail(tx, endpointId, batch);
+  await purging(tx, async () => {
+    await batchDeletes(tx, ENDPOINT_DELIVERIES_OUT_OF_THE_WALK, endpointId, batch);
+    // Last, right before the row: the head need last only as long as this.
+    await purgeDueTail(tx, endpointId, batch);
+  });
 }
 
 /** Deletes the source's intake claims with their observations. */
@@ -189,8 +193,7 @@ export async function purgeSourceHistory(
   sourceId: string,
   batch = PURGE_BATCH,
 ): Promise<void> {
-  await purgeSettings(tx);
-  await batchDeletes(tx, SOURCE_CLAIMS, sourceId, batch);
+  await purging(tx, () => batchDeletes(tx, SOURCE_CLAIMS, sourceId, batch));
 }
 
 const ALL_PURGEABLE = (m: string) =>
@@ -213,25 +216,26 @@ const ALL_PURGEABLE = (m: string) =>
  *   for the whole deletion.)
  */
 export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURGE_BATCH): Promise<void> {
-  await purgeSettings(tx);
-  const sources = await tx.query<{ id: string }>('select id from source where app_id = $1 order by id', [
-    appId,
-  ]);
-  for (const { id } of sources.rows) await purgeSourceHistory(tx, id, batch);
-  await inBatches(async (after) => {
-    const walked = await tx.query<{ id: string }>(
-      'select id from message where app_id = $1 and id > $2 order by app_id, id limit $3',
-      [appId, after, batch],
-    );
-    if (walked.rows.length === 0) return null;
-    const locked = await tx.query<{ id: string }>(
-      `select id from message m where m.id = any($1) and ${ALL_PURGEABLE('m')} order by m.id for update`,
-      [walked.rows.map((r) => r.id)],
-    );
-    await tx.query(`delete from message m where m.id = any($1) and ${ALL_PURGEABLE('m')}`, [
-      locked.rows.map((r) => r.id),
+  await purging(tx, async () => {
+    const sources = await tx.query<{ id: string }>('select id from source where app_id = $1 order by id', [
+      appId,
     ]);
-    return walked.rows.at(-1)!.id;
+    for (const { id } of sources.rows) await batchDeletes(tx, SOURCE_CLAIMS, id, batch);
+    await inBatches(async (after) => {
+      const walked = await tx.query<{ id: string }>(
+        'select id from message where app_id = $1 and id > $2 order by app_id, id limit $3',
+        [appId, after, batch],
+      );
+      if (walked.rows.length === 0) return null;
+      const locked = await tx.query<{ id: string }>(
+        `select id from message m where m.id = any($1) and ${ALL_PURGEABLE('m')} order by m.id for update`,
+        [walked.rows.map((r) => r.id)],
+      );
+      await tx.query(`delete from message m where m.id = any($1) and ${ALL_PURGEABLE('m')}`, [
+        locked.rows.map((r) => r.id),
+      ]);
+      return walked.rows.at(-1)!.id;
+    });
   });
 }
 

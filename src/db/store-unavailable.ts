@@ -17,7 +17,7 @@ export function isStoreUnavailable(error: unknown): boolean {
       'ETIMEDOUT',
       'EPIPE',
       '55P03', // lock_not_available: a publish waited past its lock timeout (migration 0038)
-      '57014',
+      '57014', // query_canceled: past a statement timeout (a deletion's purge, history-purge.ts)
       '57P01',
       '57P03',
       '53300',
