@@ -43,29 +43,25 @@ async function seedHistory(appId: string, endpointId: string, n: number): Promis
 /**
  * `n` deliveries owed to the endpoint, a message each, queued by the trigger that follows them: due
  * now (one second apart, the latest first in id order), or `in` ahead (out of the claims' walk).
+ * Answers their ids.
  */
 async function seedOwed(
   appId: string,
   endpointId: string,
   n: number,
   due: { in: string } | 'now',
-): Promise<void> {
+): Promise<string[]> {
   const at = due === 'now' ? `now() - g * interval '1 second'` : `now() + interval '${due.in}'`;
-  await t.database.db.query(
+  const { rows } = await t.database.db.query<{ id: string }>(
     `with m as (insert into message (app_id, event_type, payload, payload_expires_at)
                 select $1, 'e', '{}', now() + interval '1 day' from generate_series(1, $3) returning id),
           n as (select id, row_number() over (order by id) as g from m)
      insert into delivery (app_id, message_id, endpoint_id, state, next_attempt_at)
-     select $1, n.id, $2, 'pending', ${at} from n`,
+     select $1, n.id, $2, 'pending', ${at} from n
+     returning id`,
     [appId, endpointId, n],
   );
-}
-
-/** The endpoint's deliveries that `seed` adds. */
-async function seeded(endpointId: string, seed: () => Promise<void>): Promise<string[]> {
-  const before = new Set(await deliveriesOf(t.database.db, endpointId));
-  await seed();
-  return (await deliveriesOf(t.database.db, endpointId)).filter((id) => !before.has(id));
+  return rows.map((r) => r.id);
 }
 
 const deliveriesOf = async (db: Queryable, endpointId: string) =>
@@ -146,8 +142,8 @@ const ENDPOINT_DELIVERIES = 'delete from delivery x';
 const DUE_TAIL = 'select delivery_id from picked';
 const APP_DELETION = ['from message m where m.id = any', 'delete from app'];
 
-/** What a worker's outcome write locks first: the delivery in flight. */
-const lockInFlight = (tx: Transaction, deliveryId: string) =>
+/** Locks a delivery, as a worker's outcome write locks its delivery in flight first. */
+const lockDelivery = (tx: Transaction, deliveryId: string) =>
   tx.query('select 1 from delivery where id = $1 for update', [deliveryId]);
 
 test("an endpoint's deletion locks neither it nor its delivery in flight while its history goes", async () => {
@@ -164,7 +160,7 @@ test("an endpoint's deletion locks neither it nor its delivery in flight while i
   try {
     await waitForLockWaiter(t.database.db, ENDPOINT_DELETION);
     assert.equal(await withoutWaiting((tx) => publishBeside(tx, app)), 2, 'a publish fans out to both');
-    await withoutWaiting((tx) => lockInFlight(tx, inFlight));
+    await withoutWaiting((tx) => lockDelivery(tx, inFlight));
     // One transaction: until it commits, others see the endpoint's history whole.
     assert.equal(await count(`select count(*) from delivery where endpoint_id = $1`, [doomed]), 2_500 + 3);
   } finally {
@@ -198,7 +194,7 @@ test("an app's deletion locks neither it nor its deliveries in flight while its 
   try {
     await waitForLockWaiter(t.database.db, APP_DELETION);
     assert.equal(await withoutWaiting((tx) => publishBeside(tx, app)), 1);
-    await withoutWaiting((tx) => lockInFlight(tx, inFlight));
+    await withoutWaiting((tx) => lockDelivery(tx, inFlight));
     assert.equal(await count('select count(*) from message where app_id = $1', [app]), 1_500 + 20 + 1);
     assert.equal(await count('select count(*) from intake where source_id = $1', [source.id]), 20);
   } finally {
@@ -359,8 +355,8 @@ test('a purge goes in batches of its own size until nothing is left', async () =
   );
   // Out of the walk but soon back in it, as tending moves what comes within its horizon; and held
   // by a rest of the endpoint, open, which tending releases as the rest ends: left.
-  const soon = await seeded(endpoint, () => seedOwed(app, endpoint, 4, { in: '90 seconds' }));
-  const resting = await seeded(endpoint, () => seedOwed(app, endpoint, 3, { in: '1 day' }));
+  const soon = await seedOwed(app, endpoint, 4, { in: '90 seconds' });
+  const resting = await seedOwed(app, endpoint, 3, { in: '1 day' });
   await t.database.db.query('update delivery_deferred set held = true where delivery_id = any($1)', [
     resting,
   ]);
@@ -474,12 +470,12 @@ test("an enable beside an endpoint's deletion passes by the retries the deletion
     [endpoint],
   );
   // Close to its time: the purge leaves it for the cascade, and the enable makes it due.
-  const [soon] = await seeded(endpoint, () => seedOwed(app, endpoint, 1, { in: '90 seconds' }));
+  const [soon] = await seedOwed(app, endpoint, 1, { in: '90 seconds' });
   await t.database.db.query(
     `update endpoint set disabled = true, disabled_reason = 'failures' where id = $1`,
     [endpoint],
   );
-  const release = await holdOpen((tx) => lockInFlight(tx, rows[0]!.id));
+  const release = await holdOpen((tx) => lockDelivery(tx, rows[0]!.id));
 
   const deletion = t.call('DELETE', `/api/v1/app/${app}/endpoint/${endpoint}`);
   try {

@@ -45,13 +45,13 @@ async function purging(tx: Queryable, purge: () => Promise<void>): Promise<void>
 }
 
 /**
- * Walks an owner's rows a batch at a time from the cursor '': `step` deletes the batch after its
- * cursor and answers the last key it walked past, or null once it walked past nothing. The cursor
- * follows the rows walked, not those deleted, so a batch whose rows another transaction deleted
- * meanwhile (history retention) does not end the purge.
+ * Walks an owner's rows a batch at a time from the cursor `start`: `step` deletes the batch after
+ * its cursor and answers the last key it walked past, or null once it walked past nothing. The
+ * cursor follows the rows walked, not those deleted, so a batch whose rows another transaction
+ * deleted meanwhile (history retention) does not end the purge.
  */
-async function inBatches(step: (after: string) => Promise<string | null>): Promise<void> {
-  for (let after: string | null = ''; after !== null; ) after = await step(after);
+async function inBatches<K>(start: K, step: (after: K) => Promise<K | null>): Promise<void> {
+  for (let after: K | null = start; after !== null; ) after = await step(after);
 }
 
 /**
@@ -61,6 +61,7 @@ async function inBatches(step: (after: string) => Promise<string | null>): Promi
  */
 function batchDeletes(tx: Queryable, sql: string, owner: string, batch: number): Promise<void> {
   return inBatches(
+    '',
     async (after) => (await tx.query<{ last: string | null }>(sql, [owner, after, batch])).rows[0]!.last,
   );
 }
@@ -162,11 +163,10 @@ interface QueueKey {
 async function purgeDueTail(tx: Queryable, endpointId: string, batch: number): Promise<void> {
   const head = (await tx.query<QueueKey>(DUE_HEAD_KEPT, [endpointId, batch])).rows[0];
   if (!head) return;
-  let cursor: QueueKey | undefined = { at: 'infinity', id: '' };
-  while (cursor) {
-    const params: unknown[] = [endpointId, cursor.at, cursor.id, head.at, head.id, batch];
-    cursor = (await tx.query<QueueKey>(DUE_LATEST_FIRST, params)).rows[0];
-  }
+  await inBatches<QueueKey>({ at: 'infinity', id: '' }, async (after) => {
+    const params = [endpointId, after.at, after.id, head.at, head.id, batch];
+    return (await tx.query<QueueKey>(DUE_LATEST_FIRST, params)).rows[0] ?? null;
+  });
 }
 
 /**
@@ -221,7 +221,7 @@ export async function purgeAppHistory(tx: Queryable, appId: string, batch = PURG
       appId,
     ]);
     for (const { id } of sources.rows) await batchDeletes(tx, SOURCE_CLAIMS, id, batch);
-    await inBatches(async (after) => {
+    await inBatches('', async (after) => {
       const walked = await tx.query<{ id: string }>(
         'select id from message where app_id = $1 and id > $2 order by app_id, id limit $3',
         [appId, after, batch],
