@@ -3,7 +3,8 @@
 // owner's is taken over — also when the dead owner had this process's pid, as a restarted
 // container's pid 1 does. A lock taken on another host (a container on a shared volume, pid 1
 // too) is held: its owner cannot be checked from here. Within this process, a directory opened
-// and not closed refuses a second opener.
+// and not closed refuses a second opener. A stale lock is removed by one opener at a time, under
+// a takeover file: two removing it at once could remove the lock one of them had just taken.
 
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
@@ -82,5 +83,42 @@ test('a second opener in this process is refused while the first holds the direc
     assert.ok(fs.existsSync(lockFile), "the first opener's second unlock leaves the new holder's lock");
     again();
     assert.equal(fs.existsSync(lockFile), false);
+  });
+});
+
+test('a stale lock is removed by one opener at a time: while another takes it over, it stays', () => {
+  withDir((dir, lockFile) => {
+    const stale = String(spawnSync(process.execPath, ['-e', '0']).pid!);
+    const takeover = `${lockFile}.takeover`;
+    fs.writeFileSync(lockFile, stale);
+    // Another opener (alive: the test runner) is removing the stale lock right now.
+    fs.writeFileSync(takeover, `${process.ppid} ${os.hostname()}`);
+    assert.throws(() => lockDataDir(dir), DataDirBusyError);
+    assert.equal(
+      fs.readFileSync(lockFile, 'utf8'),
+      stale,
+      'the stale lock is left to the opener taking it over',
+    );
+
+    fs.rmSync(takeover);
+    const unlock = lockDataDir(dir);
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} ${os.hostname()}`);
+    assert.equal(fs.existsSync(takeover), false, 'the takeover is let go once the stale lock is removed');
+    unlock();
+  });
+});
+
+test('a takeover left by an opener that died refuses, and says which file to remove', () => {
+  withDir((dir, lockFile) => {
+    const dead = spawnSync(process.execPath, ['-e', '0']).pid!;
+    const takeover = `${lockFile}.takeover`;
+    fs.writeFileSync(lockFile, String(dead));
+    fs.writeFileSync(takeover, `${dead} ${os.hostname()}`);
+    assert.throws(
+      () => lockDataDir(dir),
+      (error: Error) => error instanceof DataDirBusyError && error.message.includes(takeover),
+    );
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), String(dead), 'left as it was');
+    assert.ok(fs.existsSync(takeover), 'left for whoever knows no other herald is starting');
   });
 });

@@ -73,20 +73,52 @@ export function lockDataDir(dataDir: string): () => void {
           `herald on host ${holder.host} (pid ${holder.pid}); if that process is gone, remove ${lockPath}`,
         );
       }
-      // A holder with this process's pid is a dead process's lock: in a container herald is often
-      // pid 1 again after a crash, and that pid is alive — it is this one.
-      if (holder.pid !== process.pid && isAlive(holder.pid)) {
-        throw busy(dataDir, `another herald process (pid ${holder.pid})`);
-      }
-      // The holder died without cleaning up. Remove its lock only if it is still that same
-      // stale lock (another opener may have replaced it meanwhile), then try again.
-      if (readHolder(lockPath)?.text === holder.text) fs.rmSync(lockPath, { force: true });
+      if (!diedHere(holder)) throw busy(dataDir, `another herald process (pid ${holder.pid})`);
+      // The holder died without cleaning up: remove its lock, then try again.
+      removeStaleLock(dataDir, lockPath, holder.text, staging);
     }
     throw new DataDirBusyError(`could not lock ${lockPath}`);
   } finally {
     fs.rmSync(staging, { force: true });
   }
 }
+
+/**
+ * Removes a dead holder's lock, if it is still that same lock. One opener at a time, under a
+ * second lock file: two openers that both judged the lock stale would otherwise each remove "it",
+ * and the second could remove the lock the first had just put in its place, so that both opened
+ * the database. Under the takeover, the stale lock cannot change between its reading and its
+ * removal: nobody else removes it, and nobody can link a lock over it.
+ */
+function removeStaleLock(dataDir: string, lockPath: string, staleText: string, staging: string): void {
+  const takeoverPath = `${lockPath}${TAKEOVER_SUFFIX}`;
+  try {
+    fs.linkSync(staging, takeoverPath);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error;
+    const taker = readHolder(takeoverPath);
+    // Its taker died in the moment between taking it and letting it go: removing it would bring the
+    // race back, so whoever knows that no other herald is starting removes it.
+    if (taker !== null && diedHere(taker)) {
+      throw busy(
+        dataDir,
+        `a herald that died taking over a stale lock; if none is starting, remove ${takeoverPath}`,
+      );
+    }
+    // Another opener is taking over right now (a few microseconds): look again in a moment.
+    Atomics.wait(PAUSE, 0, 0, TAKEOVER_PAUSE_MS);
+    return;
+  }
+  try {
+    if (readHolder(lockPath)?.text === staleText) fs.rmSync(lockPath, { force: true });
+  } finally {
+    fs.rmSync(takeoverPath, { force: true });
+  }
+}
+
+const TAKEOVER_SUFFIX = '.takeover';
+const TAKEOVER_PAUSE_MS = 20;
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
 const busy = (dataDir: string, holder: string) =>
   new DataDirBusyError(
@@ -106,6 +138,13 @@ function readHolder(lockPath: string): { pid: number; host: string; text: string
     return null;
   }
 }
+
+/**
+ * Whether a holder on this host is gone. One with this process's pid is a dead process's: in a
+ * container herald is often pid 1 again after a crash, and that pid is alive — it is this one.
+ */
+const diedHere = (holder: { pid: number; host: string }): boolean =>
+  holder.host === os.hostname() && (holder.pid === process.pid || !isAlive(holder.pid));
 
 function isAlive(pid: number): boolean {
   try {
