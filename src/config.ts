@@ -35,6 +35,12 @@ export interface HeraldConfig {
   shutdownGraceMs: number;
   /** Keep-alive connections a worker opens per receiver origin. */
   connectionsPerOrigin: number;
+  /**
+   * Whether each request also carries its id, timestamp and signature under Svix's own names
+   * (`svix-id`, `svix-timestamp`, `svix-signature`), besides the Standard Webhooks ones: receivers
+   * written for Svix (the pattern Clerk's and Resend's documentation teach) read those alone.
+   */
+  svixHeaders: boolean;
   /** Connections this process keeps to a PostgreSQL server (server mode). */
   dbPoolSize: number;
   /**
@@ -244,6 +250,7 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
       : undefined,
     shutdownGraceMs: integer(env, 'HERALD_SHUTDOWN_GRACE_MS', 10_000, 0, 600_000),
     connectionsPerOrigin: integer(env, 'HERALD_CONNECTIONS_PER_ORIGIN', 8, 1, 1024),
+    svixHeaders: flag(env, 'HERALD_SVIX_HEADERS', false),
     dbPoolSize: integer(env, 'HERALD_DB_POOL_SIZE', 20, 1, 1000),
     dbPrepare: flag(env, 'HERALD_DB_PREPARE', true),
     dbQueryTimeoutMs: integer(env, 'HERALD_DB_QUERY_TIMEOUT_MS', 60_000, 1_000, 3_600_000),

@@ -350,6 +350,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
         box,
         sender,
         policy: core.policy,
+        svixHeaders: config.svixHeaders,
         log,
         leaseSeconds: config.leaseSeconds,
         attemptTimeoutMs: config.attemptTimeoutMs,

@@ -951,3 +951,47 @@ describe('edges of the contract the SDKs reach', () => {
     new Webhook(secret).verify(request!.body, request!.headers as Record<string, string>);
   });
 });
+
+describe('Svix header names (HERALD_SVIX_HEADERS)', () => {
+  test('set, a receiver written for Svix verifies from svix-* headers alone; unset, none are sent', async () => {
+    const svixNamed = await startTestHerald('svix_headers', { env: { HERALD_SVIX_HEADERS: 'true' } });
+    try {
+      const secret = newSecret();
+      /** Publishes one message through `client` to an endpoint at `path`; its id. */
+      const publishTo = async (client: Svix, path: string) => {
+        await client.application.create({ name: 'names', uid: 'names' });
+        await client.endpoint.create('names', { url: `${receiver.url}${path}`, secret });
+        return (await client.message.create('names', { eventType: 'e', payload: { n: 1 } })).id;
+      };
+      const namedId = await publishTo(
+        new Svix(ADMIN_KEY, { serverUrl: svixNamed.url, retryScheduleInMs: [] }),
+        '/svix-named',
+      );
+      await publishTo(svix, '/standard-named');
+      const firstTo = (path: string) => waitFor(`the request to ${path}`, () => requestsTo(path)[0]);
+      const named = await firstTo('/svix-named');
+      const standard = await firstTo('/standard-named');
+      // As a receiver following Clerk's or Resend's documentation reads them: by name, nothing else.
+      const svixOnly = {
+        'svix-id': String(named.headers['svix-id']),
+        'svix-timestamp': String(named.headers['svix-timestamp']),
+        'svix-signature': String(named.headers['svix-signature']),
+      };
+      assert.deepEqual(new Webhook(secret).verify(named.body, svixOnly), { n: 1 });
+      assert.equal(svixOnly['svix-id'], namedId);
+      assert.deepEqual(
+        [svixOnly['svix-id'], svixOnly['svix-timestamp'], svixOnly['svix-signature']],
+        [named.headers['webhook-id'], named.headers['webhook-timestamp'], named.headers['webhook-signature']],
+        'the same values under both names',
+      );
+      assert.deepEqual(
+        Object.keys(standard.headers).filter((name) => name.startsWith('svix-')),
+        [],
+        'unset: the Standard Webhooks names only',
+      );
+      assert.deepEqual(new Webhook(secret).verify(standard.body, webhookHeaders(standard)), { n: 1 });
+    } finally {
+      await svixNamed.close();
+    }
+  });
+});

@@ -12,6 +12,8 @@ import { signPayload } from '../signing/standard-webhooks.ts';
 export interface AttemptContext {
   sender: Sender;
   policy: RetryPolicy;
+  /** Whether the id, timestamp and signature go under Svix's names too (Config.svixHeaders). */
+  svixHeaders?: boolean;
   /** An endpoint whose failures never count towards auto-disable (WorkerOptions). */
   operatorEndpointId?: string | null;
   /** The clock retries are scheduled and signatures timestamped by; the database's by default. */
@@ -23,12 +25,13 @@ export interface AttemptContext {
  * What an attempt's request carries whenever it leaves: the endpoint's headers, then herald's. The
  * signature's go over all of these (the sender spreads `headersAtSend` last).
  */
-function requestHeaders(claim: ClaimedDelivery): Record<string, string> {
+function requestHeaders(claim: ClaimedDelivery, svixHeaders: boolean): Record<string, string> {
   return {
     // Endpoint headers first, so that herald's own headers always win.
     ...claim.headers,
     'content-type': 'application/json',
     'webhook-id': claim.messageId,
+    ...(svixHeaders ? { 'svix-id': claim.messageId } : {}),
     // One business key for every attempt of every cycle: the receiver can apply it once.
     ...(claim.businessKey === null ? {} : { 'idempotency-key': asHeaderValue(claim.businessKey) }),
   };
@@ -56,16 +59,21 @@ function asHeaderValue(key: string): string {
 /**
  * The timestamp and the signature over it, made as the request leaves (after any wait for its
  * origin): a receiver checks the timestamp against its clock to refuse replays of old requests.
+ * Under Svix's names too, when asked: the same values, signed once.
  */
 function signatureHeaders(
   messageId: string,
   body: string | Buffer,
   keys: readonly Buffer[],
   timestampSeconds: number,
+  svixHeaders: boolean,
 ): Record<string, string> {
+  const timestamp = String(timestampSeconds);
+  const signature = signPayload({ msgId: messageId, timestampSeconds, body, keys });
   return {
-    'webhook-timestamp': String(timestampSeconds),
-    'webhook-signature': signPayload({ msgId: messageId, timestampSeconds, body, keys }),
+    'webhook-timestamp': timestamp,
+    'webhook-signature': signature,
+    ...(svixHeaders ? { 'svix-timestamp': timestamp, 'svix-signature': signature } : {}),
   };
 }
 
@@ -140,10 +148,12 @@ export async function runAttempt(
     };
   }
   const body = claim.payload;
+  const svixHeaders = ctx.svixHeaders === true;
   const sent = await ctx.sender.send({
     url: claim.url,
-    headers: requestHeaders(claim),
-    headersAtSend: () => signatureHeaders(claim.messageId, body, keys, Math.floor(now().getTime() / 1000)),
+    headers: requestHeaders(claim, svixHeaders),
+    headersAtSend: () =>
+      signatureHeaders(claim.messageId, body, keys, Math.floor(now().getTime() / 1000), svixHeaders),
     body,
     startBy,
   });

@@ -51,6 +51,8 @@ export interface WorkerOptions {
   box: SecretBox;
   sender: Sender;
   policy: RetryPolicy;
+  /** Sign under Svix's header names too (Config.svixHeaders). */
+  svixHeaders?: boolean;
   log: Logger;
   leaseSeconds: number;
   disableAfterFailures: number;
@@ -349,7 +351,12 @@ export function createWorker(options: WorkerOptions): Worker {
         return;
       }
       const result = await runAttempt(
-        { sender: options.sender, policy: options.policy, operatorEndpointId },
+        {
+          sender: options.sender,
+          policy: options.policy,
+          svixHeaders: options.svixHeaders,
+          operatorEndpointId,
+        },
         claim,
         keys,
         startBy,
