@@ -609,6 +609,39 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       body: undefined,
       loc: ['query', 'status'],
     },
+    // Filters no message can match, and iterators no page gave: mistakes, not empty pages.
+    ...(
+      [
+        ['a channel no message can carry', '/api/v1/app/acme/msg?channel=a%20b', 'channel'],
+        ['an empty channel', '/api/v1/app/acme/msg?channel=', 'channel'],
+        ['a tag no message can carry', '/api/v1/app/acme/attempt/endpoint/ep-1?tag=a%2Fb', 'tag'],
+        [
+          'an event type no event type can be named',
+          '/api/v1/app/acme/msg?event_types=ok,a%20b',
+          'event_types.1',
+        ],
+        ['an event type in a list', '/api/v1/app/acme/endpoint/ep-1/msg?event_types[]=a!', 'event_types.0'],
+        ['a garbage iterator', '/api/v1/app?iterator=garbage!!', 'iterator'],
+        [
+          'an iterator of another list',
+          '/api/v1/app/acme/msg?iterator=app_0190abcdef0123456789abcdef012345',
+          'iterator',
+        ],
+        ['an iterator of its kind, mangled', '/api/v1/app/acme/endpoint?iterator=ep_garbage', 'iterator'],
+        [
+          'an attempt iterator with a stray prefix',
+          '/api/v1/app/acme/attempt/endpoint/ep-1?iterator=~atmpt_0190abcdef01',
+          'iterator',
+        ],
+        ['an event type iterator past 256', `/api/v1/event-type?iterator=${'a'.repeat(257)}`, 'iterator'],
+      ] as const
+    ).map(([name, path, field]) => ({
+      name,
+      method: 'GET',
+      path,
+      body: undefined,
+      loc: ['query', ...field.split('.')],
+    })),
   ];
 
   for (const c of cases) {
@@ -624,6 +657,24 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
     assert.deepEqual(answer.body.detail[0].loc, ['body', 'name']);
     const url = await rejected(() => send('POST', '/api/v1/app/acme/endpoint', { url: 'ftp://x' }));
     assert.match(url.body.detail[0].msg, /scheme/i);
+  });
+
+  test('the iterators pages give are taken back: forward, back (`-`), and a name walked forward (`~`)', async () => {
+    const apps = await send('GET', '/api/v1/app?limit=1');
+    assert.equal(apps.status, 200);
+    for (const iterator of [apps.body.iterator, apps.body.prevIterator, '']) {
+      const page = await send('GET', `/api/v1/app?limit=1&iterator=${encodeURIComponent(iterator)}`);
+      assert.equal(page.status, 200, `iterator ${iterator}: ${page.text}`);
+    }
+    const messages = await send('GET', '/api/v1/app/acme/msg?limit=1');
+    assert.equal(
+      (await send('GET', `/api/v1/app/acme/msg?iterator=${messages.body.prevIterator}`)).status,
+      200,
+    );
+    for (const iterator of ['~-starts-with-a-dash', '-invoice.paid', 'invoice.paid', `-${'a'.repeat(256)}`]) {
+      const page = await send('GET', `/api/v1/event-type?iterator=${encodeURIComponent(iterator)}`);
+      assert.equal(page.status, 200, `iterator ${iterator}: ${page.text}`);
+    }
   });
 
   test('a NUL in a query or path value is a 422 naming it, not a database error', async () => {

@@ -6,7 +6,9 @@ import { isValidEndpointSecret, withSecretPrefix } from '../signing/standard-web
 import { NUL_REFUSED, text, withoutNul } from './text.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
-const ident = (max: number) => z.string().min(1).max(max).regex(IDENT, 'only letters, digits, - _ and .');
+/** A name of Svix's (an event type, a channel, a tag, a uid): letters, digits, - _ and ., up to `max`. */
+export const ident = (max: number) =>
+  z.string().min(1).max(max).regex(IDENT, 'only letters, digits, - _ and .');
 /** A uid: what a path segment must look like when PUT creates an object under it. */
 export const Uid = ident(256);
 const metadata = z.record(text(), text());

@@ -52,7 +52,7 @@ export const appRoutes =
     };
 
     app.get('/api/v1/app', async (request) => {
-      const q = parseListQuery(request.query, 'ascending');
+      const q = parseListQuery(request.query, 'ascending', 'app');
       if (readWithoutDisabled(request.query)) {
         throw invalidField(['exclude_apps_with_disabled_endpoints'], 'not supported', 'query');
       }

@@ -56,7 +56,7 @@ export const attemptRoutes =
         const application = await requireApp(db, request.actor, request.params.app_id);
         const message = await findMessage(db, application.id, request.params.msg_id);
         if (!message) throw notFound('message');
-        const q = parseListQuery(request.query, 'descending', { byTime: true });
+        const q = parseListQuery(request.query, 'descending', 'atmpt', { byTime: true });
         const endpoint = q.endpoint_id ? await requireEndpoint(db, application, q.endpoint_id) : null;
         const page = await listAttemptsByMessage(
           db,
@@ -74,7 +74,7 @@ export const attemptRoutes =
       async (request) => {
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
-        const q = parseListQuery(request.query, 'descending', { byTime: true });
+        const q = parseListQuery(request.query, 'descending', 'atmpt', { byTime: true });
         const page = await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q));
         return presentAttempts(application.id, page, q);
       },
@@ -97,7 +97,7 @@ export const attemptRoutes =
       async (request) => {
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
-        const q = parseListQuery(request.query, 'descending', { byTime: true });
+        const q = parseListQuery(request.query, 'descending', 'msg', { byTime: true });
         const page = await listAttemptedMessages(db, application.id, endpoint.id, q.page, {
           state: q.status === undefined ? null : deliveryStateOf(q.status),
           eventTypes: q.eventTypes,

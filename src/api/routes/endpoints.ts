@@ -85,7 +85,7 @@ export const endpointRoutes =
 
     app.get<{ Params: AppParams }>('/api/v1/app/:app_id/endpoint', async (request) => {
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const q = parseListQuery(request.query, 'descending');
+      const q = parseListQuery(request.query, 'descending', 'ep');
       return presentPage(await listEndpoints(db, application.id, q.page), presentEndpoint);
     });
 

@@ -33,7 +33,7 @@ export const eventTypeRoutes =
     const { db } = core;
 
     app.get('/api/v1/event-type', async (request) => {
-      const q = parseListQuery(request.query, 'ascending');
+      const q = parseListQuery(request.query, 'ascending', 'event_type_name');
       // As in Svix, the schemas (which can be large) only with with_content=true.
       const withContent = q.with_content ?? false;
       return presentPage(await listEventTypes(db, q.page, q.include_archived), (e) =>

@@ -54,7 +54,7 @@ export const messageRoutes =
 
     app.get<{ Params: AppParams }>('/api/v1/app/:app_id/msg', async (request) => {
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const q = parseListQuery(request.query, 'descending', { byTime: true });
+      const q = parseListQuery(request.query, 'descending', 'msg', { byTime: true });
       const page = await listMessages(db, application.id, q.page, {
         eventTypes: q.eventTypes,
         channel: q.channel ?? null,
@@ -114,7 +114,7 @@ export const messageRoutes =
 
     app.get<{ Params: MsgParams }>('/api/v1/app/:app_id/msg/:msg_id/endpoint', async (request) => {
       const { application, message } = await loadMessage(request.actor, request.params);
-      const q = parseListQuery(request.query, 'ascending');
+      const q = parseListQuery(request.query, 'ascending', 'ep');
       // The page first: each endpoint on it had a delivery of the message then, and deliveries go
       // only with their endpoint, so the read after finds each one's (an endpoint deleted in
       // between is left out, as if deleted before). The other way round, a resend to another
