@@ -360,6 +360,13 @@ test('an expired lease nobody recovered, then its parked unknown outcome left un
   await assertHealthy();
   await sql(`update delivery set updated_at = now() - interval '2 days' where id = $1`, [delivery]);
   await assertFails('unknown_outcomes_unreviewed', attempt);
+  // Its hint runs as it is printed, and lists the message to review.
+  const hint = (await doctor()).stdout.match(/\(herald (reconcile --since \S+ --unknown-only)\)/);
+  assert.ok(hint, 'the hint is a reconcile command with its window');
+  const reconciled = await runHerald(hint[1]!.split(' '), testEnv(t.database.url));
+  assert.equal(reconciled.code, 3, reconciled.stderr);
+  assert.match(reconciled.stdout, new RegExp(`^message ${risk} `, 'm'));
+  assert.match(reconciled.stdout, /UNKNOWN: 1 attempt/);
 
   // Repair: reviewed (the receiver did not apply it), and resent.
   const resent = await t.call('POST', `/api/v1/app/${app}/msg/${risk}/endpoint/${risky}/resend`);
@@ -399,8 +406,17 @@ test('a schema behind this build: migrations pending, the other checks skipped',
   try {
     const run = await doctor();
     assert.equal(run.code, 2, run.stderr);
-    assert.match(run.stdout, new RegExp(`^FAIL migrations_pending: 1 .*\\b${version}\\b`, 'm'));
+    // No age: a missing migration is missing, not late.
+    assert.match(run.stdout, new RegExp(`^FAIL migrations_pending: 1 e\\.g\\. ${version}$`, 'm'));
     assert.match(run.stdout, /^skip deliveries_overdue$/m);
+    const json = await doctor('--json');
+    assert.deepEqual(
+      JSON.parse(json.stdout).map((f: { check: string; oldestSeconds: unknown }) => [
+        f.check,
+        f.oldestSeconds,
+      ]),
+      [['migrations_pending', null]],
+    );
   } finally {
     await sql(`insert into herald_migration (version, name) values ($1, $2)`, [version, name]);
   }
@@ -417,7 +433,7 @@ test('a schema ahead of this build: migrations ahead, named at start and by the 
   try {
     const run = await runHerald(['doctor'], { ...testEnv(t.database.url), LOG_LEVEL: 'warn' });
     assert.equal(run.code, 2, run.stderr);
-    assert.match(run.stdout, new RegExp(`^FAIL migrations_ahead: 1 .*\\b${version}\\b`, 'm'));
+    assert.match(run.stdout, new RegExp(`^FAIL migrations_ahead: 1 e\\.g\\. ${version}$`, 'm'));
     assert.equal(run.stdout.match(/^FAIL /gm)?.length, 1, run.stdout);
     assert.match(run.stdout, /^ok +deliveries_overdue$/m);
     // Every process of this build says so as it starts (the doctor's own log goes to stderr).

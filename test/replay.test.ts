@@ -228,11 +228,17 @@ describe('replay', () => {
     const ep = await createEndpoint(t, app, { url: `${receiver.url}/archived` });
     const kept = await publishVia(t, app, { eventType: 'e', payload: { n: 1 } });
     const expired = await publishVia(t, app, { eventType: 'e', payload: { n: 2 } });
-    await waitFor('both deliveries to fail', async () =>
-      (await deliveriesOf(ep)).every((d) => d.state === 'failed' && d.attempts_total === 2),
-    );
+    const expunged = await publishVia(t, app, { eventType: 'e', payload: { n: 3 } });
+    await waitFor('the deliveries to fail', async () => {
+      const deliveries = await deliveriesOf(ep);
+      return (
+        deliveries.length === 3 && deliveries.every((d) => d.state === 'failed' && d.attempts_total === 2)
+      );
+    });
     // Past its retention: what payload retention does to it.
     await t.database.db.query('update message set payload = null where id = $1', [expired]);
+    const deleted = await t.call('DELETE', `/api/v1/app/${app}/msg/${expunged}/content`);
+    assert.equal(deleted.status, 204, JSON.stringify(deleted.body));
 
     const dry = await asAdmin({ status: 'failed', app: 'archived', cap: 10, dryRun: true });
     assert.equal(dry.status, 200, JSON.stringify(dry.body));
@@ -242,19 +248,31 @@ describe('replay', () => {
         payloadGone: dry.body.payloadGone,
         messages: dry.body.deliveries.map((d: { messageId: string }) => d.messageId),
       },
-      { count: 1, payloadGone: 1, messages: [kept] },
+      { count: 1, payloadGone: 2, messages: [kept] },
+    );
+    // The CLI names both causes, as the API does: the data does not tell them apart.
+    const cli = await runHerald(
+      ['replay', '--status', 'failed', '--app', 'archived', '--cap', '10', '--dry-run'],
+      testEnv(t.database.url),
+    );
+    assert.equal(cli.code, 0, cli.stderr);
+    assert.match(
+      cli.stderr,
+      /^2 more matched but were left: their payload is gone \(retention or a content delete\)$/m,
     );
     const real = await asAdmin({ status: 'failed', app: 'archived', cap: 10 });
     assert.equal(real.status, 202, JSON.stringify(real.body));
     assert.equal(real.body.count, 1);
-    assert.equal(real.body.payloadGone, 1);
+    assert.equal(real.body.payloadGone, 2);
     const byMessage = new Map((await deliveriesOf(ep)).map((d) => [d.message_id, d]));
     assert.equal(byMessage.get(kept)!.cycle, 2, 'the one with its payload starts a new cycle');
-    assert.deepEqual(
-      { state: byMessage.get(expired)!.state, cycle: byMessage.get(expired)!.cycle },
-      { state: 'failed', cycle: 1 },
-      'the one without is left as it was',
-    );
+    for (const gone of [expired, expunged]) {
+      assert.deepEqual(
+        { state: byMessage.get(gone)!.state, cycle: byMessage.get(gone)!.cycle },
+        { state: 'failed', cycle: 1 },
+        'those without are left as they were',
+      );
+    }
   });
 
   test('a delivery whose unknown outcome awaits review is left, counted apart, unless included; recover leaves it too', async () => {

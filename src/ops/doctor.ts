@@ -46,8 +46,11 @@ export const SKIPPABLE_CHECKS: readonly DoctorCheck[] = DOCTOR_CHECKS.filter(
 export interface Finding {
   check: DoctorCheck;
   count: number;
-  /** Age in seconds of the oldest case, from the time named in `detail`. */
-  oldestSeconds: number;
+  /**
+   * Age in seconds of the oldest case, from the time named in `detail`; null for the migrations,
+   * which have no time to measure from (a migration is missing or extra, not late).
+   */
+  oldestSeconds: number | null;
   /** A few ids, oldest first, to start an investigation from. */
   examples: string[];
   /** What the state means and what to do about it. */
@@ -56,12 +59,18 @@ export interface Finding {
 
 interface Check {
   name: Exclude<DoctorCheck, 'migrations_pending' | 'migrations_ahead'>;
-  /** Selects the offending rows as (id, t): t is the moment the age is measured from. */
+  /**
+   * Selects the offending rows as (id, t): t is the moment the age is measured from. A check whose
+   * detail names a window selects `since` as well: the moment that window must start at to hold the row.
+   */
   sql: (t: DoctorThresholds) => { text: string; params: unknown[] };
-  detail: string;
+  /** Given the earliest `since`, to the second (rounded down), when the detail names a window. */
+  detail: string | ((since: string) => string);
 }
 
 const EXAMPLES = 5;
+/** A time as the CLI's options take it, to the second: what to_char leaves out is rounded down. */
+const ISO_SECOND = `'YYYY-MM-DD"T"HH24:MI:SS"Z"'`;
 
 const CHECKS: Check[] = [
   {
@@ -142,8 +151,11 @@ const CHECKS: Check[] = [
       // their attempts, each looked up by its delivery (OFFSET 0: never joined to the whole table).
       // Awaiting review since the parking (the delivery's last change), not since the attempt: an
       // unknown first attempt of a cycle that ran on for a day was never anyone's to review before.
-      text: `select a.id, greatest(a.finished_at, d.updated_at) as t from delivery_failed f
+      // `since`: its message's creation, where `herald reconcile --since` looks for it.
+      text: `select a.id, greatest(a.finished_at, d.updated_at) as t, m.created_at as since
+               from delivery_failed f
               join delivery d on d.id = f.delivery_id
+              join message m on m.id = d.message_id
               cross join lateral (
                 select a.id, a.finished_at from attempt a
                  where a.delivery_id = f.delivery_id and a.outcome = 'unknown' and a.acknowledged_at is null
@@ -153,9 +165,11 @@ const CHECKS: Check[] = [
                 and greatest(a.finished_at, d.updated_at) < now() - make_interval(secs => $1)`,
       params: [t.unknownReviewSeconds],
     }),
-    detail:
+    // The command as it runs: reconcile takes no window without its start, and this one starts
+    // at the oldest message concerned.
+    detail: (since) =>
       'attempts with an unknown outcome are parked on failed deliveries (since the delivery failed); check with the ' +
-      'receiver (herald reconcile --unknown-only), then resend them, or leave them: ' +
+      `receiver (herald reconcile --since ${since} --unknown-only), then resend them, or leave them: ` +
       'herald reconcile --message <id> --acknowledge',
   },
   {
@@ -191,7 +205,7 @@ export async function runDoctor(
       {
         check: 'migrations_pending',
         count: migrations.pending.length,
-        oldestSeconds: 0,
+        oldestSeconds: null,
         examples: migrations.pending.map(String),
         detail: 'the database lacks migrations this build needs; run herald migrate',
       },
@@ -203,7 +217,7 @@ export async function runDoctor(
     findings.push({
       check: 'migrations_ahead',
       count: migrations.ahead.length,
-      oldestSeconds: 0,
+      oldestSeconds: null,
       examples: migrations.ahead.map(String),
       detail:
         'a newer build migrated the database: this build does not know what those migrations changed, ' +
@@ -213,15 +227,26 @@ export async function runDoctor(
   for (const check of CHECKS) {
     if (skip.includes(check.name)) continue;
     const { text, params } = check.sql(thresholds);
-    const result = await db.query<{ count: number; oldestSeconds: number; examples: string[] }>(
+    const since =
+      typeof check.detail === 'string' ? 'null' : `to_char(min(x.since) at time zone 'UTC', ${ISO_SECOND})`;
+    const result = await db.query<{
+      count: number;
+      oldestSeconds: number;
+      examples: string[];
+      since: string | null;
+    }>(
       `select count(*)::int as count,
               coalesce(extract(epoch from now() - min(x.t)), 0)::float8 as "oldestSeconds",
-              coalesce((array_agg(x.id order by x.t, x.id))[1:${EXAMPLES}], '{}') as examples
+              coalesce((array_agg(x.id order by x.t, x.id))[1:${EXAMPLES}], '{}') as examples,
+              ${since} as since
          from (${text}) x`,
       params,
     );
-    const row = result.rows[0]!;
-    if (row.count > 0) findings.push({ check: check.name, ...row, detail: check.detail });
+    const { since: windowStart, ...row } = result.rows[0]!;
+    if (row.count > 0) {
+      const detail = typeof check.detail === 'string' ? check.detail : check.detail(windowStart!);
+      findings.push({ check: check.name, ...row, detail });
+    }
   }
   return findings;
 }
@@ -239,10 +264,8 @@ export function formatFindings(findings: readonly Finding[], skipped: readonly D
       );
       continue;
     }
-    lines.push(
-      `FAIL ${check}: ${f.count} (oldest ${Math.round(f.oldestSeconds)} s) e.g. ${f.examples.join(', ')}`,
-      `     ${f.detail}`,
-    );
+    const age = f.oldestSeconds === null ? '' : ` (oldest ${Math.round(f.oldestSeconds)} s)`;
+    lines.push(`FAIL ${check}: ${f.count}${age} e.g. ${f.examples.join(', ')}`, `     ${f.detail}`);
   }
   return lines.join('\n');
 }

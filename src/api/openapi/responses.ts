@@ -216,7 +216,9 @@ export const ReplayOut = z.object({
   payloadGone: z
     .number()
     .int()
-    .describe('Deliveries the filters match but replay leaves: their payload has passed its retention'),
+    .describe(
+      'Deliveries the filters match but replay leaves: their payload is gone (its retention passed, or its content was deleted)',
+    ),
   unreviewed: z
     .number()
     .int()
