@@ -532,6 +532,20 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'since'],
     },
     {
+      name: 'recover until before since',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint/ep-1/recover',
+      body: { since: '2026-11-02T00:00:00Z', until: '2026-11-01T00:00:00Z' },
+      loc: ['body', 'until'],
+    },
+    {
+      name: 'replay-missing until where since is (an empty window)',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint/ep-1/replay-missing',
+      body: { since: '2026-11-01T00:00:00+01:00', until: '2026-10-31T23:00:00Z' },
+      loc: ['body', 'until'],
+    },
+    {
       name: 'rotate to a key that is no secret',
       method: 'POST',
       path: '/api/v1/app/acme/endpoint/ep-1/secret/rotate',

@@ -127,16 +127,26 @@ export const EndpointHeadersPatchIn = z.object({
   deleteHeaders: z.array(z.string()).optional(),
 });
 
-/** A window of message creation times: from `since` (inclusive) until `until` (exclusive). */
-const window = {
-  since: z.iso.datetime({ offset: true }),
-  until: z.iso.datetime({ offset: true }).nullish(),
-};
+/**
+ * A window of message creation times: from `since` (inclusive) until `until` (exclusive). One that
+ * ends where or before it starts holds no message: refused by name, not answered as a task that
+ * found nothing (the caller swapped the two, or meant another date).
+ */
+const window = () =>
+  z
+    .object({
+      since: z.iso.datetime({ offset: true }),
+      until: z.iso.datetime({ offset: true }).nullish(),
+    })
+    .refine((w) => !w.until || Date.parse(w.until) > Date.parse(w.since), {
+      path: ['until'],
+      message: 'must be later than since',
+    });
 
-export const RecoverIn = z.object(window);
+export const RecoverIn = window();
 
 /** Svix's ReplayIn, of replay-missing (herald's own ReplayIn is /api/v1/replay's). */
-export const ReplayMissingIn = z.object(window);
+export const ReplayMissingIn = window();
 
 export const MessageIn = z.object({
   eventType: ident(256),
