@@ -282,6 +282,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     box,
     policy: { schedule: config.retrySchedule, jitter: RETRY_JITTER },
     addressPolicy,
+    extraCaPem,
     log,
     metrics,
     publishGrouped: async (publish) => {

@@ -476,6 +476,13 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'settings'],
     },
     {
+      name: 'source overlap without a new secret (it would revoke nothing)',
+      method: 'PATCH',
+      path: '/api/v1/source/billing',
+      body: { secretOverlapSeconds: 0 },
+      loc: ['body', 'secretOverlapSeconds'],
+    },
+    {
       name: 'headers: webhook-id is herald’s',
       method: 'PUT',
       path: '/api/v1/app/acme/endpoint/ep-1/headers',

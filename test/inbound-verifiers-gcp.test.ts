@@ -20,6 +20,8 @@ import {
   SignJWT,
   UnsecuredJWT,
 } from 'jose';
+import pino from 'pino';
+import type { HeraldError } from '../src/errors.ts';
 import {
   createSafeFetchText,
   createVerifier,
@@ -28,6 +30,8 @@ import {
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
 import type { Resolver } from '../src/sender/resolve.ts';
+import { createApp } from './support/fixtures.ts';
+import { startTestHerald } from './support/herald.ts';
 import { withIngestor } from './support/inbound.ts';
 
 const toLoopback: Resolver = async () => [{ address: '127.0.0.1', family: 4 }];
@@ -542,4 +546,66 @@ describe('gcp-pubsub through the ingestor', () => {
       for (const answer of answers) assert.equal(answer.kind, 'accepted');
       assert.equal(hits('/certs') - before, 1, 'one verifier built, one JWKS fetched');
     }));
+
+  test("a JWKS that cannot be fetched: the sender is told 503 and no more, the operator's log says why", async () => {
+    const untrusting = createSafeFetchText({ allowPrivateNetworks: ['127.0.0.0/8'], timeoutMs: 5000 });
+    const lines: { msg: string; err?: string; sourceId?: string }[] = [];
+    const log = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+    try {
+      await withIngestor(
+        'gcp_ingest_untrusted',
+        untrusting.fetchText,
+        async ({ ingestor, addSource }) => {
+          await addSource('pubsub', 'gcp-pubsub', {
+            jwksUrl: url('/certs'),
+            audience: AUDIENCE,
+            serviceAccountEmail: SERVICE_ACCOUNT,
+          });
+          const refused = await ingestor.ingest('pubsub', push(`Bearer ${await token()}`)).then(
+            () => assert.fail('accepted a push whose keys could not be fetched'),
+            (error: HeraldError) => error,
+          );
+          assert.equal(refused.status, 503);
+          assert.equal(refused.code, 'verification_unavailable');
+          assert.equal(refused.message, 'the JWKS could not be fetched');
+          const told = lines.find((line) => line.msg === 'ingest: the JWKS could not be fetched');
+          assert.ok(told, `no log line of the failed fetch in ${JSON.stringify(lines)}`);
+          assert.match(told.err ?? '', /^TLS handshake failed \((DEPTH_ZERO_)?SELF_SIGNED_CERT/);
+          assert.match(told.sourceId ?? '', /^src_/);
+        },
+        log,
+      );
+    } finally {
+      await untrusting.close();
+    }
+  });
+});
+
+describe('gcp-pubsub through the server', () => {
+  before(() => {
+    state.jwks = { keys: [keyA.jwk] };
+  });
+
+  test('HERALD_EXTRA_CA_FILE is trusted by the JWKS fetch as by deliveries: a push verifies against a JWKS host it issued', async () => {
+    const t = await startTestHerald('gcp_extra_ca', { env: { HERALD_EXTRA_CA_FILE: join(dir, 'cert.pem') } });
+    try {
+      await createApp(t, 'orders');
+      const created = await t.call('POST', '/api/v1/source', {
+        uid: 'pubsub',
+        scheme: 'gcp-pubsub',
+        app: 'orders',
+        eventType: 'order.placed',
+        settings: { jwksUrl: url('/certs'), audience: AUDIENCE, serviceAccountEmail: SERVICE_ACCOUNT },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const pushed = await fetch(`${t.url}/ingest/pubsub`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${await token()}`, 'content-type': 'application/json' },
+        body: pushBody(),
+      });
+      assert.equal(pushed.status, 204, await pushed.text());
+    } finally {
+      await t.close();
+    }
+  });
 });

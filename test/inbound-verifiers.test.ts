@@ -542,7 +542,11 @@ describe('scheme specifics', () => {
       'bad_signature',
     );
     const noChallenge = '{"token":"t","type":"url_verification"}';
-    assertRejected(await verifier.verify(request(signedAs(noChallenge), noChallenge), now), 401, 'malformed');
+    assertRejected(
+      await verifier.verify(request(signedAs(noChallenge), noChallenge), now),
+      400,
+      'bad_request',
+    );
   });
 
   test('slack: a missing or non-numeric timestamp header is a 401', async () => {

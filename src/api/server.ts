@@ -231,6 +231,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   const fetcher = createSafeFetchText({
     allowPrivateNetworks: core.config.allowPrivateNetworks,
     timeoutMs: core.config.attemptTimeoutMs,
+    extraCaPem: core.extraCaPem,
   });
   app.addHook('onClose', () => fetcher.close());
   const ingestor = createIngestor({

@@ -17,6 +17,8 @@ export interface Core {
   box: SecretBox;
   policy: RetryPolicy;
   addressPolicy: AddressPolicy;
+  /** HERALD_EXTRA_CA_FILE's certificates, trusted besides Node's by every HTTPS fetch herald makes. */
+  extraCaPem: string | undefined;
   log: Logger;
   /**
    * Publishes on herald's own pool, sharing one statement and one commit with whatever else is

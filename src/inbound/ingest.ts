@@ -242,6 +242,10 @@ export function createIngestor(deps: IngestDeps): Ingestor {
       const verdict = await verifier.verify(request, new Date());
       if (!verdict.ok) {
         deps.metrics?.intake(label, 'rejected');
+        // The sender hears only that herald could not verify; the operator needs why.
+        if (verdict.cause !== undefined) {
+          deps.log.warn({ sourceId: source.id, err: verdict.cause }, `ingest: ${verdict.reason}`);
+        }
         throw new HeraldError(verdict.code, verdict.reason);
       }
       // Told apart by its type, not its id: an event's own id may read the same. The verifier

@@ -29,12 +29,19 @@ export const SourceIn = z.object({
 });
 export type SourceIn = z.infer<typeof SourceIn>;
 
-export const SourcePatch = SourceIn.partial().extend({
-  /** Seconds the replaced secret keeps verifying after a new `secret` is set (default 24 h). */
-  secretOverlapSeconds: z
-    .number()
-    .int()
-    .min(0)
-    .max(7 * 24 * 3600)
-    .optional(),
-});
+export const SourcePatch = SourceIn.partial()
+  .extend({
+    /** Seconds the replaced secret keeps verifying after a new `secret` is set (default 24 h). */
+    secretOverlapSeconds: z
+      .number()
+      .int()
+      .min(0)
+      .max(7 * 24 * 3600)
+      .optional(),
+  })
+  // Alone it would change nothing: a caller ending an overlap after a leak must not read a 200
+  // as the old secrets revoked. They end with a rotation to a new secret and 0.
+  .refine((patch) => patch.secretOverlapSeconds === undefined || (patch.secret ?? null) !== null, {
+    path: ['secretOverlapSeconds'],
+    message: 'only with a new secret: it is how long the secrets it replaces keep verifying',
+  });

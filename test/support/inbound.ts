@@ -1,7 +1,7 @@
 // What a Standard Webhooks provider sends with each request to /ingest: the headers signed over
 // the raw body with the source's secret; and an ingestor on a database of its own, with an app.
 
-import pino from 'pino';
+import pino, { type Logger } from 'pino';
 import type { Webhook } from 'standardwebhooks';
 import { createSecretBox } from '../../src/crypto/secret-box.ts';
 import type { AppRow } from '../../src/db/apps.ts';
@@ -29,17 +29,21 @@ export interface IngestorRig {
   addSource(uid: string, scheme: string, settings: Record<string, unknown>): Promise<void>;
 }
 
-/** Runs `run` with an ingestor on a fresh database holding an app; closes and drops both after. */
+/**
+ * Runs `run` with an ingestor (logging to `log`) on a fresh database holding an app; closes and
+ * drops both after.
+ */
 export async function withIngestor(
   label: string,
   fetchText: FetchText,
   run: (rig: IngestorRig) => Promise<void>,
+  log: Logger = pino({ level: 'silent' }),
 ): Promise<void> {
   const database = await freshDatabase(label);
   const ingestor = createIngestor({
     db: database.db,
     box: createSecretBox([Buffer.from(MASTER_KEY, 'base64')]),
-    log: pino({ level: 'silent' }),
+    log,
     fetchText,
   });
   try {

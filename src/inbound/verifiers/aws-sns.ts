@@ -22,7 +22,7 @@ import { headerValue } from './headers.ts';
 import { createRemoteCache, type RemoteCache } from './remote-cache.ts';
 import { DEFAULT_TOLERANCE_SECONDS } from './timestamps.ts';
 import type { FetchText, Verifier } from './types.ts';
-import { accept, parseJsonBody, reject } from './verdict.ts';
+import { accept, parseJsonBody, reject, unavailable } from './verdict.ts';
 
 export const AwsSnsSettings = z.strictObject({
   scheme: z.literal('aws-sns'),
@@ -198,8 +198,8 @@ export function createAwsSnsVerifier(settings: AwsSnsSettings, certificates: Sns
       let certificate: X509Certificate;
       try {
         certificate = await certificates.get(new URL(certUrl).href, now);
-      } catch {
-        return reject('verification_unavailable', 'the signing certificate could not be fetched');
+      } catch (error) {
+        return unavailable('the signing certificate could not be fetched', error);
       }
       if (now < new Date(certificate.validFrom) || now > new Date(certificate.validTo)) {
         return reject('bad_signature', 'the signing certificate is not valid now');

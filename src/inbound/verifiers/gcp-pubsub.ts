@@ -15,7 +15,7 @@ import { z } from 'zod';
 import { headerValue } from './headers.ts';
 import { createRemoteCache } from './remote-cache.ts';
 import type { FetchText, Verdict, Verifier } from './types.ts';
-import { accept, field, parseJsonBody, reject } from './verdict.ts';
+import { accept, field, parseJsonBody, reject, unavailable } from './verdict.ts';
 
 const GOOGLE_ISSUERS = ['https://accounts.google.com', 'accounts.google.com'];
 
@@ -117,8 +117,8 @@ export function createGcpPubSubVerifier(settings: GcpPubSubSettings, fetchText: 
           const fresh = await keySets.refresh(settings.jwksUrl, now, JWKS_REFRESH_FLOOR_MS);
           result = await verifyToken(token, fresh, now);
         }
-      } catch {
-        return reject('verification_unavailable', 'the JWKS could not be fetched');
+      } catch (error) {
+        return unavailable('the JWKS could not be fetched', error);
       }
       if ('error' in result) return rejectionFor(result.error);
 

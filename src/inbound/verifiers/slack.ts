@@ -65,7 +65,7 @@ export function createSlackVerifier(settings: SlackSettings, secrets: readonly s
       const payload = parseJsonBody(request.rawBody);
       if (field(payload, 'type') === 'url_verification') {
         if (typeof field(payload, 'challenge') !== 'string') {
-          return reject('malformed', 'a url_verification request without a challenge');
+          return reject('bad_request', 'a url_verification request without a challenge');
         }
         return accept(URL_VERIFICATION, payload, 'the url_verification handshake');
       }

@@ -14,6 +14,8 @@ export interface InboundRequest {
 
 export type RejectionCode =
   | 'missing_delivery_id'
+  /** Authentic, but its body lacks what its kind needs (a Slack handshake without its challenge). */
+  | 'bad_request'
   | 'malformed'
   | 'bad_signature'
   | 'stale_timestamp'
@@ -28,7 +30,15 @@ export type Verdict =
       /** The body parsed as JSON after verification, or null when it is not JSON. */
       payload: unknown;
     }
-  | { ok: false; status: 400 | 401 | 503; code: RejectionCode; reason: string };
+  | {
+      ok: false;
+      status: 400 | 401 | 503;
+      code: RejectionCode;
+      /** Told to the sender. */
+      reason: string;
+      /** Why herald could not verify (a fetch's error): for the operator's log, never the sender. */
+      cause?: string;
+    };
 
 export interface Verifier {
   /** Resolves to a verdict for any request; `now` is injected so tolerances are testable. */

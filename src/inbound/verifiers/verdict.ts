@@ -1,12 +1,14 @@
 // Building verdicts. The status of a rejection follows from its code, so no scheme can pair a
 // code with the wrong status.
 
+import { errorCodeOf } from '../../sender/classify.ts';
 import type { RejectionCode, Verdict } from './types.ts';
 
 const STATUS_OF = {
   // The request is authentic (or its signature could not even be located without the id) but
   // cannot be deduplicated: a client error, and retrying it unchanged will not help.
   missing_delivery_id: 400,
+  bad_request: 400,
   malformed: 401,
   bad_signature: 401,
   stale_timestamp: 401,
@@ -17,6 +19,19 @@ const STATUS_OF = {
 
 export function reject(code: RejectionCode, reason: string): Verdict {
   return { ok: false, status: STATUS_OF[code], code, reason };
+}
+
+/**
+ * A key or certificate fetch failed: the sender is told only that (the error could describe the
+ * network herald sees), the operator's log gets the error.
+ */
+export function unavailable(reason: string, error: unknown): Verdict {
+  const code = 'verification_unavailable';
+  // With the condition's code from deep in the chain: "TLS handshake failed" alone does not say
+  // that the certificate is self-signed (DEPTH_ZERO_SELF_SIGNED_CERT) or expired.
+  const condition = errorCodeOf(error);
+  const cause = `${(error as Error).message}${condition ? ` (${condition})` : ''}`;
+  return { ok: false, status: STATUS_OF[code], code, reason, cause };
 }
 
 // Visible ASCII only: the id becomes part of a unique key and of log lines, where whitespace,
