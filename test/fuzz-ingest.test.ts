@@ -799,9 +799,13 @@ describe('found by fuzzing, and fixed', () => {
 });
 
 // Found in review, and fixed.
-/** Whether `value` holds `%` or a character of the template's literals. */
+/** Whether `value` holds `%` or a character of the template's literals between two fields. */
 function separatorIn(value: string, parts: readonly ({ literal: string } | object)[]): boolean {
-  const literals = parts.flatMap((p) => ('literal' in p ? [p.literal] : [])).join('');
+  const fieldAt = parts.flatMap((p, i) => ('literal' in p ? [] : [i]));
+  const between = parts.filter(
+    (p, i): p is { literal: string } => 'literal' in p && i > fieldAt[0]! && i < fieldAt.at(-1)!,
+  );
+  const literals = between.map((p) => p.literal).join('');
   return [...value].some((c) => c === '%' || literals.includes(c));
 }
 
@@ -823,6 +827,53 @@ describe('business keys with two fields or more', () => {
     // Letters and other characters that URLs keep as they are, when a literal holds them.
     assert.equal(render('{{body.a}}-v{{body.b}}', { a: 'a-v1', b: '2' }), 'a%2D%761-v2');
     assert.equal(render('{{body.a}}✓{{body.b}}', { a: 'ok✓', b: 'é' }), 'ok%E2%9C%93✓é');
+  });
+
+  test('a leading or trailing literal is fixed text: the characters of values it holds stay as they are', () => {
+    const template = 'gh:{{body.id}}:{{body.event}}.v1';
+    assert.equal(render(template, { id: '12', event: 'push' }), 'gh:12:push.v1');
+    assert.equal(render(template, { id: 'a:b', event: 'v1.x' }), 'gh:a%3Ab:v1.x.v1');
+  });
+
+  test('a key reads back to the one tuple of values it was rendered from, whatever the literals', () => {
+    // Values may hold `%`; literals do not here (one reading `%` would read into the escapes).
+    const text = (minLength: number, units = ['a', 'g', ':', '-', '3', 'A']) =>
+      fc.string({ unit: fc.constantFrom(...units), minLength, maxLength: 4 });
+    const value = text(1, ['a', 'g', ':', '-', '%', '3', 'A']);
+    fc.assert(
+      fc.property(
+        fc
+          .integer({ min: 2, max: 3 })
+          .chain((fields) =>
+            fc.tuple(
+              fc.array(text(1), { minLength: fields - 1, maxLength: fields - 1 }),
+              text(0),
+              text(0),
+              fc.array(value, { minLength: fields, maxLength: fields }),
+            ),
+          ),
+        ([between, leading, trailing, values]) => {
+          // A literal between each two fields, as assertFieldsSeparated requires.
+          const template =
+            leading + values.map((_, i) => `{{body.f${i}}}${between[i] ?? ''}`).join('') + trailing;
+          const key = render(template, Object.fromEntries(values.map((v, i) => [`f${i}`, v])));
+          assert.ok(key, template);
+          // Read back: the fixed text off both ends, then each value up to where the next
+          // literal begins outside an escape (a value holds no character of it as it is).
+          let rest = key.slice(leading.length, key.length - trailing.length);
+          const read = between.map((literal) => {
+            let end = 0;
+            while (end < rest.length && !rest.startsWith(literal, end)) end += rest[end] === '%' ? 3 : 1;
+            const value = rest.slice(0, end);
+            rest = rest.slice(end + literal.length);
+            return decodeURIComponent(value);
+          });
+          read.push(decodeURIComponent(rest));
+          assert.deepEqual(read, values, `${template} rendered ${key}`);
+        },
+      ),
+      params(3000),
+    );
   });
 
   test('a template of one field renders its value as it is, as it always has', () => {

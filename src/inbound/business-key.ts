@@ -132,14 +132,17 @@ export function compileBusinessKey(template: string): BusinessKeyTemplate {
  * With two fields or more, a value holding the template's own separators would read as another
  * split of the same key: `{{body.a}}:{{body.b}}` renders `x:y:z` for a = "x:y", b = "z" and for
  * a = "x", b = "y:z" — two events, one key, and the second joins the first and is never relayed.
- * So each value has the characters of the template's literals, and `%`, percent-encoded (UTF-8):
- * a key reads back to one tuple of values. A template of one field needs none of it (its literals
- * are fixed around one value), and keeps its keys as they always were; so does every value
- * without those characters.
+ * So each value has the characters of the literals between fields, and `%`, percent-encoded
+ * (UTF-8): a key reads back to one tuple of values. A leading or trailing literal is fixed text
+ * around them all, which no value can be read into: its characters stay as they are in values
+ * (`gh:{{body.id}}:{{header.x-github-event}}` renders `gh:1:push`, not `pus%68`). A template of
+ * one field needs none of it, and keeps its keys as they always were; so does every value without
+ * those characters.
  */
 function escaperOf(parts: readonly Part[]): (value: string) => string {
   const reserved = new Set(['%']);
-  for (const part of parts) if ('literal' in part) for (const c of part.literal) reserved.add(c);
+  const between = parts.slice(1, -1).filter((part) => 'literal' in part);
+  for (const part of between) for (const c of part.literal) reserved.add(c);
   return (value) => {
     let escaped = '';
     for (const c of value) {
