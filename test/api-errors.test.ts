@@ -761,11 +761,15 @@ describe('malformed requests', () => {
     assert.equal(deleted.status, 204, deleted.text);
   });
 
-  test('a body with __proto__ is refused', async () => {
-    const answer = await rejected(() =>
-      send('POST', '/api/v1/app', '{"name":"x","__proto__":{"admin":true}}'),
-    );
-    assertError(answer, 400, 'bad_request');
+  test('a body with __proto__ or constructor.prototype is refused, and said so: it is no malformed JSON', async () => {
+    for (const [path, body] of [
+      ['/api/v1/app', '{"name":"x","__proto__":{"admin":true}}'],
+      ['/api/v1/app/acme/msg', '{"eventType":"a","payload":{"order":{"constructor":{"prototype":{"x":1}}}}}'],
+    ] as const) {
+      const answer = await rejected(() => send('POST', path, body));
+      assertError(answer, 400, 'bad_request');
+      assert.match(answer.body.detail, /holds a "__proto__" or "constructor"/, body);
+    }
   });
 
   test('wrong content-type → 415', async () => {

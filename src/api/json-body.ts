@@ -10,6 +10,7 @@
 
 import type { FastifyInstance } from 'fastify';
 import { mayLoseANumber, parseKeepingNumbers } from '../domain/json-numbers.ts';
+import { HeraldError } from '../errors.ts';
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
   typeof value === 'object' && value !== null && !Array.isArray(value);
@@ -23,10 +24,31 @@ export function useApiJsonParser(app: FastifyInstance): void {
       return;
     }
     standard(request, body as string, (error, value) => {
-      if (error || !isObject(value) || !Object.hasOwn(value, 'payload') || !mayLoseANumber(body as string))
-        return done(error, value);
+      if (error) return done(isJson(body as string) ? poisoningRefused() : error, undefined);
+      if (!isObject(value) || !Object.hasOwn(value, 'payload') || !mayLoseANumber(body as string))
+        return done(null, value);
       const exact = parseKeepingNumbers(body as string) as Record<string, unknown>;
       done(null, { ...value, payload: exact['payload'] });
     });
   });
 }
+
+const isJson = (text: string): boolean => {
+  try {
+    JSON.parse(text);
+    return true;
+  } catch {
+    return false;
+  }
+};
+
+/**
+ * JSON that fastify's parser refused all the same holds a `__proto__` or `constructor.prototype`
+ * key: refused, as a copy of it into an object would set that object's prototype (a payload
+ * would lose the key, or worse); said as that, not as malformed JSON, which it is not.
+ */
+const poisoningRefused = () =>
+  new HeraldError(
+    'bad_request',
+    'the body holds a "__proto__" or "constructor": {"prototype": …} key, which herald refuses anywhere in a request (payloads included)',
+  );
