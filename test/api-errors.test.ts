@@ -741,6 +741,29 @@ describe('malformed requests', () => {
     assert.equal((await send('DELETE', `/api/v1/app/${uid}`)).status, 204);
   });
 
+  test('an id, uid or name no object can have is refused by name on every route, not looked up', async () => {
+    const long = 'x'.repeat(257);
+    const cases: [string, string, string][] = [
+      ['GET', '/api/v1/app/bad%20id', 'app_id'],
+      ['DELETE', `/api/v1/app/${long}`, 'app_id'],
+      ['POST', `/api/v1/app/${long}/msg`, 'app_id'],
+      ['GET', `/api/v1/app/acme/endpoint/${long}`, 'endpoint_id'],
+      ['PATCH', '/api/v1/app/acme/endpoint/ep%2F1', 'endpoint_id'],
+      ['GET', '/api/v1/app/acme/msg/caf%C3%A9', 'msg_id'],
+      ['GET', `/api/v1/app/acme/msg/${messageId}/attempt/a%20b`, 'attempt_id'],
+      ['GET', '/api/v1/event-type/bad%20name', 'event_type_name'],
+      ['DELETE', '/api/v1/api-key/k%3B1', 'key_id'],
+      ['GET', '/api/v1/source/s%20rc', 'source_id'],
+    ];
+    for (const [method, path, param] of cases) {
+      const body = method === 'POST' ? { eventType: 'a', payload: {} } : method === 'PATCH' ? {} : undefined;
+      assertNames(await rejected(() => send(method, path, body)), ['path', param]);
+    }
+    // Inbound paths are the sender's to choose: an unknown one is not found, as before.
+    const ingest = await fetch(`${t.url}/ingest/bad%20id`, { method: 'POST', body: '{}' });
+    assert.equal(ingest.status, 404);
+  });
+
   test('malformed JSON → 400', async () => {
     assertError(await rejected(() => send('POST', '/api/v1/app', '{"name": "x"')), 400, 'bad_request');
     assertError(

@@ -17,6 +17,7 @@ import { HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { sourceLabel } from '../ops/metrics.ts';
+import { assertPathIdentifier } from '../schemas/validate.ts';
 import { assertReach, assertScope, createAuthenticator, requiredScope } from './auth.ts';
 import { createAuthFailureLimiter } from './auth-failures.ts';
 import { useApiJsonParser } from './json-body.ts';
@@ -94,6 +95,29 @@ function refuseNul(location: 'path' | 'query', values: unknown): void {
         { loc: [location, name], msg, type: 'value_error' },
       ]);
     }
+  }
+}
+
+/** The API's path parameters that name an object by its id or uid (or an event type by its name). */
+const ID_PARAMS: Record<string, string> = {
+  app_id: 'id or uid',
+  endpoint_id: 'id or uid',
+  msg_id: 'id or event id',
+  attempt_id: 'id',
+  event_type_name: 'event type name',
+  key_id: 'id',
+  source_id: 'id or uid',
+};
+
+/**
+ * An id, uid or name no object can have (the contract's pattern, at most 256 characters) is
+ * refused by name, on every route as on the PUT that would create it, not looked up and answered
+ * 404 as if such an object might exist.
+ */
+function refuseMalformedIds(params: unknown): void {
+  for (const [name, what] of Object.entries(ID_PARAMS)) {
+    const value = (params as Record<string, unknown>)[name];
+    if (typeof value === 'string') assertPathIdentifier(name, value, what);
   }
 }
 
@@ -189,6 +213,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   app.addHook('preValidation', async (request) => {
     refuseNul('path', request.params);
     refuseNul('query', request.query);
+    if (request.routeOptions.url?.startsWith('/api/v1/')) refuseMalformedIds(request.params);
   });
 
   if (core.config.apiRateLimit > 0) {
