@@ -476,6 +476,20 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'settings'],
     },
     {
+      name: 'endpoint with filterTypes and eventTypes that differ',
+      method: 'POST',
+      path: '/api/v1/app/acme/endpoint',
+      body: { url: EP_URL, eventTypes: ['a.b'], filterTypes: ['a.c'] },
+      loc: ['body', 'eventTypes'],
+    },
+    {
+      name: 'endpoint PATCH with filterTypes and eventTypes that differ',
+      method: 'PATCH',
+      path: '/api/v1/app/acme/endpoint/ep-1',
+      body: { eventTypes: ['a.b'], filterTypes: null },
+      loc: ['body', 'eventTypes'],
+    },
+    {
       name: 'source overlap without a new secret (it would revoke nothing)',
       method: 'PATCH',
       path: '/api/v1/source/billing',

@@ -70,7 +70,21 @@ const unique = (list: string[]) => [...new Set(list)];
 const channels = (max: number) => z.array(ident(128)).min(1).max(max).transform(unique);
 const eventTypes = z.array(ident(256)).min(1).transform(unique);
 
-export const EndpointIn = z.object({
+/**
+ * `filterTypes` and `eventTypes` are one field under two names: both sent with different types
+ * would leave one silently unused, where the caller may have meant either. Refused, naming it.
+ */
+const oneFilter = (endpoint: { filterTypes?: string[] | null; eventTypes?: string[] | null }) =>
+  endpoint.filterTypes === undefined ||
+  endpoint.eventTypes === undefined ||
+  JSON.stringify(endpoint.filterTypes?.toSorted() ?? null) ===
+    JSON.stringify(endpoint.eventTypes?.toSorted() ?? null);
+const ONE_FILTER = {
+  path: ['eventTypes'],
+  message: "differs from filterTypes, the same filter under the SDKs' name: send one of them",
+};
+
+const EndpointFields = z.object({
   url: z.string().min(1).max(65536),
   description: text().max(4096).optional(),
   uid: ident(256).nullish(),
@@ -91,29 +105,35 @@ export const EndpointIn = z.object({
   // Custom headers sent with every delivery (checked like PUT .../headers).
   headers: z.record(z.string(), z.string()).nullish(),
 });
+export const EndpointIn = EndpointFields.refine(oneFilter, ONE_FILTER);
 export type EndpointIn = z.infer<typeof EndpointIn>;
-export const EndpointUpdate = EndpointIn.omit({ secret: true, headers: true });
-export const EndpointPatch = z.object({
-  url: z.string().min(1).max(65536).optional(),
-  description: text().max(4096).optional(),
-  uid: ident(256).nullish(),
-  version: z.number().int().min(1).max(2147483647).nullish(),
-  throttleRate: z.number().int().min(0).max(65535).nullish(),
-  // An empty filter would match no message and leave the endpoint silently deaf: null (or
-  // leaving it out) is how a filter is removed; an empty list is refused, as on create.
-  filterTypes: eventTypes.nullish(),
-  eventTypes: eventTypes.nullish(),
-  channels: channels(10).nullish(),
-  metadata: metadata.optional(),
-  disabled: z.boolean().optional(),
-  idempotent: z.boolean().optional(),
-  clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
-  // As throttleRate: a PATCH may set 0 (no throttle), as Svix's contract allows.
-  rateLimit: z.number().int().min(0).max(65535).nullish(),
-  secret: notSupported(
-    'a secret is changed by POST …/secret/rotate, which keeps the old one valid for a while',
-  ),
-});
+export const EndpointUpdate = EndpointFields.omit({ secret: true, headers: true }).refine(
+  oneFilter,
+  ONE_FILTER,
+);
+export const EndpointPatch = z
+  .object({
+    url: z.string().min(1).max(65536).optional(),
+    description: text().max(4096).optional(),
+    uid: ident(256).nullish(),
+    version: z.number().int().min(1).max(2147483647).nullish(),
+    throttleRate: z.number().int().min(0).max(65535).nullish(),
+    // An empty filter would match no message and leave the endpoint silently deaf: null (or
+    // leaving it out) is how a filter is removed; an empty list is refused, as on create.
+    filterTypes: eventTypes.nullish(),
+    eventTypes: eventTypes.nullish(),
+    channels: channels(10).nullish(),
+    metadata: metadata.optional(),
+    disabled: z.boolean().optional(),
+    idempotent: z.boolean().optional(),
+    clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
+    // As throttleRate: a PATCH may set 0 (no throttle), as Svix's contract allows.
+    rateLimit: z.number().int().min(0).max(65535).nullish(),
+    secret: notSupported(
+      'a secret is changed by POST …/secret/rotate, which keeps the old one valid for a while',
+    ),
+  })
+  .refine(oneFilter, ONE_FILTER);
 
 export const EndpointSecretRotateIn = z.object({
   key: secret().nullish(),
