@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
+import { SERVER_URL } from './support/database.ts';
 import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 
 const MAX_BODY = 2048;
@@ -1077,6 +1078,34 @@ describe('the database rolled the transaction back: 503, retry', () => {
         await t.database.db.query('drop function refuse_app()');
       }
     });
+  }
+});
+
+test('a database that takes no writes, or no connections, now (a failover to a standby, an operator) is a 503 to retry, not a 500', async () => {
+  const cut = await startTestHerald('api_errors_cut_off');
+  const name = cut.database.name;
+  const admin = new pg.Client({ connectionString: SERVER_URL });
+  await admin.connect();
+  // herald's connections end; the next ones start under the database's new setting.
+  const reconnectAll = () =>
+    admin.query('select pg_terminate_backend(pid) from pg_stat_activity where datname = $1', [name]);
+  try {
+    await admin.query(`alter database ${name} set default_transaction_read_only = on`);
+    await reconnectAll();
+    const readOnly = await cut.call('POST', '/api/v1/app', { name: 'Read only', uid: 'read-only' });
+    assert.equal(readOnly.status, 503, JSON.stringify(readOnly.body));
+    assert.equal(readOnly.body.code, 'store_unavailable');
+    await admin.query(`alter database ${name} reset default_transaction_read_only`);
+    await admin.query(`alter database ${name} allow_connections false`);
+    await reconnectAll();
+    const refused = await cut.call('GET', '/api/v1/app');
+    assert.equal(refused.status, 503, JSON.stringify(refused.body));
+    assert.equal(refused.body.code, 'store_unavailable');
+  } finally {
+    await admin.query(`alter database ${name} allow_connections true`);
+    await admin.query(`alter database ${name} reset default_transaction_read_only`);
+    await admin.end();
+    await cut.close();
   }
 });
 
