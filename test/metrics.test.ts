@@ -261,8 +261,12 @@ test('with the database unreachable, counters are served and the gauges say "unk
   try {
     const metrics = createMetrics(down);
     metrics.published('api');
-    const samples = parse(await metrics.scrape());
+    const text = await metrics.scrape();
+    const samples = parse(text);
     assert.equal(value(samples, 'herald_messages_published_total', { via: 'api' }), 1);
+    // Spelled as the exposition format and OpenMetrics have it, which strict parsers require.
+    assert.match(text, /^herald_endpoints_disabled NaN$/m);
+    assert.doesNotMatch(text, / Nan$/m);
     // The failures an alert watches are there at 0 before the first, so that increase() sees it.
     for (const responseClass of ['no_signing_secret', 'payload_expired']) {
       const series = key('herald_attempts_total', { outcome: 'failure', response_class: responseClass });

@@ -387,7 +387,9 @@ export function createMetrics(
       batchItems.observe({ write }, items);
       batchSeconds.observe({ write }, seconds);
     },
-    scrape: () => registry.metrics(),
+    // prom-client writes NaN (a gauge the database did not answer) as `Nan`: Prometheus reads it
+    // in any case, the exposition format and OpenMetrics parsers want `NaN`.
+    scrape: async () => (await registry.metrics()).replace(/ Nan$/gm, ' NaN'),
   };
 }
 
