@@ -222,12 +222,16 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const box = keys ? createSecretBox(keys) : secretBoxWithoutKey();
   const extraCaPem = config.extraCaFile ? readExtraCa(config.extraCaFile) : undefined;
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
-  if (config.allowPrivateNetworks.length > 0) {
-    log.warn(
-      { allowPrivateNetworks: config.allowPrivateNetworks },
-      'destinations may resolve to these private networks',
-    );
-  }
+  // Said by a process that sends, once: a command that only reads (doctor in cron, say) would
+  // otherwise log it at every run.
+  const warnOfPrivateNetworks = onlyOnce(async () => {
+    if (config.allowPrivateNetworks.length > 0) {
+      log.warn(
+        { allowPrivateNetworks: config.allowPrivateNetworks },
+        'destinations may resolve to these private networks',
+      );
+    }
+  });
   if (options.migrate !== false && !embedded) await migrateDatabase(config);
   const db = await openDb(config, log);
   try {
@@ -339,6 +343,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     ),
     async startWorker() {
       assertOpen();
+      void warnOfPrivateNetworks();
       const sender = createSender({
         allowPrivateNetworks: config.allowPrivateNetworks,
         timeoutMs: config.attemptTimeoutMs,

@@ -1,6 +1,7 @@
 // What the CLI's listing commands print: a reader that stops reading (`| head`) ends a command
 // quietly, its database closed; an empty listing says so in one line (stdout keeps only the
-// answer, valid JSON with --json); a key restricted to some apps is listed with them.
+// answer, valid JSON with --json); a key restricted to some apps is listed with them; a command
+// that sends nothing logs no warning meant for those that send.
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -99,6 +100,21 @@ test('herald keys list shows the apps a key is restricted to, by uid where it ha
       ['admin', 'all apps', 'ops', 'live'],
       ['publish', `apps acme,${billing}`, 'shop', 'live'],
     ]);
+  } finally {
+    await database.drop();
+  }
+});
+
+test('a command that sends nothing does not warn of the private networks destinations may reach', async () => {
+  const database = await freshDatabase('cli_output_quiet');
+  try {
+    // doctor from cron: a warning at every run would be noise an alert may count.
+    const env = { ...testEnv(database.url), LOG_LEVEL: 'info' };
+    const doctor = await runHerald(['doctor'], env);
+    assert.equal(doctor.code, 0, doctor.stderr);
+    assert.doesNotMatch(doctor.stderr, /private networks/);
+    const keys = await runHerald(['keys', 'list'], env);
+    assert.doesNotMatch(keys.stderr, /private networks/);
   } finally {
     await database.drop();
   }

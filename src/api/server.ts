@@ -253,6 +253,12 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   if (core.config.metricsPort === undefined) await app.register(metricsRoutes(core));
 
   // Inbound: JWKS and SNS certificates are fetched under the same SSRF rules as deliveries.
+  if (core.config.allowPrivateNetworks.length > 0) {
+    core.log.warn(
+      { allowPrivateNetworks: core.config.allowPrivateNetworks },
+      "inbound sources' key fetches (JWKS, SNS certificates) may resolve to these private networks",
+    );
+  }
   const fetcher = createSafeFetchText({
     allowPrivateNetworks: core.config.allowPrivateNetworks,
     timeoutMs: core.config.attemptTimeoutMs,
