@@ -176,6 +176,12 @@ const isoTime = (value: string): Date => {
   return new Date(value);
 };
 
+/** A count option as digits only: `Number` would take `abc` as NaN, `1e3` or `0x10` as numbers. */
+const count = (value: string): number => {
+  if (!/^\d{1,9}$/.test(value)) throw new InvalidArgumentError('expected a whole number, e.g. 500');
+  return Number(value);
+};
+
 const program = new Command('herald').description('A webhook gateway on PostgreSQL').showHelpAfterError();
 
 for (const [name, role, text] of [
@@ -374,7 +380,7 @@ function readSecretFile(path: string): string {
 program
   .command('reconcile')
   .description('print the evidence about a message, or the messages of a time window, and what is unknown')
-  .option('--message <id>', 'one message')
+  .option('--message <id>', 'one message, by its id (msg_…)')
   .option('--since <time>', 'messages created at or after this ISO time', isoTime)
   .option('--until <time>', 'and before this ISO time', isoTime)
   .option('--app <app>', 'only this app (id or uid)')
@@ -526,12 +532,15 @@ program
   .command('replay')
   .description('start a new delivery cycle for the finished deliveries the filters select (try --dry-run)')
   .requiredOption('--status <status>', 'failed, succeeded or all-finished (never waiting or in-flight ones)')
-  .requiredOption('--cap <n>', 'refuse when more deliveries than this are selected', Number)
+  .requiredOption('--cap <n>', 'refuse when more deliveries than this are selected', count)
   .option('--app <app>', 'only this app (id or uid)')
-  .option('--endpoint <id>', 'only this endpoint')
+  .option('--endpoint <endpoint>', 'only this endpoint (its id, or its uid with --app)')
   .option('--since <time>', 'messages created at or after this ISO time')
   .option('--until <time>', 'and before this ISO time')
-  .option('--message <id>', 'only this message (repeatable)', (v: string, p: string[] = []) => [...p, v])
+  .option('--message <id>', 'only this message, by its id (repeatable)', (v: string, p: string[] = []) => [
+    ...p,
+    v,
+  ])
   .option(
     '--include-unreviewed',
     'also replay failed deliveries whose unknown outcomes await review (sent again, they may apply twice)',

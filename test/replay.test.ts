@@ -514,6 +514,10 @@ describe('replay', () => {
       assert.equal(answer.status, 422, JSON.stringify(answer.body));
       assert.match(answer.body.detail[0].msg, /not found/);
     }
+    // An endpoint's uid without its app finds nothing, and the answer says what would.
+    const byUid = await t.call('POST', '/api/v1/replay', { ...body, endpoint: 'ep-ok' });
+    assert.equal(byUid.status, 422, JSON.stringify(byUid.body));
+    assert.match(byUid.body.detail[0].msg, /not found by its id \(an endpoint's uid needs its app\)/);
     // No app filter: the selection stays inside the key's apps (the shop's six are not in it).
     const own = await as(body);
     assert.equal(own.status, 200, JSON.stringify(own.body));
@@ -538,6 +542,9 @@ describe('replay', () => {
     const tooMany = await runHerald(['replay', '--status', 'succeeded', '--app', 'shop', '--cap', '2'], env);
     assert.equal(tooMany.code, 1);
     assert.match(tooMany.stderr, /more than the cap of 2/);
+    const notACount = await runHerald(['replay', '--status', 'succeeded', '--cap', 'abc'], env);
+    assert.notEqual(notACount.code, 0);
+    assert.match(notACount.stderr, /--cap <n>' argument 'abc' is invalid\. expected a whole number/);
 
     const real = await runHerald(
       ['replay', '--status', 'succeeded', '--endpoint', epDown, '--cap', '3', '--json'],

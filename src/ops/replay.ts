@@ -101,8 +101,9 @@ async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
   } else if (input.endpoint) {
     // Without an app an endpoint is named by its id (uids are unique only within an app).
     const owner = await endpointAppId(db, input.endpoint);
-    if (owner === null) throw invalidField(['endpoint'], `endpoint ${input.endpoint} not found`);
-    if (!isAppAllowed(actor, owner)) throw invalidField(['endpoint'], `endpoint ${input.endpoint} not found`);
+    // Said with what it takes: a uid is what a person types, and finds nothing without its app.
+    const missing = `endpoint ${input.endpoint} not found by its id (an endpoint's uid needs its app)`;
+    if (owner === null || !isAppAllowed(actor, owner)) throw invalidField(['endpoint'], missing);
     appId = owner;
     endpointId = input.endpoint;
   }
