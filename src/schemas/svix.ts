@@ -111,23 +111,13 @@ export const EndpointUpdate = EndpointFields.omit({ secret: true, headers: true 
   oneFilter,
   ONE_FILTER,
 );
-export const EndpointPatch = z
-  .object({
-    url: z.string().min(1).max(65536).optional(),
-    description: text().max(4096).optional(),
-    uid: ident(256).nullish(),
-    version: z.number().int().min(1).max(2147483647).nullish(),
+// The fields of a create, each optional to leave it as it is. An empty filter is refused as on
+// create (it would match no message and leave the endpoint silently deaf): null removes a filter.
+export const EndpointPatch = EndpointFields.omit({ headers: true })
+  .extend({
+    url: EndpointFields.shape.url.optional(),
+    // As Svix's contract allows, a PATCH may set 0: no throttle, no rate limit.
     throttleRate: z.number().int().min(0).max(65535).nullish(),
-    // An empty filter would match no message and leave the endpoint silently deaf: null (or
-    // leaving it out) is how a filter is removed; an empty list is refused, as on create.
-    filterTypes: eventTypes.nullish(),
-    eventTypes: eventTypes.nullish(),
-    channels: channels(10).nullish(),
-    metadata: metadata.optional(),
-    disabled: z.boolean().optional(),
-    idempotent: z.boolean().optional(),
-    clientErrorPolicy: z.enum(['retry', 'dead-letter']).optional(),
-    // As throttleRate: a PATCH may set 0 (no throttle), as Svix's contract allows.
     rateLimit: z.number().int().min(0).max(65535).nullish(),
     secret: notSupported(
       'a secret is changed by POST …/secret/rotate, which keeps the old one valid for a while',
