@@ -779,6 +779,43 @@ describe('malformed requests', () => {
     assert.equal(ingest.status, 404);
   });
 
+  test('a payload nested past 128 levels is refused naming it, a body past 256 before it is parsed; 128 is taken', async () => {
+    const nested = (depth: number) => `${'['.repeat(depth - 1)}${']'.repeat(depth - 1)}`;
+    // The payload object is one level: 127 arrays inside it make 128.
+    const deepest = await send(
+      'POST',
+      '/api/v1/app/acme/msg',
+      `{"eventType":"deep","payload":{"a":${nested(128)}}}`,
+    );
+    assert.equal(deepest.status, 202, deepest.text);
+    assertNames(
+      await rejected(() =>
+        send('POST', '/api/v1/app/acme/msg', `{"eventType":"deep","payload":{"a":${nested(129)}}}`),
+      ),
+      ['body', 'payload'],
+    );
+    // Past 256: refused before any parser or check walks it (those recurse as deep as it nests).
+    assertNames(
+      await rejected(() =>
+        send('POST', '/api/v1/app/acme/msg', `{"eventType":"deep","payload":{"a":${nested(600)}}}`),
+      ),
+      ['body'],
+    );
+    assertNames(
+      await rejected(() =>
+        send(
+          'POST',
+          '/api/v1/event-type',
+          `{"name":"deep","description":"x","schemas":{"1":${nested(800)}}}`,
+        ),
+      ),
+      ['body'],
+    );
+    // The app's message list still reads.
+    const list = await send('GET', '/api/v1/app/acme/msg?limit=5');
+    assert.equal(list.status, 200, list.text);
+  });
+
   test('malformed JSON → 400', async () => {
     assertError(await rejected(() => send('POST', '/api/v1/app', '{"name": "x"')), 400, 'bad_request');
     assertError(

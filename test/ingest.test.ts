@@ -461,6 +461,19 @@ describe('claim and outbox', () => {
       assert.equal(answer.status, 204, answer.body);
       assert.equal(await storedPayload(id), id === 'evt_nul_json' ? json : `{"body":${json}}`);
     }
+
+    // JSON nested deeper than a payload may be (128) is relayed whole, as text: as a payload it
+    // would be refused, and every reader that walks it could run out of stack.
+    const deep = `{"a":${'['.repeat(5000)}${']'.repeat(5000)}}`;
+    const deepAnswer = await deliver(
+      { ...signed('evt_deep', deep), 'content-type': 'application/json' },
+      deep,
+      'raw-bytes',
+    );
+    assert.equal(deepAnswer.status, 204, deepAnswer.body);
+    assert.deepEqual(await relayedPayload('evt_deep'), { body: deep });
+    const list = await t.call('GET', '/api/v1/app/tickets/msg?limit=5');
+    assert.equal(list.status, 200, JSON.stringify(list.body));
   });
 
   test('a Slack url_verification handshake is answered with its challenge, an app_rate_limited notice acknowledged; neither is stored', async () => {

@@ -9,6 +9,7 @@
 //   resend) is no body, not malformed JSON.
 
 import type { FastifyInstance } from 'fastify';
+import { MAX_PAYLOAD_DEPTH, nestedDeeperThan } from '../domain/json-depth.ts';
 import { mayLoseANumber, parseKeepingNumbers } from '../domain/json-numbers.ts';
 import { HeraldError } from '../errors.ts';
 
@@ -21,6 +22,11 @@ export function useApiJsonParser(app: FastifyInstance): void {
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
     if (body === '') {
       done(null, undefined);
+      return;
+    }
+    // Before any parse: the parsers and the checks after them recurse as deep as the body nests.
+    if (nestedDeeperThan(body as string, MAX_BODY_DEPTH)) {
+      done(tooDeep(), undefined);
       return;
     }
     standard(request, body as string, (error, value) => {
@@ -52,3 +58,11 @@ const poisoningRefused = () =>
     'bad_request',
     'the body holds a "__proto__" or "constructor": {"prototype": …} key, which herald refuses anywhere in a request (payloads included)',
   );
+
+/** Twice what a payload may nest: no request of the API needs more. */
+const MAX_BODY_DEPTH = 2 * MAX_PAYLOAD_DEPTH;
+
+const tooDeep = () => {
+  const msg = `nested more than ${MAX_BODY_DEPTH} objects and arrays deep (a payload may nest ${MAX_PAYLOAD_DEPTH})`;
+  return new HeraldError('validation', `body: ${msg}`, [{ loc: ['body'], msg, type: 'value_error' }]);
+};

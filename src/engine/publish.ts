@@ -14,6 +14,7 @@ import {
   publishMessages,
 } from '../db/messages.ts';
 import type { Queryable } from '../db/port.ts';
+import { MAX_PAYLOAD_DEPTH, nestedDeeperThan } from '../domain/json-depth.ts';
 import { numberByValue } from '../domain/json-numbers.ts';
 import {
   assertIdempotencyKeyLength,
@@ -118,14 +119,20 @@ export async function publish(
 
 /**
  * The payload as JSON text. What a library caller hands over may not be JSON (a BigInt, a cycle):
- * a validation error naming the field, not JSON.stringify's TypeError.
+ * a validation error naming the field, not JSON.stringify's TypeError. Nor nested past
+ * MAX_PAYLOAD_DEPTH (domain/json-depth.ts).
  */
 function payloadJson(payload: Record<string, unknown>): string {
+  let json: string;
   try {
-    return JSON.stringify(payload);
+    json = JSON.stringify(payload);
   } catch (error) {
     throw invalidField(['payload'], `must be JSON: ${(error as Error).message}`);
   }
+  if (nestedDeeperThan(json, MAX_PAYLOAD_DEPTH)) {
+    throw invalidField(['payload'], `nested more than ${MAX_PAYLOAD_DEPTH} objects and arrays deep`);
+  }
+  return json;
 }
 
 /**

@@ -18,6 +18,7 @@ import {
   SOURCE_CHANGED_CHANNEL,
   type SourceRow,
 } from '../db/sources.ts';
+import { MAX_PAYLOAD_DEPTH, nestedDeeperThan } from '../domain/json-depth.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import { DEFAULT_RETENTION_DAYS } from '../engine/publish.ts';
 import { HeraldError, notFound } from '../errors.ts';
@@ -355,6 +356,8 @@ function relayedPayload(rawBody: Buffer, parsed: unknown): string {
   if (!isUtf8(rawBody)) return JSON.stringify({ bodyBase64: rawBody.toString('base64') });
   const decoded = rawBody.toString('utf8');
   const text = decoded.charCodeAt(0) === BYTE_ORDER_MARK ? decoded.slice(1) : decoded;
+  // Nested past what a payload may be (domain/json-depth.ts): relayed whole, as text.
+  if (nestedDeeperThan(text, MAX_PAYLOAD_DEPTH)) return JSON.stringify({ body: decoded });
   if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) return text;
   // parseJsonBody answers null for what is not JSON, and for the JSON text `null` — around which
   // only JSON's own whitespace may stand: `trim()` also takes a no-break space or U+2028 away, and
