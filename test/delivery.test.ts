@@ -424,11 +424,23 @@ describe('the receiver’s contract', () => {
       parkedAttempts.map((a) => [a.outcome, a.response_class]),
       [['unknown', 'connection_lost']],
     );
-    await waitFor('the idempotent endpoint to be retried', () => requestsTo('/cut-retry').length >= 3);
+    // Its whole cycle: eight unknown outcomes, past the five known failures that disable.
+    await waitFor(
+      'the idempotent endpoint to be retried to the end of its cycle',
+      async () => (await deliveryOf(t, msg, retried))?.state === 'failed',
+    );
     const retriedAttempts = await attemptsOf(t, (await deliveryOf(t, msg, retried))!.id);
-    assert.ok(retriedAttempts.filter((a) => a.outcome === 'unknown').length >= 2);
+    assert.deepEqual(
+      retriedAttempts.map((a) => a.outcome),
+      Array(8).fill('unknown'),
+    );
     const endpoint = await t.call('GET', `/api/v1/app/${app}/endpoint/${retried}`);
     assert.equal(endpoint.body.disabled, false, 'unknown outcomes never count towards auto-disable');
+    const { rows } = await t.database.db.query<{ consecutive_failures: number }>(
+      'select consecutive_failures from endpoint where id = $1',
+      [retried],
+    );
+    assert.equal(rows[0]!.consecutive_failures, 0, 'nor towards the failures in a row');
   });
 
   test('dead-letter: a validation 4xx fails the delivery at once; 401 flags the endpoint’s credentials', async () => {

@@ -1,4 +1,4 @@
-// The retry policy: budgets, jitter bounds and Retry-After clamping.
+// The retry policy: budgets, jitter's spread and bounds, and Retry-After clamping.
 
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -13,6 +13,17 @@ test('eight attempts per cycle; the ninth is never scheduled', () => {
   for (let n = 1; n <= 7; n++)
     assert.notEqual(nextAttemptAt(policy, { attemptsInCycle: n, now, random: 0.5 }), null);
   assert.equal(nextAttemptAt(policy, { attemptsInCycle: 8, now, random: 0.5 }), null);
+});
+
+test('the draw spreads each wait over the whole ±20 %: 0 is 0.8 of the step, 0.5 the step, 1 would be 1.2', () => {
+  // Within the bounds alone, a wait that never moved from its step would pass: this is the spread.
+  policy.schedule.forEach((step, i) => {
+    const at = (random: number) => delay(nextAttemptAt(policy, { attemptsInCycle: i + 1, now, random }))!;
+    assert.equal(at(0), Math.round(step * 800) / 1000, `step ${step}, draw 0`);
+    assert.equal(at(0.5), step, `step ${step}, draw 0.5`);
+    assert.equal(at(0.75), Math.round(step * 1100) / 1000, `step ${step}, draw 0.75`);
+    assert.ok(at(0.999999) > step * 1.19, `step ${step}, draw just under 1`);
+  });
 });
 
 test('each wait stays within ±20 % of its step, at both ends of the random draw', () => {
