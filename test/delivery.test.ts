@@ -386,6 +386,18 @@ describe('retries', () => {
     );
     assert.equal(requestsTo('/held').length, 0);
     for (const m of msgs) assert.equal((await deliveryOf(t, m, ep))!.state, 'pending');
+    // Waiting, with no next attempt to show while the endpoint is disabled (not one long past).
+    const held = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/msg`);
+    assert.equal(held.status, 200, JSON.stringify(held.body));
+    assert.deepEqual(
+      held.body.data.map((m: { status: number; nextAttempt: string | null }) => [m.status, m.nextAttempt]),
+      Array(4).fill([1, null]),
+    );
+    const destinations = await t.call('GET', `/api/v1/app/${app}/msg/${msgs[0]}/endpoint`);
+    assert.deepEqual(
+      destinations.body.data.map((d: { id: string; nextAttempt: string | null }) => [d.id, d.nextAttempt]),
+      [[ep, null]],
+    );
     await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: false });
     await waitFor('the held backlog', () => requestsTo('/held').length === 4);
   });

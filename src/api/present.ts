@@ -98,13 +98,23 @@ export const presentAttempt = (a: AttemptRow, withContent = true) => ({
   finishedAt: a.finishedAt,
 });
 
+/**
+ * When the delivery is next tried: none while its endpoint is disabled. Its deliveries wait for
+ * it to be enabled (their stored time long past, it would read as overdue), and go then.
+ */
+const nextAttempt = (endpoint: { disabled: boolean }, at: Date | null) => (endpoint.disabled ? null : at);
+
 export const presentDestination = (e: EndpointRow, d: DestinationRow) => ({
   ...presentEndpoint(e),
   ...deliveryStatus(d.state),
-  nextAttempt: d.nextAttemptAt,
+  nextAttempt: nextAttempt(e, d.nextAttemptAt),
 });
 
-export const presentAttemptedMessage = (m: AttemptedMessageRow, withContent = true) => ({
+export const presentAttemptedMessage = (
+  m: AttemptedMessageRow,
+  endpoint: { disabled: boolean },
+  withContent = true,
+) => ({
   id: m.messageId,
   eventType: m.eventType,
   eventId: m.eventId,
@@ -113,5 +123,5 @@ export const presentAttemptedMessage = (m: AttemptedMessageRow, withContent = tr
   tags: m.tags,
   timestamp: m.createdAt,
   ...deliveryStatus(m.state),
-  nextAttempt: m.nextAttemptAt,
+  nextAttempt: nextAttempt(endpoint, m.nextAttemptAt),
 });

@@ -106,7 +106,7 @@ export const attemptRoutes =
           before: q.before ?? null,
           after: q.after ?? null,
         });
-        return presentPage(page, (m) => presentAttemptedMessage(m, q.with_content ?? true));
+        return presentPage(page, (m) => presentAttemptedMessage(m, endpoint, q.with_content ?? true));
       },
     );
   };
