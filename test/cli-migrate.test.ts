@@ -7,11 +7,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
+import pg from 'pg';
 import pino from 'pino';
 import { loadConfig } from '../src/config.ts';
 import { migrate, readMigrations } from '../src/db/migrate.ts';
-import { migrateDatabase, openDb } from '../src/herald.ts';
-import { freshDatabase } from './support/database.ts';
+import { createHerald, migrateDatabase, openDb } from '../src/herald.ts';
+import { freshDatabase, SERVER_URL } from './support/database.ts';
 import { testEnv } from './support/herald.ts';
 import { runHerald } from './support/processes.ts';
 
@@ -160,7 +161,7 @@ test('a server statement_timeout set for the database does not cancel a migratio
     ];
     await assert.rejects(
       migrateDatabase(config, refusing),
-      /^Error: migration 2_refused failed and was rolled back, nothing of it applied: rows stand in the way \(remove them, then migrate again\)$/,
+      /^Error: migration 0002_refused failed and was rolled back, nothing of it applied: rows stand in the way \(remove them, then migrate again\)$/,
     );
   } finally {
     await empty.drop();
@@ -189,5 +190,43 @@ test('herald worker refuses --port, which would listen nowhere, naming it; serve
   for (const role of ['serve', 'api']) {
     const help = await runHerald([role, '--help'], {});
     assert.match(help.stdout, /-p, --port <port>/, role);
+  }
+});
+
+test('a server whose role may use herald’s tables but create none starts on a migrated database: migrations are another role’s', async () => {
+  const database = await freshDatabase('cli_migrate_role');
+  const role = `herald_rw_${process.pid}`;
+  const admin = new pg.Client({ connectionString: SERVER_URL });
+  await admin.connect();
+  try {
+    await admin.query(`create role ${role} login`);
+    // What a deployment gives the servers' role when `herald migrate` runs as the owner.
+    await database.db.query(`grant usage on schema public to ${role}`);
+    await database.db.query(`grant select, insert, update, delete on all tables in schema public to ${role}`);
+    await database.db.query(`grant usage, select on all sequences in schema public to ${role}`);
+    await database.db.query(`grant execute on all functions in schema public to ${role}`);
+    const url = new URL(database.url);
+    url.username = role;
+    const config = loadConfig(testEnv(url.toString()));
+    const herald = await createHerald({ config, logger: pino({ level: 'silent' }) });
+    try {
+      const { rows } = await herald.core.db.query<{ n: number }>(
+        'select count(*)::int as n from herald_migration',
+      );
+      assert.equal(
+        rows[0]!.n,
+        readMigrations().length,
+        'the database was migrated already, and is as it was',
+      );
+      // And it may run herald's functions, with the settings they carry (a claim finds nothing here).
+      const claimed = await herald.core.db.query(`select * from herald_claim(1, interval '1 minute', '')`);
+      assert.equal(claimed.rows.length, 0);
+    } finally {
+      await herald.close();
+    }
+  } finally {
+    await database.drop();
+    await admin.query(`drop role if exists ${role}`);
+    await admin.end();
   }
 });

@@ -83,14 +83,18 @@ function assertSameMigration(migration: Migration, recorded: string | undefined)
  * database refuses is named in the error, with the database's hint: it was rolled back whole.
  */
 export async function migrate(db: Db, migrations = readMigrations()): Promise<number[]> {
+  // Read first, writing nothing: a database with nothing pending is left alone, so a process whose
+  // role may read and write herald's tables but not create any (migrations run by another role)
+  // starts. What this read calls pending is applied under the lock, each checked again there.
+  const { pending } = await migrationState(db, migrations);
   const done: number[] = [];
-  for (const migration of migrations) {
+  for (const migration of migrations.filter((m) => pending.includes(m.version))) {
     const applied = await applyOnce(db, migration).catch((error: unknown) => {
       // The database refused it (a connection lost, or another build's migration, is not this one's).
       if (refusedStatementCode(error) === null) throw error;
       const { message, hint } = error as { message?: string; hint?: string };
       throw new Error(
-        `migration ${migration.version}_${migration.name} failed and was rolled back, nothing of it ` +
+        `migration ${String(migration.version).padStart(4, '0')}_${migration.name} failed and was rolled back, nothing of it ` +
           `applied: ${message ?? String(error)}${hint ? ` (${hint})` : ''}`,
         { cause: error },
       );
