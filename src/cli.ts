@@ -89,10 +89,13 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
   const metrics =
     server && config.metricsPort !== undefined ? await server.buildMetricsServer(herald.core) : null;
   if (api) await api.listen({ port: config.port, host: config.host });
-  if (metrics) await metrics.listen({ port: config.metricsPort!, host: config.host });
+  if (metrics) await metrics.listen({ port: config.metricsPort!, host: config.metricsHost });
   if (role.worker) await herald.startWorker();
-  const address = (s: typeof api) =>
-    s && `http://${config.host}:${(s.server.address() as { port: number }).port}`;
+  const address = (s: typeof api) => {
+    if (!s) return s;
+    const { address: host, port } = s.server.address() as { address: string; port: number };
+    return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+  };
   log.info(
     {
       api: address(api),

@@ -11,6 +11,8 @@ export interface HeraldConfig {
   host: string;
   /** A worker-only process serves /metrics on this port; unset: no listener. */
   metricsPort: number | undefined;
+  /** The address of the metrics port: HOST unless told (a public API, a private metrics port). */
+  metricsHost: string;
   /** Unset → embedded PGlite in `dataDir`. */
   databaseUrl: string | undefined;
   dataDir: string;
@@ -228,6 +230,7 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
     port: integer(env, 'PORT', 8071, 0, 65535),
     metricsPort: env['HERALD_METRICS_PORT'] ? integer(env, 'HERALD_METRICS_PORT', 0, 0, 65535) : undefined,
     host: env['HOST'] || '127.0.0.1',
+    metricsHost: env['HERALD_METRICS_HOST'] || env['HOST'] || '127.0.0.1',
     databaseUrl,
     dataDir: path.resolve(env['HERALD_DATA_DIR'] || '.herald'),
     adminKey: adminKey(env),

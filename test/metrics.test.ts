@@ -533,6 +533,28 @@ test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on
   }
 });
 
+test('HERALD_METRICS_HOST puts the metrics port on an address of its own, not on HOST', async () => {
+  const [apiPort, metricsPort] = [await freePort(), await freePort()];
+  const api = await startHerald(
+    'api',
+    testEnv(t.database.url, {
+      PORT: String(apiPort),
+      HERALD_METRICS_PORT: String(metricsPort),
+      HERALD_METRICS_HOST: '127.0.0.2',
+      LOG_LEVEL: 'info',
+    }),
+  );
+  try {
+    const scraped = await fetch(`http://127.0.0.2:${metricsPort}/metrics`);
+    assert.equal(scraped.status, 200);
+    // Nothing listens on that port at HOST's address.
+    await assert.rejects(fetch(`http://127.0.0.1:${metricsPort}/metrics`), /fetch failed/);
+    assert.equal((await fetch(`${api.apiUrl}/api/v1/health`)).status, 204, 'the API is on HOST');
+  } finally {
+    await api.proc.kill('SIGTERM');
+  }
+});
+
 test('a lease that ran out and that nobody recovers is seen, from when it ran out; a live one is not', async () => {
   const database = await freshDatabase('metrics_expired_lease');
   try {
