@@ -238,7 +238,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     // The embedded database is one process's: its migrations run on the Db it opened.
     if (options.migrate !== false && embedded) await migrate(db);
     await warnIfDatabaseAhead(db, log);
-    if (embedded && keys) await assertSecretsUnderKeys(db, box, keys, config.dataDir);
+    if (keys) await assertSecretsUnderKeys(db, box, keys, embedded ? config.dataDir : null);
   } catch (error) {
     await db.close();
     throw error;

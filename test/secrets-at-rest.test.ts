@@ -17,7 +17,7 @@ import { revealSecret } from '../src/engine/endpoints.ts';
 import { reencryptSecrets } from '../src/ops/reencrypt.ts';
 import { freshDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
-import { MASTER_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
+import { MASTER_KEY, startHeraldOn, startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { seedApp, seedEndpoint } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
@@ -256,6 +256,40 @@ test('an embedded database is judged by whether its keys open its secrets: a pre
     await judged([fresh, old]);
     // A new key alone (the key file made anew): refused, naming the variable and the file.
     await assert.rejects(judged([fresh]), /HERALD_MASTER_KEY.*\/data\/master\.key is not it/);
+  } finally {
+    await database.drop();
+  }
+});
+
+test('a server process whose keys do not open the newest secrets refuses to start, naming the variable; with the old key listed it starts', async () => {
+  const database = await freshDatabase('keys_judged_server');
+  try {
+    const app = await seedApp(database.db, 'keys-server');
+    const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:9/keys-server');
+    await insertCurrentSecret(
+      database.db,
+      app.id,
+      endpoint.id,
+      createSecretBox([Buffer.from(MASTER_KEY, 'base64')]).seal(SECRET, endpoint.id),
+    );
+    const other = Buffer.alloc(32, 5).toString('base64');
+    // A process left on another key: it would fail every attempt, and seal new secrets under it.
+    const refused = await startHeraldOn(database, { env: { HERALD_MASTER_KEY: other } }).then(
+      async (started) => {
+        await started.close();
+        return null;
+      },
+      (error: Error) => error,
+    );
+    assert.match(
+      String(refused?.message),
+      /HERALD_MASTER_KEY.*neither HERALD_MASTER_KEY nor HERALD_PREVIOUS_MASTER_KEYS holds it/,
+    );
+    // Mid-rotation: the new key, the old one listed.
+    const rotating = await startHeraldOn(database, {
+      env: { HERALD_MASTER_KEY: other, HERALD_PREVIOUS_MASTER_KEYS: MASTER_KEY },
+    });
+    await rotating.close();
   } finally {
     await database.drop();
   }

@@ -26,35 +26,44 @@ export function loadMasterKey(configured: string | undefined, dataDir: string, e
 }
 
 /**
- * Refuses an embedded database whose secrets were sealed under none of `keys`: its key file lost
- * or replaced (a backup of pgdata alone), or HERALD_MASTER_KEY set at its first start and not now.
- * A new key opens none of them, and every attempt would fail for want of a signing secret. A
- * sample of each table is enough: a key file replaced seals nothing until herald runs on it.
+ * Refuses a database whose newest secrets were sealed under none of `keys`. Embedded: its key file
+ * lost or replaced (a backup of pgdata alone), or HERALD_MASTER_KEY set at its first start and not
+ * now. On a server: a process left on an old key after a rotation re-encrypted the secrets, or
+ * given another key by mistake — it would fail every attempt for want of a signing secret, and
+ * as an API seal new endpoints' secrets under a key the other processes lack. The newest row of
+ * each table is the sample: a rotation done as the README says seals new rows under a key every
+ * process already holds (listed in HERALD_PREVIOUS_MASTER_KEYS first).
  */
 export async function assertSecretsUnderKeys(
   db: Queryable,
   box: SecretBox,
   keys: readonly Buffer[],
-  dataDir: string,
+  embeddedDir: string | null,
 ): Promise<void> {
   const known = new Set(keys.map(keyIdOf));
   // PGlite reads bytea as a Uint8Array, pg as a Buffer.
   const sample = await db.query<{ sealed: Uint8Array }>(
-    SEALED_TABLES.map(({ table }) => `(select sealed from ${table} limit 1)`).join(' union all '),
+    SEALED_TABLES.map(({ table }) => `(select sealed from ${table} order by id desc limit 1)`).join(
+      ' union all ',
+    ),
   );
-  const underAnother = (sealed: Uint8Array) => {
+  const keyIdUnder = (sealed: Uint8Array) => {
     try {
-      return !known.has(box.keyIdOf(Buffer.from(sealed)));
+      return box.keyIdOf(Buffer.from(sealed));
     } catch {
-      return false; // not a sealed value at all: a defect of its own, not the key's
+      return null; // not a sealed value at all: a defect of its own, not the key's
     }
   };
-  if (sample.rows.some((row) => underAnother(row.sealed))) {
-    throw new ConfigError(
-      'HERALD_MASTER_KEY',
-      `the key the secrets of the embedded database in ${dataDir} are sealed with: ${path.join(dataDir, MASTER_KEY_FILE)} is not it (restore the file the database was made with, or set HERALD_MASTER_KEY to that key)`,
-    );
-  }
+  const unknown = sample.rows
+    .map((row) => keyIdUnder(row.sealed))
+    .find((id) => id !== null && !known.has(id));
+  if (unknown === undefined) return;
+  throw new ConfigError(
+    'HERALD_MASTER_KEY',
+    embeddedDir === null
+      ? `the key (id ${unknown}) that sealed this database's newest secrets: neither HERALD_MASTER_KEY nor HERALD_PREVIOUS_MASTER_KEYS holds it (give every process the same keys; see "Rotating the master key")`
+      : `the key the secrets of the embedded database in ${embeddedDir} are sealed with: ${path.join(embeddedDir, MASTER_KEY_FILE)} is not it (restore the file the database was made with, or set HERALD_MASTER_KEY to that key)`,
+  );
 }
 
 /**
