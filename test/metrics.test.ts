@@ -512,7 +512,8 @@ test('a worker-only process serves /metrics on HERALD_METRICS_PORT', async () =>
   }
 });
 
-test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on its public port', async () => {
+/** An API process with a metrics port of its own (and `extra` settings). */
+async function apiWithMetricsPort(extra: Record<string, string> = {}) {
   const [apiPort, metricsPort] = [await freePort(), await freePort()];
   const api = await startHerald(
     'api',
@@ -520,8 +521,14 @@ test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on
       PORT: String(apiPort),
       HERALD_METRICS_PORT: String(metricsPort),
       LOG_LEVEL: 'info',
+      ...extra,
     }),
   );
+  return { api, metricsPort };
+}
+
+test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on its public port', async () => {
+  const { api, metricsPort } = await apiWithMetricsPort();
   try {
     const scraped = await fetch(`http://127.0.0.1:${metricsPort}/metrics`);
     assert.equal(scraped.status, 200);
@@ -534,16 +541,7 @@ test('an API process with HERALD_METRICS_PORT serves /metrics there only, not on
 });
 
 test('HERALD_METRICS_HOST puts the metrics port on an address of its own, not on HOST', async () => {
-  const [apiPort, metricsPort] = [await freePort(), await freePort()];
-  const api = await startHerald(
-    'api',
-    testEnv(t.database.url, {
-      PORT: String(apiPort),
-      HERALD_METRICS_PORT: String(metricsPort),
-      HERALD_METRICS_HOST: '127.0.0.2',
-      LOG_LEVEL: 'info',
-    }),
-  );
+  const { api, metricsPort } = await apiWithMetricsPort({ HERALD_METRICS_HOST: '127.0.0.2' });
   try {
     const scraped = await fetch(`http://127.0.0.2:${metricsPort}/metrics`);
     assert.equal(scraped.status, 200);
