@@ -277,7 +277,8 @@ keys
       for (const { table, examined, reencrypted, unreadable } of report.tables) {
         console.log(`${table}: examined ${examined} secrets, re-encrypted ${reencrypted}`);
         if (unreadable.length > 0) {
-          console.error(`no configured key opens ${table} rows ${unreadable.join(', ')}`);
+          const owners = [...new Set(unreadable.map((u) => u.owner))].join(', ');
+          console.error(`no configured key opens ${unreadable.length} ${table} rows, of ${owners}`);
           process.exitCode = 1;
         }
       }

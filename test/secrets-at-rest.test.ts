@@ -102,6 +102,11 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   // The row the previous test tampered with, and the damaged one, are reported, not silently
   // skipped or fatal.
   assert.equal(byTable['endpoint_secret']!.unreadable.length, 2);
+  // Named by their endpoints, which an operator can look up.
+  assert.ok(
+    byTable['endpoint_secret']!.unreadable.some((u) => u.owner === damaged),
+    JSON.stringify(byTable['endpoint_secret']!.unreadable),
+  );
   const again = await reencryptSecrets(t.database.db, both, 'cli');
   assert.deepEqual(
     again.tables.map((r) => r.reencrypted),

@@ -15,8 +15,11 @@ export interface ReencryptReport {
     table: SealedTable['table'];
     examined: number;
     reencrypted: number;
-    /** Rows no known key opens (tampered, or sealed under a key no longer configured). */
-    unreadable: number[];
+    /**
+     * Rows no known key opens (tampered, or sealed under a key no longer configured), each with
+     * its owner (the endpoint's or source's id): what an operator looks up, not the row's id.
+     */
+    unreadable: { id: number; owner: string }[];
   }[];
 }
 
@@ -33,7 +36,12 @@ export async function reencryptSecrets(
 ): Promise<ReencryptReport> {
   const report: ReencryptReport = { tables: [] };
   for (const sealedTable of SEALED_TABLES) {
-    const counts = { table: sealedTable.table, examined: 0, reencrypted: 0, unreadable: [] as number[] };
+    const counts = {
+      table: sealedTable.table,
+      examined: 0,
+      reencrypted: 0,
+      unreadable: [] as { id: number; owner: string }[],
+    };
     report.tables.push(counts);
     for (let after = 0; ; ) {
       const rows = await sealedSecretsAfter(db, sealedTable, after, batch);
@@ -48,7 +56,7 @@ export async function reencryptSecrets(
           if (box.keyIdOf(row.sealed) === box.currentKeyId) continue;
           plaintext = box.open(row.sealed, row.ownerId);
         } catch {
-          counts.unreadable.push(row.id);
+          counts.unreadable.push({ id: row.id, owner: row.ownerId });
           continue;
         }
         resealed.push({ id: row.id, previous: row.sealed, sealed: box.seal(plaintext, row.ownerId) });
