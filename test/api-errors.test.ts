@@ -561,6 +561,13 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       loc: ['body', 'until'],
     },
     {
+      name: 'replay until before since',
+      method: 'POST',
+      path: '/api/v1/replay',
+      body: { status: 'failed', cap: 10, since: '2026-11-02T00:00:00Z', until: '2026-11-01T00:00:00Z' },
+      loc: ['body', 'until'],
+    },
+    {
       name: 'replay-missing until where since is (an empty window)',
       method: 'POST',
       path: '/api/v1/app/acme/endpoint/ep-1/replay-missing',

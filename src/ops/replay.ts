@@ -24,6 +24,7 @@ import { isAppAllowed, requireApp } from '../engine/apps.ts';
 import type { Actor } from '../engine/core.ts';
 import { requireEndpoint } from '../engine/endpoints.ts';
 import { HeraldError, invalidField } from '../errors.ts';
+import { isoTime, UNTIL_AFTER_SINCE } from '../schemas/window.ts';
 
 /** How many message × endpoint pairs an answer lists; `count` is always the full number. */
 export const PAIRS_SHOWN = 1000;
@@ -34,8 +35,6 @@ const STATES: Record<ReplayIn['status'], FinishedState[]> = {
   'all-finished': ['failed', 'succeeded'],
 };
 
-const datetime = () => z.iso.datetime({ offset: true });
-
 // Strict: a misspelt filter (`endpointId` for `endpoint`) must be refused, not ignored — ignoring
 // it would widen the selection to more than the caller meant.
 export const ReplayIn = z
@@ -45,12 +44,13 @@ export const ReplayIn = z
     dryRun: z.boolean().optional(),
     app: z.string().min(1).max(256).nullish(),
     endpoint: z.string().min(1).max(256).nullish(),
-    since: datetime().nullish(),
-    until: datetime().nullish(),
+    since: isoTime().nullish(),
+    until: isoTime().nullish(),
     messageIds: z.array(z.string().min(1).max(256)).min(1).max(1000).nullish(),
     includeUnreviewed: z.boolean().optional(),
   })
-  .strict();
+  .strict()
+  .refine(...UNTIL_AFTER_SINCE);
 export type ReplayIn = z.infer<typeof ReplayIn>;
 
 export interface ReplayResult {
@@ -76,9 +76,6 @@ export interface ReplayResult {
 
 /** Resolves the filters into a selection the actor may touch; app-restricted keys stay in their apps. */
 async function selectionFor(db: Queryable, actor: Actor, input: ReplayIn) {
-  if (input.since && input.until && new Date(input.since) >= new Date(input.until)) {
-    throw invalidField(['until'], 'must be later than since');
-  }
   let appIds = actor.appIds;
   let appId: string | null = null;
   let endpointId: string | null = null;

@@ -4,6 +4,7 @@
 import { z } from 'zod';
 import { isValidEndpointSecret, withSecretPrefix } from '../signing/standard-webhooks.ts';
 import { NUL_REFUSED, text, withoutNul } from './text.ts';
+import { isoTime, UNTIL_AFTER_SINCE } from './window.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
 /** A name of Svix's (an event type, a channel, a tag, a uid): letters, digits, - _ and ., up to `max`. */
@@ -137,21 +138,8 @@ export const EndpointHeadersPatchIn = z.object({
   deleteHeaders: z.array(z.string()).optional(),
 });
 
-/**
- * A window of message creation times: from `since` (inclusive) until `until` (exclusive). One that
- * ends where or before it starts holds no message: refused by name, not answered as a task that
- * found nothing (the caller swapped the two, or meant another date).
- */
-const window = () =>
-  z
-    .object({
-      since: z.iso.datetime({ offset: true }),
-      until: z.iso.datetime({ offset: true }).nullish(),
-    })
-    .refine((w) => !w.until || Date.parse(w.until) > Date.parse(w.since), {
-      path: ['until'],
-      message: 'must be later than since',
-    });
+/** A window of message creation times (schemas/window.ts), `since` required. */
+const window = () => z.object({ since: isoTime(), until: isoTime().nullish() }).refine(...UNTIL_AFTER_SINCE);
 
 export const RecoverIn = window();
 
