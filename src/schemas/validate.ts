@@ -22,8 +22,9 @@ export function parseOrThrow<S extends z.ZodType>(
 }
 
 /**
- * A path segment that names a new object (a PUT creates what its path names) must be a valid
- * uid, or a valid name: herald could otherwise store what no request can name again.
+ * A path segment that names an object must be a valid id, uid or name: one that is not names
+ * nothing, and a PUT that creates what its path names would store what no request can name
+ * again. The API checks every path's ids with it (api/server.ts); the library, an app it creates.
  */
 export function assertPathIdentifier(param: string, value: string, what: string): void {
   if (Uid.safeParse(value).success) return;

@@ -8,7 +8,7 @@ import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } 
 import type { Actor, Core } from '../../engine/core.ts';
 import { HeraldError, invalidField, notFound } from '../../errors.ts';
 import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
-import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentApp, presentPage } from '../present.ts';
 import { flagReader, parseListQuery } from '../query.ts';
@@ -103,8 +103,8 @@ export const appRoutes =
         // restricted to some apps creates none; to it, a uid nobody has is not found, as one that
         // another tenant has (requireApp, below).
         if (request.actor.appIds !== null) throw notFound('application');
+        // The path's app_id is a valid uid: every API path's id is (api/server.ts).
         const uid = fields.uid ?? request.params.app_id;
-        if (fields.uid == null) assertPathIdentifier('app_id', uid, 'uid for a new application');
         const created = await conflictOnTakenUid(APP_UID_TAKEN, () =>
           db.transaction((tx) => createApp(tx, request.actor, { ...fields, uid })),
         );

@@ -36,7 +36,7 @@ import {
   RecoverIn,
   ReplayMissingIn,
 } from '../../schemas/svix.ts';
-import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery, StatsQuery } from '../query.ts';
@@ -120,8 +120,6 @@ export const endpointRoutes =
         throw error;
       });
       if (!current) {
-        if (!input.uid)
-          assertPathIdentifier('endpoint_id', request.params.endpoint_id, 'uid for a new endpoint');
         const checkedUrl = await checkNewUrl(core, null, input.url);
         const created = await db
           .transaction((tx) =>

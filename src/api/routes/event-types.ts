@@ -14,7 +14,7 @@ import type { Queryable } from '../../db/port.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import { EventTypeIn, EventTypePatch, EventTypeUpdate } from '../../schemas/svix.ts';
-import { assertPathIdentifier, parseOrThrow } from '../../schemas/validate.ts';
+import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEventType, presentPage } from '../present.ts';
 import { flagReader, parseListQuery } from '../query.ts';
@@ -67,7 +67,6 @@ export const eventTypeRoutes =
 
     app.put<{ Params: Params }>('/api/v1/event-type/:event_type_name', async (request, reply) => {
       const input = parseOrThrow(EventTypeUpdate, request.body);
-      assertPathIdentifier('event_type_name', request.params.event_type_name, 'event type name');
       const { row, created } = await db.transaction(async (tx) => {
         const upserted = await upsertEventType(tx, {
           name: request.params.event_type_name,
