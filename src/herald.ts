@@ -31,7 +31,7 @@ import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhook
 import { ensureOperatorWebhooks, findOperatorWebhooks } from './ops/operator-app.ts';
 import { MessageIn } from './schemas/svix.ts';
 import { parseOrThrow } from './schemas/validate.ts';
-import { createAddressPolicy } from './sender/destination.ts';
+import { createAddressPolicy, warnOfPrivateNetworks } from './sender/destination.ts';
 import { createSender } from './sender/send.ts';
 import { createWorker, type Worker } from './worker/worker.ts';
 
@@ -224,14 +224,9 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   const addressPolicy = createAddressPolicy(config.allowPrivateNetworks);
   // Said by a process that sends, once: a command that only reads (doctor in cron, say) would
   // otherwise log it at every run.
-  const warnOfPrivateNetworks = onlyOnce(async () => {
-    if (config.allowPrivateNetworks.length > 0) {
-      log.warn(
-        { allowPrivateNetworks: config.allowPrivateNetworks },
-        'destinations may resolve to these private networks',
-      );
-    }
-  });
+  const warnOfDestinations = onlyOnce(async () =>
+    warnOfPrivateNetworks(log, config.allowPrivateNetworks, 'destinations'),
+  );
   if (options.migrate !== false && !embedded) await migrateDatabase(config);
   const db = await openDb(config, log);
   try {
@@ -343,7 +338,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     ),
     async startWorker() {
       assertOpen();
-      void warnOfPrivateNetworks();
+      void warnOfDestinations();
       const sender = createSender({
         allowPrivateNetworks: config.allowPrivateNetworks,
         timeoutMs: config.attemptTimeoutMs,

@@ -18,6 +18,7 @@ import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { sourceLabel } from '../ops/metrics.ts';
 import { assertPathIdentifier } from '../schemas/validate.ts';
+import { warnOfPrivateNetworks } from '../sender/destination.ts';
 import { assertReach, assertScope, createAuthenticator, requiredScope } from './auth.ts';
 import { createAuthFailureLimiter } from './auth-failures.ts';
 import { useApiJsonParser } from './json-body.ts';
@@ -253,12 +254,11 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
   if (core.config.metricsPort === undefined) await app.register(metricsRoutes(core));
 
   // Inbound: JWKS and SNS certificates are fetched under the same SSRF rules as deliveries.
-  if (core.config.allowPrivateNetworks.length > 0) {
-    core.log.warn(
-      { allowPrivateNetworks: core.config.allowPrivateNetworks },
-      "inbound sources' key fetches (JWKS, SNS certificates) may resolve to these private networks",
-    );
-  }
+  warnOfPrivateNetworks(
+    core.log,
+    core.config.allowPrivateNetworks,
+    "inbound sources' key fetches (JWKS, SNS certificates)",
+  );
   const fetcher = createSafeFetchText({
     allowPrivateNetworks: core.config.allowPrivateNetworks,
     timeoutMs: core.config.attemptTimeoutMs,

@@ -3,6 +3,7 @@
 
 import { isIP, isIPv4, isIPv6 } from 'node:net';
 import ipaddr from 'ipaddr.js';
+import type { Logger } from 'pino';
 
 export type UrlVerdict = { ok: true; url: URL } | { ok: false; reason: string };
 
@@ -162,6 +163,16 @@ function parseAddress(ip: string): ipaddr.IPv4 | ipaddr.IPv6 | null {
   // A zone id only scopes a link-local address, which is forbidden whatever the zone.
   const bare = ip.split('%')[0];
   return ipaddr.IPv6.parse(new URL(`http://[${bare}]/`).hostname.slice(1, -1));
+}
+
+/**
+ * Logged by what reaches out under the policy (a worker's sender, the API's key fetches), once it
+ * starts to: an operator sees which private ranges the guard lets through, and what for.
+ */
+export function warnOfPrivateNetworks(log: Logger, allowCidrs: readonly string[], what: string): void {
+  if (allowCidrs.length > 0) {
+    log.warn({ allowPrivateNetworks: allowCidrs }, `${what} may resolve to these private networks`);
+  }
 }
 
 /**

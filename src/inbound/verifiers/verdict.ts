@@ -17,7 +17,9 @@ const STATUS_OF = {
   verification_unavailable: 503,
 } as const satisfies Record<RejectionCode, 400 | 401 | 503>;
 
-export function reject(code: RejectionCode, reason: string): Verdict {
+type Rejection = Extract<Verdict, { ok: false }>;
+
+export function reject(code: RejectionCode, reason: string): Rejection {
   return { ok: false, status: STATUS_OF[code], code, reason };
 }
 
@@ -25,13 +27,12 @@ export function reject(code: RejectionCode, reason: string): Verdict {
  * A key or certificate fetch failed: the sender is told only that (the error could describe the
  * network herald sees), the operator's log gets the error.
  */
-export function unavailable(reason: string, error: unknown): Verdict {
-  const code = 'verification_unavailable';
+export function unavailable(reason: string, error: unknown): Rejection {
   // With the condition's code from deep in the chain: "TLS handshake failed" alone does not say
   // that the certificate is self-signed (DEPTH_ZERO_SELF_SIGNED_CERT) or expired.
   const condition = errorCodeOf(error);
   const cause = `${(error as Error).message}${condition ? ` (${condition})` : ''}`;
-  return { ok: false, status: STATUS_OF[code], code, reason, cause };
+  return { ...reject('verification_unavailable', reason), cause };
 }
 
 // Visible ASCII only: the id becomes part of a unique key and of log lines, where whitespace,
