@@ -230,3 +230,23 @@ test('a server whose role may use herald’s tables but create none starts on a 
     await admin.end();
   }
 });
+
+test('processes that start together apply each pending migration once: one applies it, the others find it applied', async () => {
+  const versions = readMigrations().map((m) => m.version);
+  const behind = versions.slice(-3);
+  const old = await freshDatabase('cli_migrate_together', { upTo: behind[0]! - 1 });
+  try {
+    const config = loadConfig(testEnv(old.url));
+    // Each reads the same three pending before any lock; the lock and the check under it decide.
+    const applied = await Promise.all(Array.from({ length: 4 }, () => migrateDatabase(config)));
+    assert.deepEqual(
+      applied.flat().sort((a, b) => a - b),
+      behind,
+      JSON.stringify(applied),
+    );
+    const { rows } = await old.db.query<{ n: number }>('select count(*)::int as n from herald_migration');
+    assert.equal(rows[0]!.n, versions.length);
+  } finally {
+    await old.drop();
+  }
+});
