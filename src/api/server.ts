@@ -100,7 +100,7 @@ function refuseNul(location: 'path' | 'query', values: unknown): void {
 }
 
 /** The API's path parameters that name an object by its id or uid (or an event type by its name). */
-const ID_PARAMS: Record<string, string> = {
+const ID_PARAMS = Object.entries({
   app_id: 'id or uid',
   endpoint_id: 'id or uid',
   msg_id: 'id or event id',
@@ -108,7 +108,7 @@ const ID_PARAMS: Record<string, string> = {
   event_type_name: 'event type name',
   key_id: 'id',
   source_id: 'id or uid',
-};
+});
 
 /**
  * An id, uid or name no object can have (the contract's pattern, at most 256 characters) is
@@ -116,7 +116,7 @@ const ID_PARAMS: Record<string, string> = {
  * 404 as if such an object might exist.
  */
 function refuseMalformedIds(params: unknown): void {
-  for (const [name, what] of Object.entries(ID_PARAMS)) {
+  for (const [name, what] of ID_PARAMS) {
     const value = (params as Record<string, unknown>)[name];
     if (typeof value === 'string') assertPathIdentifier(name, value, what);
   }
