@@ -12,6 +12,7 @@ import { assertSecretsUnderKeys, loadMasterKey, loadMasterKeys } from '../src/cr
 import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
 import { insertCurrentSecret } from '../src/db/endpoint-secrets.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
+import type { Db } from '../src/db/port.ts';
 import { keepSubscriptionToken, subscriptionTokens } from '../src/db/sources.ts';
 import { revealSecret } from '../src/engine/endpoints.ts';
 import { reencryptSecrets } from '../src/ops/reencrypt.ts';
@@ -239,6 +240,13 @@ test('embedded mode generates a 0600 key file once; server mode refuses to start
   assert.throws(() => loadMasterKeys(MASTER_KEY, ['short'], dir, false), /HERALD_PREVIOUS_MASTER_KEYS/);
 });
 
+/** An app with an endpoint whose signing secret is sealed under `key`. */
+async function seedEndpointSealedUnder(db: Db, key: Buffer, name: string): Promise<void> {
+  const app = await seedApp(db, name);
+  const endpoint = await seedEndpoint(db, app.id, `http://127.0.0.1:9/${name}`);
+  await insertCurrentSecret(db, app.id, endpoint.id, createSecretBox([key]).seal(SECRET, endpoint.id));
+}
+
 test('an embedded database is judged by whether its keys open its secrets: a previous key listed will do, a key that opens none will not', async () => {
   const database = await freshDatabase('keys_judged');
   try {
@@ -248,14 +256,7 @@ test('an embedded database is judged by whether its keys open its secrets: a pre
       assertSecretsUnderKeys(database.db, createSecretBox(keys), keys, '/data');
     // No secret yet (a database migrated before its first start): any key will do.
     await judged([fresh]);
-    const app = await seedApp(database.db, 'keys-judged');
-    const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:9/keys-judged');
-    await insertCurrentSecret(
-      database.db,
-      app.id,
-      endpoint.id,
-      createSecretBox([old]).seal(SECRET, endpoint.id),
-    );
+    await seedEndpointSealedUnder(database.db, old, 'keys-judged');
     await judged([old]);
     // A new key, the old one listed among the previous: the secret opens, under it.
     await judged([fresh, old]);
@@ -269,14 +270,7 @@ test('an embedded database is judged by whether its keys open its secrets: a pre
 test('a server process whose keys do not open the newest secrets refuses to start, naming the variable; with the old key listed it starts', async () => {
   const database = await freshDatabase('keys_judged_server');
   try {
-    const app = await seedApp(database.db, 'keys-server');
-    const endpoint = await seedEndpoint(database.db, app.id, 'http://127.0.0.1:9/keys-server');
-    await insertCurrentSecret(
-      database.db,
-      app.id,
-      endpoint.id,
-      createSecretBox([Buffer.from(MASTER_KEY, 'base64')]).seal(SECRET, endpoint.id),
-    );
+    await seedEndpointSealedUnder(database.db, Buffer.from(MASTER_KEY, 'base64'), 'keys-server');
     const other = Buffer.alloc(32, 5).toString('base64');
     // A process left on another key: it would fail every attempt, and seal new secrets under it.
     const refused = await startHeraldOn(database, { env: { HERALD_MASTER_KEY: other } }).then(
