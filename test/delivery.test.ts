@@ -605,17 +605,27 @@ describe('resend and recover leave a message whose payload is gone', () => {
       const ep = await createEndpoint(tx, app, { url: `${receiver.url}/gone` });
       const kept = await publishVia(tx, app, { eventType: 'e', payload: { n: 1 } });
       const emptied = await publishVia(tx, app, { eventType: 'e', payload: { n: 2 } });
-      await waitFor('both cycles to fail', async () => {
-        const states = [(await deliveryOf(tx, kept, ep))?.state, (await deliveryOf(tx, emptied, ep))?.state];
-        return states.every((s) => s === 'failed');
+      // Past its retention, though the job that removes expired payloads has not reached it yet.
+      const lapsed = await publishVia(tx, app, { eventType: 'e', payload: { n: 3 } });
+      await waitFor('the three cycles to fail', async () => {
+        const states = await Promise.all([kept, emptied, lapsed].map((m) => deliveryOf(tx, m, ep)));
+        return states.every((d) => d?.state === 'failed');
       });
       const deleted = await tx.call('DELETE', `/api/v1/app/${app}/msg/${emptied}/content`);
       assert.equal(deleted.status, 204);
+      await tx.database.db.query(
+        `update message set payload_expires_at = now() - interval '1 second' where id = $1`,
+        [lapsed],
+      );
 
-      const resent = await tx.call('POST', `/api/v1/app/${app}/msg/${emptied}/endpoint/${ep}/resend`);
-      assert.equal(resent.status, 409, JSON.stringify(resent.body));
-      assert.equal(resent.body.code, 'payload_expired');
-      assert.equal((await deliveryOf(tx, emptied, ep))!.cycle, 1, 'no new cycle');
+      for (const gone of [emptied, lapsed]) {
+        const resent = await tx.call('POST', `/api/v1/app/${app}/msg/${gone}/endpoint/${ep}/resend`);
+        assert.equal(resent.status, 409, JSON.stringify(resent.body));
+        assert.equal(resent.body.code, 'payload_expired');
+        assert.equal((await deliveryOf(tx, gone, ep))!.cycle, 1, 'no new cycle');
+        const read = await tx.call('GET', `/api/v1/app/${app}/msg/${gone}`);
+        assert.deepEqual(read.body.payload, { expired: true }, 'it reads as it would be sent: gone');
+      }
 
       // Held disabled, so that what recover restarted stays pending to be looked at.
       await tx.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}`, { disabled: true });
@@ -623,9 +633,11 @@ describe('resend and recover leave a message whose payload is gone', () => {
       const recovered = await tx.call('POST', `/api/v1/app/${app}/endpoint/${ep}/recover`, { since });
       assert.equal(recovered.status, 202, JSON.stringify(recovered.body));
       const restarted = (await deliveryOf(tx, kept, ep))!;
-      const left = (await deliveryOf(tx, emptied, ep))!;
       assert.deepEqual([restarted.state, restarted.cycle], ['pending', 2]);
-      assert.deepEqual([left.state, left.cycle], ['failed', 1], 'nothing to send: left as it was');
+      for (const gone of [emptied, lapsed]) {
+        const left = (await deliveryOf(tx, gone, ep))!;
+        assert.deepEqual([left.state, left.cycle], ['failed', 1], 'nothing to send: left as it was');
+      }
       const { rows } = await tx.database.db.query<{ details: { deliveries: number } }>(
         `select details from audit_entry where action = 'endpoint.recovered' and target_id = $1`,
         [ep],

@@ -322,11 +322,14 @@ export async function recoverExpiredLeases(
 /**
  * A restart's hold on its delivery's message, until its transaction ends: history retention
  * (retention.ts) neither deletes the message under a restart nor misses one that committed. A
- * message whose payload retention removed is not restarted: each attempt would fail at once
- * (payload_expired), and count as work done.
+ * message whose payload is gone is not restarted: each attempt would fail at once
+ * (payload_expired), and count as work done. Gone means removed, or past its retention though the
+ * job that removes expired payloads (each minute) has not reached it yet: the claim sends no
+ * payload past that time either (migration 0044).
  */
 const messageHeld = (messageId: string) =>
-  `exists (select 1 from message m where m.id = ${messageId} and m.payload is not null for key share)`;
+  `exists (select 1 from message m where m.id = ${messageId} and m.payload is not null
+             and m.payload_expires_at > now() for key share)`;
 const MESSAGE_HELD = messageHeld('delivery.message_id');
 
 /**

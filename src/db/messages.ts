@@ -38,7 +38,11 @@ export interface NewMessage {
 /** A MessageRow's columns; `payload` is the expression its payload is read from. */
 const columns = (payload: string) => `id, app_id as "appId", event_type as "eventType", event_id as "eventId",
   ${payload} as payload, channels, tags, created_at as "createdAt"`;
-const COLUMNS = columns('payload');
+/**
+ * A payload past its retention reads as gone before the job that removes expired payloads (each
+ * minute) has reached it, as the claim sends none (migration 0044) and a resend refuses it.
+ */
+const COLUMNS = columns('case when payload_expires_at <= now() then null else payload end');
 
 export type PublishResult =
   | { kind: 'created'; message: MessageRow; deliveries: number }
