@@ -18,6 +18,8 @@ export const ERRORS = {
   unsupported_media_type: { status: 415, code: 'unsupported_media_type' },
   rate_limited: { status: 429, code: 'rate_limited' },
   store_unavailable: { status: 503, code: 'store_unavailable' },
+  // A secret sealed under a master key this process does not hold (a rotation rolling out).
+  secret_unavailable: { status: 503, code: 'secret_unavailable' },
   // More writes wait for the database than herald holds: refused at once, to be retried.
   overloaded: { status: 503, code: 'overloaded' },
   // Inbound verification (POST /ingest/{source}): nothing is stored for any of these.

@@ -9,7 +9,7 @@ import { after, before, test } from 'node:test';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { assertSecretsUnderKeys, loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
-import { createSecretBox, type SecretBox } from '../src/crypto/secret-box.ts';
+import { createSecretBox, keyIdOf, type SecretBox } from '../src/crypto/secret-box.ts';
 import { insertCurrentSecret } from '../src/db/endpoint-secrets.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
 import type { Db } from '../src/db/port.ts';
@@ -18,7 +18,7 @@ import { revealSecret } from '../src/engine/endpoints.ts';
 import { reencryptSecrets } from '../src/ops/reencrypt.ts';
 import { freshDatabase } from './support/database.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
-import { MASTER_KEY, startHeraldOn, startTestHerald, type TestHerald } from './support/herald.ts';
+import { ADMIN_KEY, MASTER_KEY, startHeraldOn, startTestHerald, type TestHerald } from './support/herald.ts';
 import { type Receiver, startReceiver } from './support/receiver.ts';
 import { seedApp, seedEndpoint } from './support/seed.ts';
 import { waitFor } from './support/wait.ts';
@@ -226,6 +226,45 @@ test('delivery keeps signing with a secret re-encrypted under the previous-keys 
   } finally {
     await rotated.close();
   }
+});
+
+test('a secret sealed under a master key this process lacks answers 503 secret_unavailable, naming the key, not a 500', async () => {
+  // As a process started before a rotation began finds what a process with the new key sealed.
+  const newer = Buffer.alloc(32, 4);
+  const app = await createApp(t, 'unheld-key');
+  const ep = await createEndpoint(t, app, { url: `${receiver.url}/unheld`, secret: SECRET });
+  const source = await t.call('POST', '/api/v1/source', {
+    scheme: 'standard-webhooks',
+    secret: SECRET,
+    app,
+    eventType: 'order.relayed',
+  });
+  assert.equal(source.status, 201, JSON.stringify(source.body));
+  const box = createSecretBox([newer]);
+  await t.database.db.query('update endpoint_secret set sealed = $2 where endpoint_id = $1', [
+    ep,
+    box.seal(SECRET, ep),
+  ]);
+  await t.database.db.query('update source_secret set sealed = $2 where source_id = $1', [
+    source.body.id,
+    box.seal(SECRET, source.body.id),
+  ]);
+  const reveal = await fetch(`${t.url}/api/v1/app/${app}/endpoint/${ep}/secret`, {
+    headers: { authorization: `Bearer ${ADMIN_KEY}` },
+  });
+  assert.equal(reveal.headers.get('retry-after'), '1', 'another process may hold the key');
+  const answers = [
+    { status: reveal.status, body: await reveal.json() },
+    await t.call('PATCH', `/api/v1/source/${source.body.id}`, { eventType: 'order.renamed' }),
+  ];
+  for (const answer of answers) {
+    assert.equal(answer.status, 503, JSON.stringify(answer.body));
+    assert.equal(answer.body.code, 'secret_unavailable');
+    assert.match(answer.body.detail, new RegExp(`master key ${keyIdOf(newer)}.*HERALD_PREVIOUS_MASTER_KEYS`));
+    assert.doesNotMatch(JSON.stringify(answer.body), /whsec_|C2FVsBQ/);
+  }
+  const kept = await t.call('GET', `/api/v1/source/${source.body.id}`);
+  assert.equal(kept.body.eventType, 'order.relayed', 'the refused change was not kept');
 });
 
 test('embedded mode generates a 0600 key file once; server mode refuses to start without a key', () => {

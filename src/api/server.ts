@@ -13,7 +13,7 @@ import { coalesced } from '../db/group-commit.ts';
 import { listSources, SOURCE_CHANGED_CHANNEL } from '../db/sources.ts';
 import { isStoreUnavailable } from '../db/store-unavailable.ts';
 import type { Actor, Core } from '../engine/core.ts';
-import { HeraldError } from '../errors.ts';
+import { type ErrorKind, HeraldError } from '../errors.ts';
 import { createIngestor } from '../inbound/ingest.ts';
 import { createSafeFetchText } from '../inbound/verifiers/index.ts';
 import { sourceLabel } from '../ops/metrics.ts';
@@ -42,6 +42,9 @@ declare module 'fastify' {
 }
 
 const PUBLIC_PATHS = new Set(['/api/v1/health', '/api/v1/health/ping']);
+
+/** Errors the caller cannot mend, logged for whoever runs the process. */
+const OPERATORS_TO_KNOW = new Set<ErrorKind>(['internal', 'store_unavailable', 'secret_unavailable']);
 
 /**
  * Characters of one path segment, as sent: a 256-character uid, event id or event type name,
@@ -180,15 +183,15 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const herald = toHeraldError(error);
-    if (herald.kind === 'internal' || herald.kind === 'store_unavailable') {
+    if (OPERATORS_TO_KNOW.has(herald.kind)) {
       request.log.error(
         { err: { message: error.message, code: (error as FastifyError).code }, url: request.url },
         'request failed',
       );
     }
-    const retryAfter =
-      herald.retryAfterSeconds ??
-      (herald.kind === 'store_unavailable' || herald.kind === 'overloaded' ? 1 : undefined);
+    // Every 503 is worth a retry soon: the store back, a write queue drained, another process (or
+    // this one restarted) holding the master key, a source mended.
+    const retryAfter = herald.retryAfterSeconds ?? (herald.status === 503 ? 1 : undefined);
     if (retryAfter !== undefined) reply.header('retry-after', String(retryAfter));
     return reply.status(herald.status).send(herald.toBody());
   });

@@ -36,6 +36,19 @@ export interface SecretBox {
   digests(purpose: string, data: string): readonly [Buffer, ...Buffer[]];
 }
 
+/**
+ * A value sealed under a master key this process was not given: another process of the same
+ * deployment may hold it (a rotation rolling out), so callers answer it as unavailable, not as
+ * broken.
+ */
+export class UnknownMasterKeyError extends Error {
+  readonly keyId: string;
+  constructor(keyId: string) {
+    super(`cannot open secret: sealed under unknown key id ${JSON.stringify(keyId)}`);
+    this.keyId = keyId;
+  }
+}
+
 export function keyIdOf(key: Buffer): string {
   return createHash('sha256').update(key).digest('hex').slice(0, KEY_ID_LENGTH);
 }
@@ -70,9 +83,7 @@ export function createSecretBox(keys: readonly Buffer[]): SecretBox {
     open(sealed, aad) {
       const keyId = readKeyId(sealed);
       const key = keysById.get(keyId);
-      if (key === undefined) {
-        throw new Error(`cannot open secret: sealed under unknown key id ${JSON.stringify(keyId)}`);
-      }
+      if (key === undefined) throw new UnknownMasterKeyError(keyId);
       return decrypt(key, sealed, aad);
     },
     keyIdOf: readKeyId,

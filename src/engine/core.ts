@@ -3,10 +3,11 @@
 
 import type { Logger } from 'pino';
 import type { HeraldConfig } from '../config.ts';
-import type { SecretBox } from '../crypto/secret-box.ts';
+import { type SecretBox, UnknownMasterKeyError } from '../crypto/secret-box.ts';
 import type { PublishResult } from '../db/messages.ts';
 import type { Db } from '../db/port.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
+import { HeraldError } from '../errors.ts';
 import type { Metrics } from '../ops/metrics.ts';
 import type { AddressPolicy } from '../sender/destination.ts';
 import type { GroupedPublish } from './publish.ts';
@@ -43,3 +44,20 @@ export interface Actor {
 }
 
 export const LIBRARY_ACTOR: Actor = { id: 'library', scopes: ['admin'], appIds: null };
+
+/**
+ * Opens a secret for a caller of the API. One sealed under a master key this process was not
+ * given answers 503 `secret_unavailable`, to be retried: in a rotation rolling out, another
+ * process of the deployment holds that key, and this one will once it is restarted with it listed.
+ */
+export function openForCaller(box: SecretBox, sealed: Buffer, ownerId: string, what: string): string {
+  try {
+    return box.open(sealed, ownerId);
+  } catch (error) {
+    if (!(error instanceof UnknownMasterKeyError)) throw error;
+    throw new HeraldError(
+      'secret_unavailable',
+      `${what} is sealed under master key ${error.keyId}, which this herald process does not hold (HERALD_MASTER_KEY, HERALD_PREVIOUS_MASTER_KEYS); retry, or tell its operator`,
+    );
+  }
+}

@@ -26,7 +26,7 @@ import { emitEndpointEvent } from '../ops/operational-webhooks.ts';
 import type { EndpointIn, EndpointPatch, EndpointUpdate } from '../schemas/svix.ts';
 import { checkDestination } from '../sender/send.ts';
 import { generateEndpointSecret } from '../signing/standard-webhooks.ts';
-import type { Actor, Core } from './core.ts';
+import { type Actor, type Core, openForCaller } from './core.ts';
 
 /** Headers herald sets itself, or that would change how the request is framed. */
 const RESERVED_HEADER =
@@ -203,7 +203,7 @@ export async function requireEndpoint(db: Queryable, app: AppRow, idOrUid: strin
 export async function revealSecret(core: Core, db: Queryable, endpoint: EndpointRow): Promise<string> {
   const sealed = await currentSecret(db, endpoint.id);
   if (!sealed) throw notFound('endpoint secret');
-  return core.box.open(sealed, endpoint.id);
+  return openForCaller(core.box, sealed, endpoint.id, "this endpoint's signing secret");
 }
 
 /** revealSecret for a caller of the API: who read a signing secret is on record. */

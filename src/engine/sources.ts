@@ -24,7 +24,7 @@ import {
 import { createVerifier, SchemeConfig } from '../inbound/verifiers/index.ts';
 import type { SourceIn } from '../schemas/sources.ts';
 import { assertAppAllowed, requireApp } from './apps.ts';
-import type { Actor, Core } from './core.ts';
+import { type Actor, type Core, openForCaller } from './core.ts';
 
 export const DEFAULT_SECRET_OVERLAP_SECONDS = 24 * 3600;
 const SCHEMES_WITHOUT_SECRET = new Set(['gcp-pubsub', 'aws-sns']);
@@ -81,9 +81,9 @@ const NO_FETCH = {
  * secret in the wrong form for its scheme): every request to it would be turned away with a 503,
  * for as long as it stayed that way.
  */
-function assertVerifiable(fields: SourceFields, secrets: () => readonly string[]): void {
+function assertVerifiable(fields: SourceFields, secrets: readonly string[]): void {
   try {
-    createVerifier({ ...fields.settings, scheme: fields.scheme } as never, secrets(), NO_FETCH);
+    createVerifier({ ...fields.settings, scheme: fields.scheme } as never, secrets, NO_FETCH);
   } catch (error) {
     throw invalidField(
       ['secret'],
@@ -106,7 +106,7 @@ export async function createSource(
   if (secrets.length === 0 && !SCHEMES_WITHOUT_SECRET.has(input.scheme)) {
     throw invalidField(['secret'], `the ${input.scheme} scheme needs a secret`);
   }
-  assertVerifiable(fields, () => secrets);
+  assertVerifiable(fields, secrets);
   const source = await insertSource(tx, fields);
   for (const secret of secrets) await insertSourceSecret(tx, source.id, core.box.seal(secret, source.id));
   await audit(tx, actor, 'source.created', source, { scheme: source.scheme });
@@ -153,7 +153,10 @@ export async function changeSource(
   }
   // With the secrets that verify from now on: a new scheme may not take the ones it had.
   const live = await liveSourceSecrets(tx, current.id);
-  assertVerifiable(fields, () => live.sealed.map((sealed) => core.box.open(sealed, current.id)));
+  assertVerifiable(
+    fields,
+    live.sealed.map((sealed) => openForCaller(core.box, sealed, current.id, 'a secret of this source')),
+  );
   await audit(tx, actor, 'source.updated', updated, { secretRotated: secrets.length > 0 });
   return updated;
 }
