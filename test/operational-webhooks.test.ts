@@ -304,6 +304,26 @@ describe('endpoint events', () => {
     );
   });
 
+  test('an app deleted with its endpoints: endpoint.deleted for each, as if each had been deleted', async () => {
+    const app = await createApp(t, 'doomed-tenant');
+    const named = await createEndpoint(t, app, { url: `${receiver.url}/doomed-1`, uid: 'doomed-ep' });
+    const plain = await createEndpoint(t, app, { url: `${receiver.url}/doomed-2` });
+    await publishVia(t, app, { eventType: 'e', payload: { pending: true } });
+    assert.equal((await t.call('DELETE', `/api/v1/app/${app}`)).status, 204);
+    for (const [endpointId, endpointUid] of [
+      [named, 'doomed-ep'],
+      [plain, null],
+    ] as const) {
+      const gone = await eventFor('endpoint.deleted', { endpointId });
+      assertShape(gone, 'endpoint.deleted');
+      assert.deepEqual(gone.data, { appId: app, appUid: 'doomed-tenant', endpointId, endpointUid });
+      assert.deepEqual(
+        (await storedEvents({ endpointId })).map((e) => e.type),
+        ['endpoint.created', 'endpoint.deleted'],
+      );
+    }
+  });
+
   test('a change that rolls back publishes nothing: the event is in its transaction', async () => {
     const app = await findApp(t.database.db, 'tenant');
     let endpointId = '';

@@ -97,16 +97,31 @@ export async function updateApp(db: Queryable, id: string, fields: AppFields): P
   return result.rows[0]!;
 }
 
+/** An app as its deletion found it under its lock, and the endpoints that went with it. */
+export interface DeletedApp {
+  uid: string | null;
+  endpoints: { id: string; uid: string | null }[];
+}
+
 /**
  * Run it in a transaction: its deliveries in flight are locked first, as deleteEndpoint does.
- * false: the app was deleted meanwhile.
+ * null when the app was deleted meanwhile. Its endpoints are read under the app's row lock: no
+ * endpoint can be created in the app from then on (its insert waits for the lock, then finds no
+ * app), so every endpoint the deletion takes is among them.
  */
-export async function deleteApp(db: Queryable, id: string): Promise<boolean> {
+export async function deleteApp(db: Queryable, id: string): Promise<DeletedApp | null> {
   await db.query(
     `select 1 from delivery
       where endpoint_id in (select e.id from endpoint e where e.app_id = $1) and state = 'sending'
       for update of delivery`,
     [id],
   );
-  return (await db.query('delete from app where id = $1', [id])).rowCount === 1;
+  const locked = await db.query<{ uid: string | null }>('select uid from app where id = $1 for update', [id]);
+  if (!locked.rows[0]) return null;
+  const endpoints = await db.query<DeletedApp['endpoints'][number]>(
+    'select id, uid from endpoint where app_id = $1 order by id',
+    [id],
+  );
+  await db.query('delete from app where id = $1', [id]);
+  return { uid: locked.rows[0].uid, endpoints: endpoints.rows };
 }

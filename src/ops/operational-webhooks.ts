@@ -86,14 +86,41 @@ export async function emitEndpointEvent(
   );
   const operator = found.rows[0];
   if (!operator || operator.id === endpoint.appId) return;
-  await publishEvent(
-    tx,
-    operator,
-    type,
-    { appId: endpoint.appId, appUid: operator.appUid, endpointId: endpoint.id, endpointUid: endpoint.uid },
-    null,
-  );
+  await publishEvent(tx, operator, type, endpointEventData(endpoint, operator.appUid), null);
 }
+
+/**
+ * endpoint.deleted for each endpoint an app's deletion took with it (deleteApp), in its
+ * transaction: whoever mirrors the endpoints from these events would otherwise keep them.
+ */
+export async function emitAppEndpointsDeleted(
+  tx: Queryable,
+  app: { id: string; uid: string | null },
+  endpoints: readonly { id: string; uid: string | null }[],
+): Promise<void> {
+  if (endpoints.length === 0) return;
+  const found = await tx.query<OperatorApp>(
+    `select id, retention_days as "retentionDays" from app where uid = $1 for key share skip locked`,
+    [OPERATOR_APP_UID],
+  );
+  const operator = found.rows[0];
+  if (!operator || operator.id === app.id) return;
+  for (const endpoint of endpoints) {
+    const data = endpointEventData({ ...endpoint, appId: app.id }, app.uid);
+    await publishEvent(tx, operator, 'endpoint.deleted', data, null);
+  }
+}
+
+/** Svix's EndpointCreatedEventData (and its updated and deleted twins). */
+const endpointEventData = (
+  endpoint: { id: string; appId: string; uid: string | null },
+  appUid: string | null,
+) => ({
+  appId: endpoint.appId,
+  appUid,
+  endpointId: endpoint.id,
+  endpointUid: endpoint.uid,
+});
 
 interface OutcomeFacts {
   attemptId: string;

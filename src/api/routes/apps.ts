@@ -7,6 +7,7 @@ import { deletionTransaction, purgeAppHistory } from '../../db/history-purge.ts'
 import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } from '../../engine/apps.ts';
 import type { Actor, Core } from '../../engine/core.ts';
 import { HeraldError, invalidField, notFound } from '../../errors.ts';
+import { emitAppEndpointsDeleted } from '../../ops/operational-webhooks.ts';
 import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
@@ -147,7 +148,9 @@ export const appRoutes =
       await deletionTransaction(db, async (tx) => {
         await purgeAppHistory(tx, current.id);
         // Deleted meanwhile by another request: that one was audited, not this one.
-        if (!(await deleteApp(tx, current.id))) throw notFound('application');
+        const deleted = await deleteApp(tx, current.id);
+        if (!deleted) throw notFound('application');
+        await emitAppEndpointsDeleted(tx, { id: current.id, uid: deleted.uid }, deleted.endpoints);
         await recordAudit(tx, {
           actor: request.actor.id,
           action: 'app.deleted',
