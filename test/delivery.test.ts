@@ -625,6 +625,9 @@ describe('resend and recover leave a message whose payload is gone', () => {
         assert.equal((await deliveryOf(tx, gone, ep))!.cycle, 1, 'no new cycle');
         const read = await tx.call('GET', `/api/v1/app/${app}/msg/${gone}`);
         assert.deepEqual(read.body.payload, { expired: true }, 'it reads as it would be sent: gone');
+        const endpointPage = await tx.call('GET', `/api/v1/app/${app}/endpoint/${ep}/msg`);
+        const listed = endpointPage.body.data.find((m: { id: string }) => m.id === gone);
+        assert.deepEqual(listed.payload, { expired: true }, "and so on the endpoint's messages");
       }
 
       // Held disabled, so that what recover restarted stays pending to be looked at.

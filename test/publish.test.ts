@@ -949,6 +949,48 @@ describe('listing messages by time', () => {
     assert.deepEqual(await list(`before=${at(4 * day)}`), []);
   });
 
+  test('a timestamp as shown bounds its own row out: after and before set to it leave it out, a millisecond beyond takes it in', async () => {
+    const app = await createApp(t, 'own-time');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/own-time` });
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    await waitFor(
+      'its attempt',
+      async () => (await t.call('GET', `/api/v1/app/${app}/attempt/msg/${msg}`)).body.data.length === 1,
+    );
+    // Stored to the microsecond, shown to the millisecond: 536 µs past the millisecond shown.
+    const pastShown = `date_trunc('milliseconds', %) + interval '536 microseconds'`;
+    await t.database.db.query(
+      `update message set created_at = ${pastShown.replace('%', 'created_at')} where id = $1`,
+      [msg],
+    );
+    await t.database.db.query(
+      `update attempt set started_at = ${pastShown.replace('%', 'started_at')} where message_id = $1`,
+      [msg],
+    );
+    const shown = {
+      msg: (await t.call('GET', `/api/v1/app/${app}/msg/${msg}`)).body.timestamp as string,
+      attempt: (await t.call('GET', `/api/v1/app/${app}/attempt/msg/${msg}`)).body.data[0]
+        .timestamp as string,
+    };
+    const shifted = (iso: string, ms: number) =>
+      encodeURIComponent(new Date(Date.parse(iso) + ms).toISOString());
+    for (const [path, at] of [
+      [`/msg`, shown.msg],
+      [`/endpoint/${ep}/msg`, shown.msg],
+      [`/attempt/endpoint/${ep}`, shown.attempt],
+    ] as const) {
+      const found = async (query: string) => {
+        const page = await t.call('GET', `/api/v1/app/${app}${path}?${query}`);
+        assert.equal(page.status, 200, JSON.stringify(page.body));
+        return page.body.data.length;
+      };
+      assert.equal(await found(`after=${shifted(at, 0)}`), 0, `${path}: not after its own time`);
+      assert.equal(await found(`before=${shifted(at, 0)}`), 0, `${path}: not before its own time`);
+      assert.equal(await found(`after=${shifted(at, -1)}`), 1, `${path}: after a millisecond before`);
+      assert.equal(await found(`before=${shifted(at, 1)}`), 1, `${path}: before a millisecond after`);
+    }
+  });
+
   test('after alone pages from its moment towards newer messages, as Svix does; an iterator overrides both', async () => {
     const app = await createApp(t, 'tail-after');
     const appId = (await t.database.db.query<{ id: string }>(`select id from app where uid = 'tail-after'`))
@@ -1188,9 +1230,10 @@ describe("an endpoint's messages and attempts, filtered", () => {
       'GET',
       `/api/v1/app/${app}${attempts}?status_code_class=500&with_content=false`,
     );
-    assert.equal(without.body.data[0].response, '');
+    // As Svix answers it: a client that parses it as JSON does not fail.
+    assert.equal(without.body.data[0].response, '{}');
     const byMessage = await t.call('GET', `/api/v1/app/${app}/attempt/msg/${sent['old']}?with_content=false`);
-    assert.equal(byMessage.body.data[0].response, '');
+    assert.equal(byMessage.body.data[0].response, '{}');
 
     // A message still waiting for its first attempt (the endpoint is disabled) is the endpoint's
     // too, with its tags.

@@ -79,13 +79,16 @@ export function presentMessageJson(m: MessageRow, withContent = true): string {
   return JSON.stringify(presentMessage(m, false)).replace('"payload":{}', () => `"payload":${m.payload}`);
 }
 
-/** `withContent: false` leaves out the attempt's content: the response body it recorded. */
+/**
+ * `withContent: false` leaves out the attempt's content: the response body it recorded reads `{}`,
+ * as Svix answers it (a client that parses it as JSON must not fail on herald alone).
+ */
 export const presentAttempt = (a: AttemptRow, withContent = true) => ({
   id: a.id,
   msgId: a.messageId,
   endpointId: a.endpointId,
   url: a.url,
-  response: withContent ? (a.responseBody ?? '') : '',
+  response: withContent ? (a.responseBody ?? '') : '{}',
   responseStatusCode: a.statusCode ?? 0,
   responseDurationMs: a.durationMs ?? 0,
   ...attemptStatus(a.outcome),

@@ -1,6 +1,7 @@
 // The attempt history: one row per request herald started, never rewritten once finished.
 
 import type { AttemptOutcome, DeliveryState } from '../domain/message-status.ts';
+import { shownPayload } from './messages.ts';
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
 import { createdBetween } from './time-ids.ts';
@@ -174,7 +175,8 @@ export async function listAttemptedMessages(
 ) {
   const q = pageQuery('d.message_id', page, 3);
   const result = await db.query<AttemptedMessageRow>(
-    `select m.id as "messageId", m.event_type as "eventType", m.event_id as "eventId", m.payload, m.channels,
+    `select m.id as "messageId", m.event_type as "eventType", m.event_id as "eventId", ${shownPayload('m.')} as payload,
+            m.channels,
             m.tags, m.created_at as "createdAt", d.state, d.next_attempt_at as "nextAttemptAt"
        from delivery d join message m on m.id = d.message_id
       where d.app_id = $1 and d.endpoint_id = $2 and ${q.condition}

@@ -39,10 +39,13 @@ export interface NewMessage {
 const columns = (payload: string) => `id, app_id as "appId", event_type as "eventType", event_id as "eventId",
   ${payload} as payload, channels, tags, created_at as "createdAt"`;
 /**
- * A payload past its retention reads as gone before the job that removes expired payloads (each
- * minute) has reached it, as the claim sends none (migration 0044) and a resend refuses it.
+ * A message's payload as herald shows it, `alias` being its table's (with its dot, or empty): one
+ * past its retention reads as gone before the job that removes expired payloads (each minute) has
+ * reached it, as the claim sends none (migration 0044) and a resend refuses it.
  */
-const COLUMNS = columns('case when payload_expires_at <= now() then null else payload end');
+export const shownPayload = (alias: string) =>
+  `case when ${alias}payload_expires_at <= now() then null else ${alias}payload end`;
+const COLUMNS = columns(shownPayload(''));
 
 export type PublishResult =
   | { kind: 'created'; message: MessageRow; deliveries: number }

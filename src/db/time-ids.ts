@@ -37,9 +37,17 @@ export function createdBetween(on: {
   includeAfter?: boolean;
 }): string {
   const { prefix, idColumn: id, timeColumn: time, before, after } = on;
-  const fromAfter = on.includeAfter ? '>=' : '>';
+  // Rows are compared by the time they are shown with — to the millisecond, where the column holds
+  // microseconds — so that `after` set to a row's own timestamp leaves that row out (a poll from
+  // the last row seen got it again), and `before` set to it leaves it out too. A shown time is
+  // after A when the row's time reaches the next millisecond past A, at or after A when it reaches
+  // A's millisecond rounded up, and before B when it is below B's rounded up.
+  const roundedUp = (moment: string) => `date_trunc('milliseconds', ${moment} + interval '999 microseconds')`;
+  const fromAfter = on.includeAfter
+    ? roundedUp(after)
+    : `date_trunc('milliseconds', ${after}) + interval '1 millisecond'`;
   return `(${before}::timestamptz is null
-           or (${id} < ${firstIdAt(prefix, `${before} + interval '1 hour'`)} and ${time} < ${before}))
+           or (${id} < ${firstIdAt(prefix, `${before} + interval '1 hour'`)} and ${time} < ${roundedUp(before)}))
       and (${after}::timestamptz is null
-           or (${id} >= ${firstIdAt(prefix, after)} and ${time} ${fromAfter} ${after}))`;
+           or (${id} >= ${firstIdAt(prefix, after)} and ${time} >= ${fromAfter}))`;
 }
