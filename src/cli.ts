@@ -5,6 +5,7 @@
 import fs from 'node:fs';
 import { Command, InvalidArgumentError } from 'commander';
 import { z } from 'zod';
+import { rethrowTakenUid, SOURCE_UID_TAKEN } from './api/uid-conflict.ts';
 import { assertDoctorThresholds, type ConfigUse, type HeraldConfig, loadConfig } from './config.ts';
 import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
@@ -363,14 +364,22 @@ sources
           eventType: options.eventType,
           secret: secrets.length > 0 ? secrets : undefined,
           businessKey: options.businessKey,
-          settings: options.settings ? JSON.parse(options.settings) : undefined,
+          settings: options.settings ? parseSettings(options.settings) : undefined,
         });
-        const created = await herald.core.db.transaction((tx) =>
-          createSource(herald.core, tx, CLI_ACTOR, input),
-        );
+        const created = await herald.core.db
+          .transaction((tx) => createSource(herald.core, tx, CLI_ACTOR, input))
+          .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
         console.log(`${created.id}\t/ingest/${created.uid ?? created.id}`);
       }),
   );
+
+function parseSettings(text: string): unknown {
+  try {
+    return JSON.parse(text);
+  } catch (error) {
+    throw new Error(`--settings is not JSON: ${(error as Error).message}`);
+  }
+}
 
 /** A secret kept in a file (a mounted secret, say), not on the command line where `ps` shows it. */
 function readSecretFile(path: string): string {

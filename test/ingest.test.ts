@@ -1076,5 +1076,29 @@ describe('the command line', () => {
     assert.notEqual(missing.code, 0);
     assert.match(missing.stderr, /--secret-file .*nope: ENOENT/);
     assert.doesNotMatch(run.stdout + run.stderr + missing.stderr, new RegExp(SOURCE_SECRET.slice(6, 20)));
+
+    // As the API answers them: a uid taken, and settings that are not JSON, each named.
+    const base = [
+      'sources',
+      'create',
+      '--scheme',
+      'standard-webhooks',
+      '--app',
+      'tickets',
+      '--event-type',
+      'e',
+    ];
+    const taken = await runHerald(
+      [...base, '--uid', 'from-file', '--secret-file', file],
+      testEnv(t.database.url),
+    );
+    assert.equal(taken.code, 1, taken.stderr);
+    assert.equal(taken.stderr.trim(), 'herald: a source with this uid exists');
+    const badSettings = await runHerald(
+      [...base, '--secret-file', file, '--settings', '{bad'],
+      testEnv(t.database.url),
+    );
+    assert.equal(badSettings.code, 1, badSettings.stderr);
+    assert.match(badSettings.stderr, /^herald: --settings is not JSON: /);
   });
 });

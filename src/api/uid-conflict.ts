@@ -4,6 +4,9 @@
 
 import { HeraldError } from '../errors.ts';
 
+/** What a create or change of a source with a uid already taken answers (API and CLI alike). */
+export const SOURCE_UID_TAKEN = 'a source with this uid exists';
+
 export const isUniqueViolation = (error: unknown): boolean => (error as { code?: string }).code === '23505';
 
 /** A `.catch` handler: a unique violation becomes a 409 with `detail`; anything else goes on. */

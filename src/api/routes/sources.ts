@@ -11,7 +11,7 @@ import { sourceLabel } from '../../ops/metrics.ts';
 import { SourceIn, SourcePatch } from '../../schemas/sources.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
-import { rethrowTakenUid } from '../uid-conflict.ts';
+import { rethrowTakenUid, SOURCE_UID_TAKEN } from '../uid-conflict.ts';
 
 type Params = { source_id: string };
 
@@ -28,8 +28,6 @@ export const presentSource = (s: SourceRow) => ({
   createdAt: s.createdAt,
   updatedAt: s.updatedAt,
 });
-
-const SOURCE_UID_TAKEN = 'a source with this uid exists';
 
 export const sourceRoutes =
   (core: Core): FastifyPluginAsync =>
