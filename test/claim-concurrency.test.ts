@@ -376,3 +376,20 @@ test("a stale lease's result and its delivery's live one, handed over together: 
     'the discarded result is logged, once, and only it',
   );
 });
+
+test('a result whose delivery was deleted while its request was out is discarded and said so at info, not as a lost lease', async () => {
+  await seed('deleted-while-out', 1, 1);
+  const [claim] = await claimDeliveries(database.db, { batch: 1, leaseSeconds: 30, afterEndpoint: '' });
+  assert.ok(claim);
+  await database.db.query('delete from endpoint where id = $1', [claim.endpointId]);
+  const logged: { level: number; msg: string; deliveryId?: string }[] = [];
+  const log = pino({ level: 'info' }, { write: (line: string) => void logged.push(JSON.parse(line)) });
+  const finalizer = createFinalizer({ db: database.db, disableAfter: 5, log });
+  const { outcome } = await finalizer.record(attemptResult(claim), claim.leaseEndsBy);
+  assert.equal(outcome?.recorded, false, 'nothing to record it on');
+  assert.deepEqual(
+    logged.map((l) => [l.level, l.msg, l.deliveryId]),
+    [[30, 'its delivery was deleted while the request was out; result discarded', claim.deliveryId]],
+    'once, at info: a delete is routine, a lost lease is not',
+  );
+});

@@ -263,6 +263,12 @@ export async function attemptRecovered(db: Queryable, attemptId: string): Promis
   return result.rows.length > 0;
 }
 
+/** Which of these deliveries exist (those not deleted, with their endpoint, app or message). */
+export async function existingDeliveries(db: Queryable, ids: readonly string[]): Promise<Set<string>> {
+  const result = await db.query<{ id: string }>('select id from delivery where id = any($1)', [ids]);
+  return new Set(result.rows.map((r) => r.id));
+}
+
 /**
  * Gives back, unsent, every lease of a claim its worker never started (the claim's answer was
  * lost after it committed, or its signing keys could not be read); returns how many there were.

@@ -31,6 +31,7 @@ const NOT_SENT_REASONS = [
   'stopping',
   'claim_lost',
   'keys_unavailable',
+  'endpoint_changed',
 ] as const;
 export type NotSentReason = (typeof NOT_SENT_REASONS)[number];
 const INTAKE_OUTCOMES: readonly IntakeOutcome[] = ['claimed', 'joined', 'duplicate', 'rejected'];

@@ -56,6 +56,8 @@ export interface SendNotStarted {
   kind: 'not_started';
   requestSent: false;
   queuedMs: number;
+  /** Its `stillWanted` said no when its place came: the caller withdrew it, not the clock. */
+  withdrawn: boolean;
 }
 
 export type SendResult = SendAttempt | SendNotStarted;
@@ -69,6 +71,11 @@ export interface OutboundRequest {
    * wait (for as long as its lease allows) behind other requests to the same origin.
    */
   headersAtSend?: () => Record<string, string>;
+  /**
+   * Asked once the request has its place at its origin, right before it leaves: false withdraws
+   * it, unsent (`not_started`, `withdrawn`) — what it was made from has changed while it waited.
+   */
+  stillWanted?: () => boolean;
   body: string | Buffer;
 }
 
@@ -266,7 +273,11 @@ async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: D
   // Wait for a place at the origin; the deadline starts only once the request is let through.
   const entry = await settings.gate.enter(route.origin, req.startBy);
   queuedMs = entry.waitedMs;
-  if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs };
+  if (!entry.entered) return { kind: 'not_started', requestSent: false, queuedMs, withdrawn: false };
+  if (req.stillWanted?.() === false) {
+    entry.leave();
+    return { kind: 'not_started', requestSent: false, queuedMs, withdrawn: true };
+  }
   let atSend: Record<string, string> | undefined;
   try {
     atSend = req.headersAtSend?.();

@@ -107,16 +107,22 @@ export interface UnstartedAttempt {
   leaseToken: string;
   /** How long the request waited for its origin. */
   queuedMs: number;
+  /** `stillWanted` withdrew it when its place came (its endpoint changed), not its start limit. */
+  withdrawn: boolean;
 }
 
 export type AttemptRun = FinishedAttempt | UnstartedAttempt;
 
-/** `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease. */
+/**
+ * `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease.
+ * `stillWanted`: asked right before the request leaves (see OutboundRequest.stillWanted).
+ */
 export async function runAttempt(
   ctx: AttemptContext,
   claim: ClaimedDelivery,
   keys: readonly Buffer[],
   startBy: Date,
+  stillWanted?: () => boolean,
 ): Promise<AttemptRun> {
   const now = ctx.now ?? databaseClock(claim);
   const base = { deliveryId: claim.deliveryId, leaseToken: claim.leaseToken };
@@ -156,8 +162,10 @@ export async function runAttempt(
       signatureHeaders(claim.messageId, body, keys, Math.floor(now().getTime() / 1000), svixHeaders),
     body,
     startBy,
+    stillWanted,
   });
-  if (sent.kind === 'not_started') return { kind: 'not_started', ...base, queuedMs: sent.queuedMs };
+  if (sent.kind === 'not_started')
+    return { kind: 'not_started', ...base, queuedMs: sent.queuedMs, withdrawn: sent.withdrawn };
   // The request left and was answered; a crash here leaves the attempt open for lease recovery.
   failpoint('attempt.after_send');
   const verdict = judgeAttempt(sent, claim);

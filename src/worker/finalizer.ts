@@ -13,6 +13,7 @@ import {
   type AttemptResult,
   type ClaimedDelivery,
   type ClaimRequest,
+  existingDeliveries,
   type RecordedOutcome,
   recordOutcomes,
   recordOutcomesAndClaim,
@@ -113,6 +114,25 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
   const maxBatch = options.maxBatch ?? 500;
   let running: Promise<void> | null = null;
 
+  /**
+   * Logs each result the write discarded (invariant 5), once. A lease lost is a warning: this
+   * worker stalled past it, or the database was away. A delivery gone is routine — its endpoint,
+   * its app or its message was deleted while the request was out — and said so, at info: it
+   * would otherwise raise the alarm of a stalled worker at every delete.
+   */
+  async function logDiscarded(discarded: readonly PendingResult[]): Promise<void> {
+    if (discarded.length === 0) return;
+    const ids = discarded.map((p) => p.result.deliveryId);
+    // Not knowing (the database away again) tells of a lost lease, as before this look.
+    const existing = await existingDeliveries(options.db, ids).catch(() => new Set(ids));
+    for (const { result } of discarded) {
+      const details = { deliveryId: result.deliveryId, outcome: result.outcome };
+      if (existing.has(result.deliveryId))
+        options.log.warn(details, 'lease lost before the outcome was recorded; result discarded');
+      else options.log.info(details, 'its delivery was deleted while the request was out; result discarded');
+    }
+  }
+
   async function writeWithRetry(batch: PendingResult[]): Promise<void> {
     let backoff = FIRST_BACKOFF_MS;
     let live = batch;
@@ -143,16 +163,8 @@ export function createFinalizer(options: FinalizerOptions): Finalizer {
           : await recordAndClaim(results, firstTry, tryMs);
         const seconds = (performance.now() - startedAt) / 1000;
         const byDelivery = new Map(recorded.map((r) => [r.deliveryId, r]));
-        for (const p of live) {
-          const outcome = byDelivery.get(p.result.deliveryId) ?? null;
-          if (!outcome?.recorded) {
-            options.log.warn(
-              { deliveryId: p.result.deliveryId, outcome: p.result.outcome },
-              'lease lost before the outcome was recorded; result discarded',
-            );
-          }
-          p.done({ outcome, claimedAlong });
-        }
+        await logDiscarded(live.filter((p) => !byDelivery.get(p.result.deliveryId)?.recorded));
+        for (const p of live) p.done({ outcome: byDelivery.get(p.result.deliveryId) ?? null, claimedAlong });
         options.written?.(live.length, seconds);
         return;
       } catch (error) {

@@ -30,6 +30,7 @@ import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
+import { createEndpointChanges, ENDPOINT_CHANGED_CHANNEL } from './endpoint-changes.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
 
@@ -161,6 +162,8 @@ export function createWorker(options: WorkerOptions): Worker {
    */
   let leasesOverAt = Number.POSITIVE_INFINITY;
   let unlisten: (() => Promise<void>) | null = null;
+  /** Endpoint changes heard: a request claimed before one is withdrawn as it is about to leave. */
+  const endpointChanges = createEndpointChanges(options.leaseSeconds * 1000);
   let operatorEndpointId: string | null = null;
   const reportsToOperator = () => options.operatorWebhooksConfigured === true || operatorEndpointId !== null;
   let listenFailed = false;
@@ -251,8 +254,9 @@ export function createWorker(options: WorkerOptions): Worker {
     reason: NotSentReason,
     message: string,
     details: Record<string, unknown> = {},
+    level: 'warn' | 'info' = 'warn',
   ): Promise<void> {
-    const given = releaseCounted(claim, reason, message, details);
+    const given = releaseCounted(claim, reason, message, details, level);
     track(
       givingBack,
       given.catch(() => {}),
@@ -265,6 +269,7 @@ export function createWorker(options: WorkerOptions): Worker {
     reason: NotSentReason,
     message: string,
     details: Record<string, unknown>,
+    level: 'warn' | 'info',
   ): Promise<void> {
     const released = await whileLeased(claim.leaseEndsBy.getTime(), reason, () => releaseUnsent(db, claim));
     // Not found: recovery took it, unless an earlier try committed unseen (the check failing, as
@@ -277,7 +282,7 @@ export function createWorker(options: WorkerOptions): Worker {
       return;
     }
     metrics?.attemptNotSent(reason);
-    log.warn({ deliveryId: claim.deliveryId, ...details }, message);
+    log[level]({ deliveryId: claim.deliveryId, ...details }, message);
   }
 
   /** Starts what an outcome write claimed along, on its own: nothing waits for it but stop(). */
@@ -360,8 +365,21 @@ export function createWorker(options: WorkerOptions): Worker {
         claim,
         keys,
         startBy,
+        () => !endpointChanges.changedSince(claim.endpointId, claimSentAt(claim)),
       );
       releaseSlot();
+      if (result.kind === 'not_started' && result.withdrawn) {
+        // Routine (an operator's change): claimed again, it goes out as the endpoint is now, or,
+        // deleted or disabled, not at all. Its budget is kept.
+        await giveBack(
+          claim,
+          'endpoint_changed',
+          'its endpoint changed while it waited to be sent; given back unsent',
+          { endpointId: claim.endpointId, queuedMs: result.queuedMs },
+          'info',
+        );
+        return;
+      }
       if (result.kind === 'not_started') {
         // Its request waited for a connection to its origin (shared with other endpoints) until
         // its deadline no longer fitted in the lease — herald's congestion, not the endpoint's
@@ -433,7 +451,17 @@ export function createWorker(options: WorkerOptions): Worker {
   async function listenForWakeUps(): Promise<void> {
     if (unlisten) return;
     try {
-      unlisten = await db.listen(WAKE_CHANNEL, nudge);
+      const unlistenWake = await db.listen(WAKE_CHANNEL, nudge);
+      const unlistenChanges = await db
+        .listen(ENDPOINT_CHANGED_CHANNEL, endpointChanges.heard)
+        .catch(async (error: Error) => {
+          await unlistenWake();
+          throw error;
+        });
+      unlisten = async () => {
+        await unlistenWake();
+        await unlistenChanges();
+      };
       if (listenFailed) log.info('listening for wake-ups again');
       listenFailed = false;
     } catch (error) {
@@ -453,6 +481,7 @@ export function createWorker(options: WorkerOptions): Worker {
    */
   async function maintain(): Promise<void> {
     if (running) await listenForWakeUps();
+    endpointChanges.forgetOld();
     // First: deferred deliveries coming due must reach the claims whatever else fails below.
     await step('tending the deferred deliveries', tend);
     await step('finding the operator endpoint', findOperatorEndpoint);
@@ -487,6 +516,9 @@ export function createWorker(options: WorkerOptions): Worker {
   async function findOperatorEndpoint(): Promise<void> {
     if (options.findOperatorEndpoint) operatorEndpointId = await options.findOperatorEndpoint();
   }
+
+  /** When a claim was sent, on the steady clock: every claim asks for the worker's lease length. */
+  const claimSentAt = (claim: ClaimedDelivery) => claim.leaseEndsBy.getTime() - options.leaseSeconds * 1000;
 
   async function recoverLeases(): Promise<void> {
     const afterRecover = reportsToOperator() ? options.afterRecover : undefined;
