@@ -1044,60 +1044,38 @@ describe('the command line', () => {
     const dir = await mkdtemp(join(tmpdir(), 'herald-secret-'));
     const file = join(dir, 'secret');
     await writeFile(file, `${SOURCE_SECRET}\n`, { mode: 0o600 });
-    const run = await runHerald(
-      [
-        'sources',
-        'create',
-        '--scheme',
-        'standard-webhooks',
-        '--app',
-        'tickets',
-        '--event-type',
-        'ticket.changed',
-        '--uid',
-        'from-file',
-        '--secret-file',
-        file,
-      ],
-      testEnv(t.database.url),
-    );
+    /** `herald sources create` of a standard-webhooks source to the tickets app, with `more`. */
+    const create = (eventType: string, ...more: string[]) =>
+      runHerald(
+        [
+          'sources',
+          'create',
+          '--scheme',
+          'standard-webhooks',
+          '--app',
+          'tickets',
+          '--event-type',
+          eventType,
+          ...more,
+        ],
+        testEnv(t.database.url),
+      );
+    const run = await create('ticket.changed', '--uid', 'from-file', '--secret-file', file);
     assert.equal(run.code, 0, `${run.stdout}\n${run.stderr}`);
     assert.match(run.stdout, /\/ingest\/from-file/);
     const body = '{"ticket":"file","action":"opened"}';
     assert.equal((await deliver(signed('evt_from_file', body), body, 'from-file')).status, 204);
 
-    const missing = await runHerald(
-      ['sources', 'create', '--scheme', 'standard-webhooks', '--app', 'tickets', '--event-type', 'e'].concat([
-        '--secret-file',
-        join(dir, 'nope'),
-      ]),
-      testEnv(t.database.url),
-    );
+    const missing = await create('e', '--secret-file', join(dir, 'nope'));
     assert.notEqual(missing.code, 0);
     assert.match(missing.stderr, /--secret-file .*nope: ENOENT/);
     assert.doesNotMatch(run.stdout + run.stderr + missing.stderr, new RegExp(SOURCE_SECRET.slice(6, 20)));
 
     // As the API answers them: a uid taken, and settings that are not JSON, each named.
-    const base = [
-      'sources',
-      'create',
-      '--scheme',
-      'standard-webhooks',
-      '--app',
-      'tickets',
-      '--event-type',
-      'e',
-    ];
-    const taken = await runHerald(
-      [...base, '--uid', 'from-file', '--secret-file', file],
-      testEnv(t.database.url),
-    );
+    const taken = await create('e', '--uid', 'from-file', '--secret-file', file);
     assert.equal(taken.code, 1, taken.stderr);
     assert.equal(taken.stderr.trim(), 'herald: a source with this uid exists');
-    const badSettings = await runHerald(
-      [...base, '--secret-file', file, '--settings', '{bad'],
-      testEnv(t.database.url),
-    );
+    const badSettings = await create('e', '--secret-file', file, '--settings', '{bad');
     assert.equal(badSettings.code, 1, badSettings.stderr);
     assert.match(badSettings.stderr, /^herald: --settings is not JSON: /);
   });
