@@ -5,6 +5,7 @@ import type { DeliveryState } from '../domain/message-status.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import { SENT_AS_EXAMPLE } from './audit.ts';
+import { payloadKept } from './messages.ts';
 import type { Queryable } from './port.ts';
 import { createdBetween } from './time-ids.ts';
 
@@ -328,14 +329,11 @@ export async function recoverExpiredLeases(
 /**
  * A restart's hold on its delivery's message, until its transaction ends: history retention
  * (retention.ts) neither deletes the message under a restart nor misses one that committed. A
- * message whose payload is gone is not restarted: each attempt would fail at once
- * (payload_expired), and count as work done. Gone means removed, or past its retention though the
- * job that removes expired payloads (each minute) has not reached it yet: the claim sends no
- * payload past that time either (migration 0044).
+ * message whose payload is not kept (payloadKept) is not restarted: each attempt would fail at
+ * once (payload_expired), and count as work done.
  */
 const messageHeld = (messageId: string) =>
-  `exists (select 1 from message m where m.id = ${messageId} and m.payload is not null
-             and m.payload_expires_at > now() for key share)`;
+  `exists (select 1 from message m where m.id = ${messageId} and ${payloadKept('m.')} for key share)`;
 const MESSAGE_HELD = messageHeld('delivery.message_id');
 
 /**

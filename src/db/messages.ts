@@ -39,12 +39,15 @@ export interface NewMessage {
 const columns = (payload: string) => `id, app_id as "appId", event_type as "eventType", event_id as "eventId",
   ${payload} as payload, channels, tags, created_at as "createdAt"`;
 /**
- * A message's payload as herald shows it, `alias` being its table's (with its dot, or empty): one
- * past its retention reads as gone before the job that removes expired payloads (each minute) has
- * reached it, as the claim sends none (migration 0044) and a resend refuses it.
+ * Whether a message still has a payload to show or send, `alias` being its table's (with its dot,
+ * or empty): one past its retention is gone before the job that removes expired payloads (each
+ * minute) has reached it, as the claim sends none past that time (migration 0044).
  */
-export const shownPayload = (alias: string) =>
-  `case when ${alias}payload_expires_at <= now() then null else ${alias}payload end`;
+export const payloadKept = (alias: string) =>
+  `(${alias}payload is not null and ${alias}payload_expires_at > now())`;
+
+/** A message's payload as herald shows it: null (`{"expired": true}`) once it is not kept. */
+export const shownPayload = (alias: string) => `case when ${payloadKept(alias)} then ${alias}payload end`;
 const COLUMNS = columns(shownPayload(''));
 
 export type PublishResult =

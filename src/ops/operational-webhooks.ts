@@ -78,20 +78,14 @@ export async function emitEndpointEvent(
   type: EndpointEventType,
   endpoint: { id: string; appId: string; uid: string | null },
 ): Promise<void> {
-  const found = await tx.query<OperatorApp & { appUid: string | null }>(
-    `select o.id, o.retention_days as "retentionDays", (select a.uid from app a where a.id = $2) as "appUid"
-       from app o where o.uid = $1
-        for key share of o skip locked`,
-    [OPERATOR_APP_UID, endpoint.appId],
-  );
-  const operator = found.rows[0];
-  if (!operator || operator.id === endpoint.appId) return;
-  await publishEvent(tx, operator, type, endpointEventData(endpoint, operator.appUid), null);
+  const operator = await operatorReportingOn(tx, endpoint.appId);
+  if (operator) await publishEvent(tx, operator, type, endpointEventData(endpoint, operator.appUid), null);
 }
 
 /**
  * endpoint.deleted for each endpoint an app's deletion took with it (deleteApp), in its
- * transaction: whoever mirrors the endpoints from these events would otherwise keep them.
+ * transaction: whoever mirrors the endpoints from these events would otherwise keep them. The
+ * app's row is gone by then: its uid comes as the deletion found it.
  */
 export async function emitAppEndpointsDeleted(
   tx: Queryable,
@@ -99,16 +93,31 @@ export async function emitAppEndpointsDeleted(
   endpoints: readonly { id: string; uid: string | null }[],
 ): Promise<void> {
   if (endpoints.length === 0) return;
-  const found = await tx.query<OperatorApp>(
-    `select id, retention_days as "retentionDays" from app where uid = $1 for key share skip locked`,
-    [OPERATOR_APP_UID],
-  );
-  const operator = found.rows[0];
-  if (!operator || operator.id === app.id) return;
+  const operator = await operatorReportingOn(tx, app.id);
+  if (!operator) return;
   for (const endpoint of endpoints) {
     const data = endpointEventData({ ...endpoint, appId: app.id }, app.uid);
     await publishEvent(tx, operator, 'endpoint.deleted', data, null);
   }
+}
+
+/**
+ * The operator app that changes to `appId`'s endpoints report to, with that app's uid; null when
+ * there is none (operational webhooks are off: no process's HERALD_OPERATOR_WEBHOOK_URL made it),
+ * or the app is the operator's own.
+ */
+async function operatorReportingOn(
+  tx: Queryable,
+  appId: string,
+): Promise<(OperatorApp & { appUid: string | null }) | null> {
+  const found = await tx.query<OperatorApp & { appUid: string | null }>(
+    `select o.id, o.retention_days as "retentionDays", (select a.uid from app a where a.id = $2) as "appUid"
+       from app o where o.uid = $1
+        for key share of o skip locked`,
+    [OPERATOR_APP_UID, appId],
+  );
+  const operator = found.rows[0];
+  return operator && operator.id !== appId ? operator : null;
 }
 
 /** Svix's EndpointCreatedEventData (and its updated and deleted twins). */
