@@ -490,6 +490,86 @@ describe('validation failures: 422 naming the field, nothing stored', () => {
       body: { eventTypes: ['a.b'], filterTypes: null },
       loc: ['body', 'eventTypes'],
     },
+    // A uid that begins as the kind's ids do could name another object: refused, as Svix does.
+    ...(
+      [
+        ['an app uid that begins as app ids do', 'POST', '/api/v1/app', { name: 'x', uid: 'app_2a' }, 'uid'],
+        ['an app renamed to such a uid', 'PATCH', '/api/v1/app/acme', { uid: 'app_2a' }, 'uid'],
+        [
+          'an endpoint uid that begins as endpoint ids do',
+          'POST',
+          '/api/v1/app/acme/endpoint',
+          { url: EP_URL, uid: 'ep_2a' },
+          'uid',
+        ],
+        [
+          'an event id that begins as message ids do',
+          'POST',
+          '/api/v1/app/acme/msg',
+          { eventType: 'invoice.paid', payload: {}, eventId: 'msg_2a' },
+          'eventId',
+        ],
+        [
+          'a source uid that begins as source ids do',
+          'POST',
+          '/api/v1/source',
+          { uid: 'src_2a', scheme: 'github', secret: 'gh-secret-1', app: 'acme', eventType: 'push' },
+          'uid',
+        ],
+        // throttleRate under both its names, two rates: which one was meant is not said.
+        [
+          'an app with two rates',
+          'POST',
+          '/api/v1/app',
+          { name: 'x', rateLimit: 3, throttleRate: 4 },
+          'rateLimit',
+        ],
+        [
+          'an app PUT with two rates',
+          'PUT',
+          '/api/v1/app/acme',
+          { name: 'x', rateLimit: 3, throttleRate: 4 },
+          'rateLimit',
+        ],
+        [
+          'an endpoint with two rates',
+          'POST',
+          '/api/v1/app/acme/endpoint',
+          { url: EP_URL, rateLimit: 8, throttleRate: 9 },
+          'rateLimit',
+        ],
+        [
+          'an endpoint PATCH with two rates',
+          'PATCH',
+          '/api/v1/app/acme/endpoint/ep-1',
+          { rateLimit: 0, throttleRate: 9 },
+          'rateLimit',
+        ],
+        // A PUT creates under the path's uid: one in the body that differs would put the object
+        // elsewhere, and the same PUT again would try to create it again.
+        [
+          'PUT creating an app with another uid in the body',
+          'PUT',
+          '/api/v1/app/putx',
+          { name: 'x', uid: 'puty' },
+          'uid',
+        ],
+        [
+          'PUT creating an endpoint with another uid in the body',
+          'PUT',
+          '/api/v1/app/acme/endpoint/epx',
+          { url: EP_URL, uid: 'epy' },
+          'uid',
+        ],
+      ] as const
+    ).map(([name, method, path, body, field]) => ({ name, method, path, body, loc: ['body', field] })),
+    {
+      name: 'endpoint stats until before since',
+      method: 'GET',
+      path: '/api/v1/app/acme/endpoint/ep-1/stats?since=2030-01-01T00:00:00Z&until=2020-01-01T00:00:00Z',
+      body: undefined,
+      loc: ['query', 'until'],
+    },
     {
       name: 'source overlap without a new secret (it would revoke nothing)',
       method: 'PATCH',
@@ -925,6 +1005,15 @@ describe('not found: 404 with code not_found', () => {
     ['unknown route elsewhere', 'GET', '/nope'],
     ['a method the route does not have', 'DELETE', '/api/v1/app'],
     ['an identifier longer than any herald accepts', 'GET', `/api/v1/app/${'a'.repeat(4000)}`],
+    // An id that names nothing is no uid to create under (no uid may begin as ids do).
+    ['PUT to an app id that names nothing', 'PUT', '/api/v1/app/app_2a', { name: 'x' }],
+    ['PUT to an endpoint id that names nothing', 'PUT', '/api/v1/app/acme/endpoint/ep_2a', { url: EP_URL }],
+    [
+      'publish creating its app under an app id that names nothing',
+      'POST',
+      '/api/v1/app/app_2a/msg',
+      { eventType: 'invoice.paid', payload: {}, application: { name: 'x' } },
+    ],
   ];
   for (const [name, method, path, body] of cases) {
     test(name, async () => {
@@ -1017,12 +1106,22 @@ describe('conflicts: 409', () => {
       409,
       'conflict',
     );
-    // PUT to a new path creates, but not with somebody else's uid.
-    assertError(
-      await rejected(() => send('PUT', '/api/v1/app/brand-new', { name: 'New', uid: 'acme' })),
-      409,
-      'conflict',
-    );
+  });
+
+  test('concurrent PUTs of one new app, or endpoint, answer as if in turn: one creates it, the others update it', async () => {
+    for (const path of ['/api/v1/app/raced', '/api/v1/app/acme/endpoint/raced']) {
+      const body = path.includes('endpoint') ? { url: EP_URL } : { name: 'Raced' };
+      const answers = await Promise.all(Array.from({ length: 10 }, () => send('PUT', path, body)));
+      const statuses = answers.map((a) => a.status).sort();
+      assert.deepEqual(
+        statuses,
+        [200, 200, 200, 200, 200, 200, 200, 200, 200, 201],
+        answers.map((a) => a.text).join(),
+      );
+      assert.equal(new Set(answers.map((a) => a.body.id)).size, 1, 'one object, the same for every caller');
+      assert.equal(answers[0]!.body.uid, 'raced');
+      assert.equal((await send('PUT', path, body)).status, 200, 'and the same PUT again updates it');
+    }
   });
 
   test('the operator app’s uid is herald’s to give: 422 by a publish that would create it, or a PUT', async () => {

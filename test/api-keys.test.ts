@@ -148,7 +148,10 @@ describe('scopes, app restrictions and revocation', () => {
   });
 
   test('a read key may read but not change anything, nor see a signing secret', async () => {
-    const { key } = await createKey(t, { name: 'reader', scopes: ['read'] });
+    // Scopes are a set: one named twice is kept once.
+    const { id, key } = await createKey(t, { name: 'reader', scopes: ['read', 'read'] });
+    const listed = await t.call('GET', '/api/v1/api-key');
+    assert.deepEqual(listed.body.data.find((k: { id: string }) => k.id === id).scopes, ['read']);
     const ep = `/api/v1/app/${appA}/endpoint/${endpointA}`;
     for (const path of ['/api/v1/app', `/api/v1/app/${appA}`, ep, `/api/v1/app/${appA}/msg/${messageA}`]) {
       const answer = await t.call('GET', path, undefined, bearer(key));

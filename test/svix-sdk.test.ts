@@ -303,14 +303,14 @@ describe('svix SDK against herald', () => {
       [created.id, second.id],
     );
     await svix.endpoint.delete('ep-app', second.id);
-    // A uid that is another endpoint's id does not hide that endpoint: the id wins. (The older
-    // endpoint takes the uid, so that it comes first in the app's index of endpoints.)
+    // No uid may be another endpoint's id (one that begins as ids do), as in Svix: it would hide
+    // one of the two, and a delete by it would remove the other.
     const older = await svix.endpoint.create('ep-app', { url: `${receiver.url}/older`, uid: 'older' });
     const target = await svix.endpoint.create('ep-app', { url: `${receiver.url}/target` });
-    await svix.endpoint.patch('ep-app', 'older', { uid: target.id });
-    assert.equal((await svix.endpoint.get('ep-app', target.id)).id, target.id);
+    const refused = await rejectsWith(422, () => svix.endpoint.patch('ep-app', 'older', { uid: target.id }));
+    assert.deepEqual((refused.body as { detail: { loc: string[] }[] }).detail[0]!.loc, ['body', 'uid']);
+    assert.equal((await svix.endpoint.get('ep-app', 'older')).id, older.id, 'its uid as it was');
     await svix.endpoint.delete('ep-app', target.id);
-    assert.equal((await svix.endpoint.get('ep-app', target.id)).id, older.id, 'then the uid finds its own');
     await svix.endpoint.delete('ep-app', older.id);
 
     // herald's own fields, which the SDK cannot send: set through the HTTP API, kept by a PUT.

@@ -4,6 +4,7 @@ import { z } from 'zod';
 import type { PageRequest } from '../db/pagination.ts';
 import { ident } from '../schemas/svix.ts';
 import { parseOrThrow } from '../schemas/validate.ts';
+import { UNTIL_AFTER_SINCE } from '../schemas/window.ts';
 
 const flag = z.union([z.boolean(), z.enum(['true', 'false']).transform((v) => v === 'true')]);
 /** A number in the query string; an empty one (`status=`) is absent, never 0. */
@@ -76,7 +77,13 @@ const LIST_QUERIES = new Map(
 const EventTypeFilter = z.object({ event_types: z.array(ident(256)) });
 
 /** Svix's window of an endpoint's statistics. */
-export const StatsQuery = z.object({ since: date.nullish(), until: date.nullish() });
+// A window that ends where or before it starts counts nothing: refused, as recover's is.
+export const StatsQuery = z
+  .object({ since: date.nullish(), until: date.nullish() })
+  .refine((w) => !w.since || !w.until || w.until > w.since, {
+    path: ['until'],
+    message: UNTIL_AFTER_SINCE[1].message,
+  });
 
 export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTypes: string[] | null };
 

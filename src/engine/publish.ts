@@ -23,8 +23,8 @@ import {
   invalidIdempotencyKey,
   notFound,
 } from '../errors.ts';
-import type { MessageIn } from '../schemas/svix.ts';
-import { assertPathIdentifier } from '../schemas/validate.ts';
+import { ID_PREFIX, type MessageIn } from '../schemas/svix.ts';
+import { assertPathIdentifier, uidFromPath } from '../schemas/validate.ts';
 import {
   appFieldsFrom,
   assertPublishAllowed,
@@ -226,10 +226,13 @@ async function resolveOrCreateApp(db: Queryable, actor: Actor, appIdOrUid: strin
       }
       // The app created is the one the path names: never another, which the answer's URL would
       // not find the message under.
-      const uid = input.application.uid ?? appIdOrUid;
-      if (uid !== appIdOrUid) throw invalidField(['application', 'uid'], 'must be the uid the path names');
       // Without a uid in the body, the path's becomes it: it must be one, as POST /app checks.
       assertPathIdentifier('app_id', appIdOrUid, 'application uid');
+      const uid = uidFromPath(appIdOrUid, input.application.uid, {
+        idPrefix: ID_PREFIX.app,
+        what: 'application',
+        field: ['application', 'uid'],
+      });
       assertUidAllowed(actor, uid);
       const created = await insertAppIfAbsent(db, { ...appFieldsFrom(input.application), uid });
       if (created) {

@@ -1,13 +1,13 @@
 // Request schemas of herald's inbound source API (/api/v1/source).
 
 import { z } from 'zod';
+import { ID_PREFIX, ident, uidBeside } from './svix.ts';
 import { NUL_REFUSED, text, withoutNul } from './text.ts';
 
-const IDENT = /^[a-zA-Z0-9\-_.]+$/;
 const secret = text().min(8).max(4096);
 
 export const SourceIn = z.object({
-  uid: z.string().min(1).max(256).regex(IDENT, 'only letters, digits, - _ and .').nullish(),
+  uid: uidBeside(ID_PREFIX.source).nullish(),
   scheme: z.enum([
     'standard-webhooks',
     'stripe',
@@ -23,7 +23,7 @@ export const SourceIn = z.object({
   /** One secret, or several that all verify (a provider's rotation overlap). */
   secret: z.union([secret, z.array(secret).min(1).max(5)]).nullish(),
   app: text().min(1).max(256),
-  eventType: z.string().min(1).max(256).regex(IDENT, 'only letters, digits, - _ and .'),
+  eventType: ident(256),
   businessKey: text().min(1).max(512).optional(),
   retentionDays: z.number().int().min(1).max(90).nullish(),
 });

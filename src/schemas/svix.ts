@@ -12,6 +12,15 @@ export const ident = (max: number) =>
   z.string().min(1).max(max).regex(IDENT, 'only letters, digits, - _ and .');
 /** A uid: what a path segment must look like when PUT creates an object under it. */
 export const Uid = ident(256);
+/** How the ids of each kind of object that also has a uid begin (herald_id, migration 0013). */
+export const ID_PREFIX = { app: 'app_', endpoint: 'ep_', message: 'msg_', source: 'src_' } as const;
+/**
+ * A uid beside ids that begin with `idPrefix`: refused when it begins so too, as Svix refuses it.
+ * A lookup by "id or uid" takes the id first, so such a uid could name another object: the one it
+ * names is then out of reach by it, and a delete by it removes the other one.
+ */
+export const uidBeside = (idPrefix: string) =>
+  ident(256).refine((v) => !v.startsWith(idPrefix), `must not begin with ${idPrefix}, as ids do`);
 const metadata = z.record(text(), text());
 // The pattern alone lets through text that is not canonical base64 (e.g. 33 'A's), which no
 // worker could decode into a signing key: require what signing needs (24 to 75 bytes).
@@ -31,26 +40,42 @@ const notSupported = (why: string) =>
     .optional()
     .describe(`Not supported: ${why}`);
 
-export const ApplicationIn = z.object({
-  // herald: days message payloads are kept when a publisher does not say (default 90).
-  retentionDays: z.number().int().min(1).max(90).nullish(),
-  name: text().min(1).max(256),
-  uid: ident(256).nullish(),
-  throttleRate: z.number().int().min(1).max(65535).nullish(),
-  // The official SDKs' newer name for throttleRate.
-  rateLimit: z.number().int().min(1).max(65535).nullish(),
-  metadata: metadata.optional(),
-});
+/**
+ * `throttleRate` and `rateLimit` are one setting under two names (the SDKs' newer one): both sent
+ * with different rates would leave one silently unused, where the caller may have meant either.
+ * Refused, naming it, as two different filters are.
+ */
+const oneRate = (o: { throttleRate?: number | null; rateLimit?: number | null }) =>
+  o.throttleRate === undefined || o.rateLimit === undefined || o.throttleRate === o.rateLimit;
+const ONE_RATE = {
+  path: ['rateLimit'],
+  message: "differs from throttleRate, the same setting under the SDKs' newer name: send one of them",
+};
+
+export const ApplicationIn = z
+  .object({
+    // herald: days message payloads are kept when a publisher does not say (default 90).
+    retentionDays: z.number().int().min(1).max(90).nullish(),
+    name: text().min(1).max(256),
+    uid: uidBeside(ID_PREFIX.app).nullish(),
+    throttleRate: z.number().int().min(1).max(65535).nullish(),
+    // The official SDKs' newer name for throttleRate.
+    rateLimit: z.number().int().min(1).max(65535).nullish(),
+    metadata: metadata.optional(),
+  })
+  .refine(oneRate, ONE_RATE);
 export type ApplicationIn = z.infer<typeof ApplicationIn>;
 
-export const ApplicationPatch = z.object({
-  retentionDays: z.number().int().min(1).max(90).nullish(),
-  name: text().min(1).max(256).optional(),
-  uid: ident(256).nullish(),
-  throttleRate: z.number().int().min(0).max(65535).nullish(),
-  rateLimit: z.number().int().min(0).max(65535).nullish(),
-  metadata: metadata.optional(),
-});
+export const ApplicationPatch = z
+  .object({
+    retentionDays: z.number().int().min(1).max(90).nullish(),
+    name: text().min(1).max(256).optional(),
+    uid: uidBeside(ID_PREFIX.app).nullish(),
+    throttleRate: z.number().int().min(0).max(65535).nullish(),
+    rateLimit: z.number().int().min(0).max(65535).nullish(),
+    metadata: metadata.optional(),
+  })
+  .refine(oneRate, ONE_RATE);
 
 export const EventTypeIn = z.object({
   name: ident(256),
@@ -67,7 +92,7 @@ export const EventTypeUpdate = EventTypeIn.omit({ name: true });
 export const EventTypePatch = EventTypeUpdate.partial();
 
 // Sets, as the contract's `uniqueItems` says: a name given twice is kept once.
-const unique = (list: string[]) => [...new Set(list)];
+const unique = <T>(list: T[]): T[] => [...new Set(list)];
 const channels = (max: number) => z.array(ident(128)).min(1).max(max).transform(unique);
 const eventTypes = z.array(ident(256)).min(1).transform(unique);
 
@@ -88,7 +113,7 @@ const ONE_FILTER = {
 const EndpointFields = z.object({
   url: z.string().min(1).max(65536),
   description: text().max(4096).optional(),
-  uid: ident(256).nullish(),
+  uid: uidBeside(ID_PREFIX.endpoint).nullish(),
   // The official SDKs type version as `number | null`; the column is a PostgreSQL int.
   version: z.number().int().min(1).max(2147483647).nullish(),
   throttleRate: z.number().int().min(1).max(65535).nullish(),
@@ -106,12 +131,11 @@ const EndpointFields = z.object({
   // Custom headers sent with every delivery (checked like PUT .../headers).
   headers: z.record(z.string(), z.string()).nullish(),
 });
-export const EndpointIn = EndpointFields.refine(oneFilter, ONE_FILTER);
+export const EndpointIn = EndpointFields.refine(oneFilter, ONE_FILTER).refine(oneRate, ONE_RATE);
 export type EndpointIn = z.infer<typeof EndpointIn>;
-export const EndpointUpdate = EndpointFields.omit({ secret: true, headers: true }).refine(
-  oneFilter,
-  ONE_FILTER,
-);
+export const EndpointUpdate = EndpointFields.omit({ secret: true, headers: true })
+  .refine(oneFilter, ONE_FILTER)
+  .refine(oneRate, ONE_RATE);
 // The fields of a create, each optional to leave it as it is. An empty filter is refused as on
 // create (it would match no message and leave the endpoint silently deaf): null removes a filter.
 export const EndpointPatch = EndpointFields.omit({ headers: true })
@@ -124,7 +148,8 @@ export const EndpointPatch = EndpointFields.omit({ headers: true })
       'a secret is changed by POST …/secret/rotate, which keeps the old one valid for a while',
     ),
   })
-  .refine(oneFilter, ONE_FILTER);
+  .refine(oneFilter, ONE_FILTER)
+  .refine(oneRate, ONE_RATE);
 
 export const EndpointSecretRotateIn = z.object({
   key: secret().nullish(),
@@ -148,7 +173,7 @@ export const ReplayMissingIn = window();
 
 export const MessageIn = z.object({
   eventType: ident(256),
-  eventId: ident(256).nullish(),
+  eventId: uidBeside(ID_PREFIX.message).nullish(),
   payload: z.record(z.string(), z.unknown()),
   channels: channels(5).nullish(),
   payloadRetentionPeriod: z.number().int().min(5).max(90).nullish(),
@@ -172,6 +197,9 @@ export const EventExampleIn = z.object({
 
 export const ApiKeyIn = z.object({
   name: text().min(1).max(256),
-  scopes: z.array(z.enum(['admin', 'publish', 'read'])).min(1),
-  apps: z.array(z.string().min(1)).min(1).nullish(),
+  scopes: z
+    .array(z.enum(['admin', 'publish', 'read']))
+    .min(1)
+    .transform(unique),
+  apps: z.array(z.string().min(1)).min(1).transform(unique).nullish(),
 });

@@ -8,12 +8,12 @@ import { appFieldsFrom, assertUidAllowed, createApp, isAppAllowed, requireApp } 
 import type { Actor, Core } from '../../engine/core.ts';
 import { HeraldError, invalidField, notFound } from '../../errors.ts';
 import { emitAppEndpointsDeleted } from '../../ops/operational-webhooks.ts';
-import { ApplicationIn, ApplicationPatch } from '../../schemas/svix.ts';
-import { parseOrThrow } from '../../schemas/validate.ts';
+import { ApplicationIn, ApplicationPatch, ID_PREFIX } from '../../schemas/svix.ts';
+import { parseOrThrow, uidFromPath } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentApp, presentPage } from '../present.ts';
 import { flagReader, parseListQuery } from '../query.ts';
-import { conflictOnTakenUid, isUniqueViolation } from '../uid-conflict.ts';
+import { conflictOnTakenUid, createOrUpdateByPath, isUniqueViolation } from '../uid-conflict.ts';
 
 const readGetIfExists = flagReader('get_if_exists', false);
 // The Svix SDKs' filters of the app list. herald has no Svix Play endpoints: excluding apps with
@@ -97,33 +97,35 @@ export const appRoutes =
 
     app.put<{ Params: AppParams }>('/api/v1/app/:app_id', async (request, reply) => {
       const input = parseOrThrow(ApplicationIn, request.body);
-      const existing = await findApp(db, request.params.app_id);
       const fields = appFieldsFrom(input);
-      if (!existing) {
-        // Svix: PUT creates the app when it does not exist, using the path as its uid. A key
-        // restricted to some apps creates none; to it, a uid nobody has is not found, as one that
-        // another tenant has (requireApp, below).
-        if (request.actor.appIds !== null) throw notFound('application');
-        // The path's app_id is a valid uid: every API path's id is (api/server.ts).
-        const uid = fields.uid ?? request.params.app_id;
-        const created = await conflictOnTakenUid(APP_UID_TAKEN, () =>
-          db.transaction((tx) => createApp(tx, request.actor, { ...fields, uid })),
-        );
-        return reply.status(201).send(presentApp(created));
-      }
-      await requireApp(db, request.actor, existing.id);
-      // A body without `uid` keeps the app's uid: the path may be that very uid, and losing it
-      // would make the app unreachable by the address the caller just used. Without
-      // `retentionDays` (herald's own field, which Svix's SDKs never send) the app keeps its
-      // retention: an SDK's update must not shorten or lengthen how long payloads are kept.
-      const kept = {
-        ...fields,
-        uid: input.uid === undefined ? existing.uid : fields.uid,
-        retentionDays: input.retentionDays === undefined ? existing.retentionDays : fields.retentionDays,
-      };
-      return presentApp(
-        await conflictOnTakenUid(APP_UID_TAKEN, () => updateAudited(request.actor, existing, kept)),
-      );
+      const { created, answer } = await createOrUpdateByPath({
+        find: () => findApp(db, request.params.app_id),
+        // Svix: PUT creates the app when it does not exist, under the path's uid. A key restricted
+        // to some apps creates none; to it, a uid nobody has is not found, as one that another
+        // tenant has (requireApp, below).
+        create: async () => {
+          if (request.actor.appIds !== null) throw notFound('application');
+          const uid = uidFromPath(request.params.app_id, fields.uid, {
+            idPrefix: ID_PREFIX.app,
+            what: 'application',
+          });
+          return db.transaction((tx) => createApp(tx, request.actor, { ...fields, uid }));
+        },
+        update: async (existing) => {
+          await requireApp(db, request.actor, existing.id);
+          // A body without `uid` keeps the app's uid: the path may be that very uid, and losing it
+          // would make the app unreachable by the address the caller just used. Without
+          // `retentionDays` (herald's own field, which Svix's SDKs never send) the app keeps its
+          // retention: an SDK's update must not shorten or lengthen how long payloads are kept.
+          return updateAudited(request.actor, existing, {
+            ...fields,
+            uid: input.uid === undefined ? existing.uid : fields.uid,
+            retentionDays: input.retentionDays === undefined ? existing.retentionDays : fields.retentionDays,
+          });
+        },
+        uidTaken: APP_UID_TAKEN,
+      });
+      return reply.status(created ? 201 : 200).send(presentApp(answer));
     });
 
     app.patch<{ Params: AppParams }>('/api/v1/app/:app_id', async (request) => {

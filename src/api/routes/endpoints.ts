@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import type { FastifyPluginAsync } from 'fastify';
 import { liftEndpointPause, recoverFailedDeliveries, replayMissingDeliveries } from '../../db/deliveries.ts';
-import { deleteEndpoint, endpointStats, listEndpoints } from '../../db/endpoints.ts';
+import { deleteEndpoint, endpointStats, findEndpoint, listEndpoints } from '../../db/endpoints.ts';
 import { deletionTransaction, purgeEndpointDeliveries } from '../../db/history-purge.ts';
 import type { Queryable } from '../../db/port.ts';
 import { requireApp } from '../../engine/apps.ts';
@@ -33,14 +33,15 @@ import {
   EndpointSecretRotateIn,
   EndpointUpdate,
   EventExampleIn,
+  ID_PREFIX,
   RecoverIn,
   ReplayMissingIn,
 } from '../../schemas/svix.ts';
-import { parseOrThrow } from '../../schemas/validate.ts';
+import { parseOrThrow, uidFromPath } from '../../schemas/validate.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery, StatsQuery } from '../query.ts';
-import { rethrowTakenUid } from '../uid-conflict.ts';
+import { createOrUpdateByPath, rethrowTakenUid } from '../uid-conflict.ts';
 
 type AppParams = { app_id: string };
 type EpParams = AppParams & { endpoint_id: string };
@@ -115,40 +116,34 @@ export const endpointRoutes =
     app.put<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request, reply) => {
       const input = parseOrThrow(EndpointUpdate, request.body);
       const application = await requireApp(db, request.actor, request.params.app_id);
-      const current = await requireEndpoint(db, application, request.params.endpoint_id).catch((error) => {
-        if (error instanceof HeraldError && error.kind === 'not_found') return null;
-        throw error;
-      });
-      if (!current) {
-        const checkedUrl = await checkNewUrl(core, null, input.url);
-        const created = await db
-          .transaction((tx) =>
-            createEndpoint(
+      const { created, answer } = await createOrUpdateByPath({
+        find: () => findEndpoint(db, application.id, request.params.endpoint_id),
+        create: async () => {
+          const uid = uidFromPath(request.params.endpoint_id, input.uid, {
+            idPrefix: ID_PREFIX.endpoint,
+            what: 'endpoint',
+          });
+          const checkedUrl = await checkNewUrl(core, null, input.url);
+          return db.transaction((tx) =>
+            createEndpoint(core, tx, request.actor, application, { ...input, uid }, checkedUrl),
+          );
+        },
+        update: async (current) => {
+          const checkedUrl = await checkNewUrl(core, current, keepHeraldOwn(current, input).url);
+          return db.transaction((tx) =>
+            replaceEndpoint(
               core,
               tx,
               request.actor,
-              application,
-              { ...input, uid: input.uid ?? request.params.endpoint_id },
+              current,
+              (locked) => keepHeraldOwn(locked, input),
               checkedUrl,
             ),
-          )
-          .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
-        return reply.status(201).send(presentEndpoint(created));
-      }
-      const checkedUrl = await checkNewUrl(core, current, keepHeraldOwn(current, input).url);
-      const updated = await db
-        .transaction((tx) =>
-          replaceEndpoint(
-            core,
-            tx,
-            request.actor,
-            current,
-            (locked) => keepHeraldOwn(locked, input),
-            checkedUrl,
-          ),
-        )
-        .catch(rethrowTakenUid(ENDPOINT_UID_TAKEN));
-      return presentEndpoint(updated);
+          );
+        },
+        uidTaken: ENDPOINT_UID_TAKEN,
+      });
+      return reply.status(created ? 201 : 200).send(presentEndpoint(answer));
     });
 
     app.patch<{ Params: EpParams }>('/api/v1/app/:app_id/endpoint/:endpoint_id', async (request) => {
