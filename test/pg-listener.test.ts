@@ -123,3 +123,32 @@ test('closed while its first connection is being made: the listen fails and the 
     5000,
   );
 });
+
+test('listens and unlistens made at once go one at a time on the connection, as pg asks', async () => {
+  // pg queues a query sent while another runs, but deprecates it (pg 9 refuses it): a process
+  // starts and stops its caches' and workers' channels together.
+  const warnings: string[] = [];
+  const onWarning = (warning: Error) => warnings.push(warning.message);
+  process.on('warning', onWarning);
+  const heard: string[] = [];
+  try {
+    const stops = await Promise.all(
+      ['chan_x', 'chan_y', 'chan_z', 'chan_kept'].map((c) => db.listen(c, (p) => heard.push(`${c}:${p}`))),
+    );
+    await Promise.all(stops.slice(0, 3).map((stop) => stop()));
+    // The kept channel still hears, on the same connection, once the unlistens have gone through.
+    await notify('chan_x', 'unheard');
+    await notify('chan_kept', 'heard');
+    await waitFor('the kept channel to hear', () => heard.includes('chan_kept:heard'), 5000);
+    assert.deepEqual(heard, ['chan_kept:heard']);
+    await stops[3]!();
+    // A warning is emitted on the next tick of the call that earned it.
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(
+      warnings.filter((w) => /already executing a query/.test(w)),
+      [],
+    );
+  } finally {
+    process.off('warning', onWarning);
+  }
+});

@@ -27,6 +27,17 @@ export function createPgListener(options: PgListenerOptions): PgListener {
   let connecting: Promise<pg.Client> | null = null;
   let reconnecting = false;
   let closed = false;
+  // One statement at a time on a connection: pg queues one sent while another runs, but deprecates
+  // it (pg 9 refuses it), and a process starts and stops its caches' and workers' channels together.
+  const lastStatement = new WeakMap<pg.Client, Promise<unknown>>();
+  function inTurn(on: pg.Client, sql: string): Promise<unknown> {
+    const statement = (lastStatement.get(on) ?? Promise.resolve()).then(() => on.query(sql));
+    lastStatement.set(
+      on,
+      statement.catch(() => {}),
+    );
+    return statement;
+  }
 
   async function connect(): Promise<pg.Client> {
     const next = new pg.Client(options.clientConfig);
@@ -37,7 +48,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
     next.on('end', () => lost(next));
     try {
       await next.connect();
-      for (const channel of handlers.keys()) await next.query(`listen ${pg.escapeIdentifier(channel)}`);
+      for (const channel of handlers.keys()) await inTurn(next, `listen ${pg.escapeIdentifier(channel)}`);
     } catch (error) {
       // Not this listener's connection yet: nothing else would end it, and each retry opens one.
       void endConnection(next);
@@ -83,7 +94,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
     } else {
       // Not awaited: the channel's notifications already reach no handler, and a connection gone
       // silent would hold the caller (a cache closing) for the whole query deadline.
-      void client?.query(`unlisten ${pg.escapeIdentifier(channel)}`).catch(() => {});
+      if (client) inTurn(client, `unlisten ${pg.escapeIdentifier(channel)}`).catch(() => {});
     }
   }
 
@@ -109,7 +120,7 @@ export function createPgListener(options: PgListenerOptions): PgListener {
           client = next;
         }
         // LISTEN twice is harmless; while reconnecting, the new connection listens on every channel.
-        if (client) await client.query(`listen ${pg.escapeIdentifier(channel)}`);
+        if (client) await inTurn(client, `listen ${pg.escapeIdentifier(channel)}`);
       } catch (error) {
         await stop(channel, onNotify);
         throw error;
