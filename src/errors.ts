@@ -98,8 +98,12 @@ export function assertIdempotencyKeyLength(key: string): void {
 
 /** A configuration value that cannot be used; start-up stops with this message. */
 export class ConfigError extends Error {
+  /** The setting at fault (`HERALD_LEASE_SECONDS`), for a program that starts herald to report. */
+  readonly variable: string;
+  readonly code = 'configuration';
   constructor(variable: string, expected: string, got?: string) {
     super(`${variable}: expected ${expected}${got === undefined ? '' : `, got ${JSON.stringify(got)}`}`);
     this.name = 'ConfigError';
+    this.variable = variable;
   }
 }

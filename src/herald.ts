@@ -2,6 +2,7 @@
 // PostgreSQL server), applies migrations, and starts or stops the roles: the HTTP API and the
 // delivery worker. `publish(app, message, { db })` enqueues inside the caller's own transaction.
 
+import crypto from 'node:crypto';
 import fs from 'node:fs';
 import pino, { type Logger } from 'pino';
 import { type HeraldConfig, loadConfig } from './config.ts';
@@ -22,6 +23,7 @@ import {
   type Queryable,
 } from './db/port.ts';
 import { isStoreUnavailable } from './db/store-unavailable.ts';
+import { holdsPrototypeKey, PROTOTYPE_KEY_REFUSED } from './domain/prototype-keys.ts';
 import { RETRY_JITTER } from './domain/retry-policy.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
@@ -36,7 +38,7 @@ import { createSender } from './sender/send.ts';
 import { createWorker, type Worker } from './worker/worker.ts';
 
 export type { HeraldConfig } from './config.ts';
-export { HeraldError } from './errors.ts';
+export { ConfigError, HeraldError } from './errors.ts';
 
 export interface HeraldOptions {
   /** Environment-style settings; defaults to process.env. */
@@ -83,6 +85,12 @@ export interface Herald {
 function callerQueryable(client: ForeignQueryable | undefined, prepare: boolean): Queryable | null {
   // A pool lends each statement whichever connection is free, each its own transaction: the
   // publish would commit at once, whatever the caller's transaction does after.
+  if (client !== undefined && (typeof client !== 'object' || client === null || !('query' in client))) {
+    throw new HeraldError(
+      'validation',
+      'db must be the client your transaction runs on (a pg client, or a transaction’s tx)',
+    );
+  }
   if (client && isPool(client)) {
     throw new HeraldError(
       'validation',
@@ -318,7 +326,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       // itself (it tells whether that transaction was aborted). On herald's own pool: not once it
       // closes, and what the API answers 503 is a HeraldError to retry.
       const ownPool = !publishOptions.db;
-      if (ownPool) assertOpen();
+      // Closed, its caches no longer hear of changes (an app deleted): not in a caller's
+      // transaction either.
+      assertOpen();
+      if (holdsPrototypeKey(message))
+        throw new HeraldError('bad_request', `the message ${PROTOTYPE_KEY_REFUSED}`);
       const input = parseOrThrow(MessageIn, message);
       const target = callerQueryable(publishOptions.db, publishOptions.prepare ?? false) ?? db;
       const publishing = publish(core, target, LIBRARY_ACTOR, app, input, {
@@ -331,11 +343,13 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       if (published.created) core.metrics.published('library');
       return published;
     },
-    wake: coalesced(() =>
-      wakeWorkers(db).catch((error: Error) =>
+    wake: coalesced(async () => {
+      // Closed, it has no workers' wake-up to send, and nothing to warn of.
+      if (closed) return;
+      await wakeWorkers(db).catch((error: Error) =>
         log.warn({ err: error.message }, 'could not wake the workers; they will poll'),
-      ),
-    ),
+      );
+    }),
     async startWorker() {
       assertOpen();
       void warnOfDestinations();
@@ -442,8 +456,9 @@ function onlyOnce(run: () => Promise<void>): () => Promise<void> {
 
 /** The operator's CA file, or a start-up error that names the variable (not a bare ENOENT). */
 function readExtraCa(path: string): string {
+  let pem: string;
   try {
-    return fs.readFileSync(path, 'utf8');
+    pem = fs.readFileSync(path, 'utf8');
   } catch (error) {
     throw new ConfigError(
       'HERALD_EXTRA_CA_FILE',
@@ -451,4 +466,23 @@ function readExtraCa(path: string): string {
       `${path}: ${(error as NodeJS.ErrnoException).code ?? 'unreadable'}`,
     );
   }
+  // TLS skips what is not a PEM certificate without a word: a wrong file would only show as
+  // every private-CA receiver failing its handshake, delivery after delivery.
+  const certificates = pem.match(PEM_CERTIFICATE) ?? [];
+  const unreadable = certificates.findIndex((certificate) => {
+    try {
+      new crypto.X509Certificate(certificate);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  if (certificates.length === 0 || unreadable >= 0) {
+    const why =
+      certificates.length === 0 ? 'no certificate in it' : `certificate ${unreadable + 1} unreadable`;
+    throw new ConfigError('HERALD_EXTRA_CA_FILE', 'a PEM file of CA certificates', `${path}: ${why}`);
+  }
+  return pem;
 }
+
+const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;

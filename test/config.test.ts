@@ -2,9 +2,13 @@
 // and without echoing what may be a credential.
 
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { test } from 'node:test';
 import { assertDoctorThresholds, loadConfig } from '../src/config.ts';
-import { createHerald } from '../src/herald.ts';
+import { ConfigError, createHerald } from '../src/herald.ts';
 import { startTestHerald, testEnv } from './support/herald.ts';
 
 const base = testEnv('postgres://postgres@127.0.0.1:5432/test');
@@ -80,6 +84,52 @@ test('an extra CA file that cannot be read stops start-up naming the variable', 
       error.message,
     ),
   );
+});
+
+test('an extra CA file holding no PEM certificate, or an unreadable one, stops start-up naming the variable', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'herald-ca-'));
+  try {
+    const ca = path.join(dir, 'ca.pem');
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'ec',
+        '-pkeyopt',
+        'ec_paramgen_curve:P-256',
+        '-nodes',
+        '-keyout',
+        path.join(dir, 'ca.key'),
+        '-out',
+        ca,
+        '-days',
+        '1',
+        '-subj',
+        '/CN=test CA',
+      ],
+      { stdio: 'pipe' },
+    );
+    const good = readFileSync(ca, 'utf8');
+    const damaged = good.replace(/\n([A-Za-z0-9+/]{20})/, '\n!!!!$1');
+    for (const [contents, why] of [
+      ['hostname\n', 'no certificate in it'],
+      [`${good}${damaged}`, 'certificate 2 unreadable'],
+    ] as const) {
+      writeFileSync(ca, contents);
+      const config = loadConfig({ ...base, HERALD_EXTRA_CA_FILE: ca });
+      await assert.rejects(createHerald({ config, migrate: false }), (error: ConfigError) => {
+        assert.ok(error instanceof ConfigError, String(error));
+        assert.equal(error.variable, 'HERALD_EXTRA_CA_FILE');
+        assert.equal(error.code, 'configuration');
+        assert.match(error.message, new RegExp(`expected a PEM file of CA certificates, got ".*: ${why}"`));
+        return true;
+      });
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 test('an integer setting takes digits only: a blank, hex or exponent value is refused, not read as 0 or 8080', () => {

@@ -263,6 +263,48 @@ describe('the library face', () => {
     }
   });
 
+  test('a db that is no client at all is refused by name, as a pool is', async () => {
+    for (const db of ['nope', 42, {}]) {
+      await assert.rejects(
+        // biome-ignore lint/suspicious/noExplicitAny: what a JavaScript caller may pass
+        t.herald.publish('library', { eventType: 'e', payload: {} }, { db: db as any }),
+        (error: Error & { code?: string }) => {
+          assert.equal(error.code, 'validation', String(error));
+          assert.match(error.message, /db must be the client your transaction runs on/);
+          return true;
+        },
+      );
+    }
+  });
+
+  test('a message holding a __proto__ or constructor.prototype key is refused, as the API refuses it, and nothing is published', async () => {
+    const poisoned = [
+      JSON.parse('{"a":1,"__proto__":{"x":1}}'),
+      { a: JSON.parse('{"b":1,"__proto__":{"x":1}}') },
+      { list: [{ constructor: { prototype: { x: 1 } } }] },
+    ];
+    for (const payload of poisoned) {
+      await assert.rejects(
+        t.herald.publish('library', { eventType: 'e', payload: { ...payload, poisoned: true } }),
+        (error: Error & { code?: string }) => {
+          assert.equal(error.code, 'bad_request', String(error));
+          assert.match(error.message, /__proto__/);
+          return true;
+        },
+      );
+    }
+    // A spread copies a top-level __proto__ key as the prototype, not a key: the message itself.
+    const message = JSON.parse('{"eventType":"e","payload":{"poisoned":true},"__proto__":{"x":1}}');
+    await assert.rejects(t.herald.publish('library', message), { code: 'bad_request' });
+    assert.equal(await count(`from message where payload like '%poisoned%'`, []), 0);
+    // A key merely named so, or a constructor that is a plain value, is a field like any other.
+    const fine = await t.herald.publish('library', {
+      eventType: 'e',
+      payload: { constructor: 'kept', proto: 1, nested: { constructor: { name: 'x' } } },
+    });
+    assert.equal(fine.created, true);
+  });
+
   test('close() may be called more than once, at once or after: the first closes, the others wait for it', async () => {
     const config = loadConfig(testEnv(t.database.url));
     const herald = await createHerald({ config, logger: createLogger('silent'), migrate: false });
@@ -276,6 +318,20 @@ describe('the library face', () => {
       error.code === 'store_unavailable' && /this herald is closed/.test(error.message);
     await assert.rejects(herald.publish('closing-app', { eventType: 'e', payload: {} }), refusedAsClosed);
     await assert.rejects(herald.startWorker(), refusedAsClosed);
+    // In a caller's transaction too: closed, its caches no longer hear of changes.
+    const caller = new pg.Client({ connectionString: t.database.url });
+    await caller.connect();
+    try {
+      await assert.rejects(
+        herald.publish('closing-app', { eventType: 'e', payload: { afterClose: true } }, { db: caller }),
+        refusedAsClosed,
+      );
+      assert.equal(await count(`from message where payload like '%afterClose%'`, []), 0);
+    } finally {
+      await caller.end();
+    }
+    // wake() has nothing to wake: it resolves, and warns of nothing.
+    await herald.wake();
 
     // A worker still starting when close() begins: close() waits for it and stops it.
     const racing = await createHerald({ config, logger: createLogger('silent'), migrate: false });

@@ -11,6 +11,7 @@
 import type { FastifyInstance } from 'fastify';
 import { MAX_PAYLOAD_DEPTH, nestedDeeperThan } from '../domain/json-depth.ts';
 import { mayLoseANumber, parseKeepingNumbers } from '../domain/json-numbers.ts';
+import { PROTOTYPE_KEY_REFUSED } from '../domain/prototype-keys.ts';
 import { HeraldError } from '../errors.ts';
 
 const isObject = (value: unknown): value is Record<string, unknown> =>
@@ -53,11 +54,7 @@ const isJson = (text: string): boolean => {
  * key: refused, as a copy of it into an object would set that object's prototype (a payload
  * would lose the key, or worse); said as that, not as malformed JSON, which it is not.
  */
-const poisoningRefused = () =>
-  new HeraldError(
-    'bad_request',
-    'the body holds a "__proto__" or "constructor": {"prototype": …} key, which herald refuses anywhere in a request (payloads included)',
-  );
+const poisoningRefused = () => new HeraldError('bad_request', `the body ${PROTOTYPE_KEY_REFUSED}`);
 
 /** Twice what a payload may nest: no request of the API needs more. */
 const MAX_BODY_DEPTH = 2 * MAX_PAYLOAD_DEPTH;
