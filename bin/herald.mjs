@@ -12,6 +12,16 @@
 //   Set before anything uses the pool, which starts with its first task.
 import module from 'node:module';
 
+// An older node cannot load TypeScript: it would stop on the first import with a stack trace that
+// does not say why. One line instead, naming what is needed (package.json's engines).
+const [major, minor] = process.versions.node.split('.').map(Number);
+if (major < 22 || (major === 22 && minor < 19)) {
+  console.error(
+    `herald: needs Node 22.19 or later, which runs TypeScript; this is ${process.version} (npm scripts run the project's own Node 24)`,
+  );
+  process.exit(1);
+}
+
 process.env.UV_THREADPOOL_SIZE ??= '16';
 module.enableCompileCache?.();
 await import('../src/cli.ts');

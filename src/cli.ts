@@ -67,6 +67,34 @@ function configWith(overrides: { port?: string; host?: string }): Readonly<Heral
 /** How long a repeat of the signal that began a stop counts as the same one (see run's stop). */
 const SAME_SIGNAL_MS = 1000;
 
+const API_SETTINGS = { port: 'PORT (or --port)', host: 'HOST (or --host)' };
+const METRICS_SETTINGS = { port: 'HERALD_METRICS_PORT', host: 'HERALD_METRICS_HOST' };
+
+/**
+ * Listens, or stops start-up naming the setting at fault, as a bad value of any other does: the
+ * listen's own error (`EADDRINUSE`, `getaddrinfo ENOTFOUND`) names neither the setting nor the fix.
+ */
+async function listenOn(
+  server: { listen(at: { port: number; host: string }): Promise<unknown> },
+  at: { port: number; host: string },
+  settings: { port: string; host: string },
+): Promise<void> {
+  try {
+    await server.listen(at);
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'EADDRINUSE' || code === 'EACCES') {
+      const why =
+        code === 'EADDRINUSE' ? 'in use, by another herald or program' : 'not permitted to this user';
+      throw new ConfigError(settings.port, `a port free to listen on at ${at.host}`, `${at.port}: ${why}`);
+    }
+    if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EADDRNOTAVAIL' || code === 'EAFNOSUPPORT') {
+      throw new ConfigError(settings.host, 'an address of this machine to listen on', `${at.host}: ${code}`);
+    }
+    throw error;
+  }
+}
+
 async function run(role: Role, overrides: { port?: string; host?: string }): Promise<void> {
   const config = configWith(overrides);
   if (!config.databaseUrl && !(role.api && role.worker)) {
@@ -89,9 +117,18 @@ async function run(role: Role, overrides: { port?: string; host?: string }): Pro
   const api = server && role.api ? await server.buildApi(herald.core) : null;
   const metrics =
     server && config.metricsPort !== undefined ? await server.buildMetricsServer(herald.core) : null;
-  if (api) await api.listen({ port: config.port, host: config.host });
-  if (metrics) await metrics.listen({ port: config.metricsPort!, host: config.metricsHost });
-  if (role.worker) await herald.startWorker();
+  try {
+    if (api) await listenOn(api, { port: config.port, host: config.host }, API_SETTINGS);
+    if (metrics)
+      await listenOn(metrics, { port: config.metricsPort!, host: config.metricsHost }, METRICS_SETTINGS);
+    if (role.worker) await herald.startWorker();
+  } catch (error) {
+    // Closed before the command ends: the embedded database's lock is not left behind.
+    await api?.close().catch(() => {});
+    await metrics?.close().catch(() => {});
+    await herald.close().catch(() => {});
+    throw error;
+  }
   const address = (s: typeof api) => {
     if (!s) return s;
     const { address: host, port } = s.server.address() as { address: string; port: number };

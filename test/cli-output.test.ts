@@ -5,6 +5,7 @@
 
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { after, test } from 'node:test';
@@ -117,5 +118,33 @@ test('a command that sends nothing does not warn of the private networks destina
     assert.doesNotMatch(keys.stderr, /private networks/);
   } finally {
     await database.drop();
+  }
+});
+
+test('a port in use, or a host that is no address here, stops start-up naming the setting, the embedded database closed and unlocked', async () => {
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-listen-'));
+  const taken = net.createServer();
+  await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+  try {
+    const port = String((taken.address() as net.AddressInfo).port);
+    const env = { HERALD_DATA_DIR: dataDir, LOG_LEVEL: 'silent', HOST: '127.0.0.1' };
+    const inUse = await runHerald(['serve', '--port', port], env);
+    assert.equal(inUse.code, 1, inUse.stderr);
+    assert.equal(
+      inUse.stderr,
+      `herald: PORT (or --port): expected a port free to listen on at 127.0.0.1, got "${port}: in use, by another herald or program"\n`,
+    );
+    assert.equal(fs.existsSync(path.join(dataDir, 'herald.lock')), false, 'the data dir is unlocked');
+
+    const noSuchHost = await runHerald(['serve', '--port', '0'], { ...env, HOST: '999.1.1.1' });
+    assert.equal(noSuchHost.code, 1, noSuchHost.stderr);
+    assert.match(
+      noSuchHost.stderr,
+      /^herald: HOST \(or --host\): expected an address of this machine to listen on, got "999\.1\.1\.1: [A-Z_]+"\n$/,
+    );
+    assert.equal(fs.existsSync(path.join(dataDir, 'herald.lock')), false, 'the data dir is unlocked');
+  } finally {
+    taken.close();
+    fs.rmSync(dataDir, { recursive: true, force: true });
   }
 });
