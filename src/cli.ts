@@ -15,7 +15,7 @@ import { listSources } from './db/sources.ts';
 import { steadyNow } from './domain/steady-clock.ts';
 import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
 import { createSource, requireSource } from './engine/sources.ts';
-import { ConfigError } from './errors.ts';
+import { ConfigError, HeraldError } from './errors.ts';
 import { createHerald, createLogger, type Herald, migrateDatabase } from './herald.ts';
 import { keptConfirmations } from './inbound/sns-confirmations.ts';
 import { type DoctorCheck, formatFindings, runDoctor, SKIPPABLE_CHECKS } from './ops/doctor.ts';
@@ -200,6 +200,25 @@ async function withOpenHerald<T>(fn: (herald: Herald) => Promise<T>, use: Config
   }
 }
 
+/**
+ * Runs `fn`, which checks a command's options as the API checks its body: a validation error is
+ * said in the command's words — each issue named by its flag (`--event-type`), as typed, not by
+ * the field it becomes (`eventType`), and every issue, not the first only.
+ */
+async function namingFlags<T>(flags: Record<string, string>, fn: () => T | Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (error) {
+    if (!(error instanceof HeraldError) || error.kind !== 'validation' || !error.issues) throw error;
+    const said = error.issues.map(({ loc, msg }) => {
+      const [field = '', ...inside] = loc.slice(1);
+      const where = inside.length > 0 ? ` (${inside.join('.')})` : '';
+      return `${flags[field] ?? field}${where}: ${msg}`;
+    });
+    throw new Error(said.join('; '));
+  }
+}
+
 const scopeList = (value: string, previous: Scope[] = []): Scope[] => {
   if (!['admin', 'publish', 'read'].includes(value))
     throw new InvalidArgumentError('expected admin, publish or read');
@@ -262,7 +281,10 @@ keys
   )
   .action((options: { scope: Scope[]; name: string; app?: string[] }) =>
     withHerald(async (herald) => {
-      const appIds = options.app ? await resolveAppIds(herald.core.db, options.app) : null;
+      const apps = options.app;
+      const appIds = apps
+        ? await namingFlags({ apps: '--app' }, () => resolveAppIds(herald.core.db, apps))
+        : null;
       const created = await herald.core.db.transaction((tx) =>
         createApiKey(tx, 'cli', { name: options.name, scopes: options.scope, appIds }),
       );
@@ -394,21 +416,34 @@ sources
       withHerald(async (herald) => {
         const fromFiles = (options.secretFile ?? []).map(readSecretFile);
         const secrets = [...(options.secret ?? []), ...fromFiles];
-        const input = parseOrThrow(SourceIn, {
-          uid: options.uid,
-          scheme: options.scheme,
-          app: options.app,
-          eventType: options.eventType,
-          secret: secrets.length > 0 ? secrets : undefined,
-          businessKey: options.businessKey,
-          settings: options.settings ? parseSettings(options.settings) : undefined,
-        });
+        const input = await namingFlags(SOURCE_FLAGS, () =>
+          parseOrThrow(SourceIn, {
+            uid: options.uid,
+            scheme: options.scheme,
+            app: options.app,
+            eventType: options.eventType,
+            secret: secrets.length > 0 ? secrets : undefined,
+            businessKey: options.businessKey,
+            settings: options.settings ? parseSettings(options.settings) : undefined,
+          }),
+        );
         const created = await herald.core.db
           .transaction((tx) => createSource(herald.core, tx, CLI_ACTOR, input))
           .catch(rethrowTakenUid(SOURCE_UID_TAKEN));
         console.log(`${created.id}\t/ingest/${created.uid ?? created.id}`);
       }),
   );
+
+const SOURCE_FLAGS = {
+  uid: '--uid',
+  scheme: '--scheme',
+  app: '--app',
+  eventType: '--event-type',
+  // Secrets from --secret and --secret-file are one list: an issue's index counts both.
+  secret: '--secret/--secret-file',
+  businessKey: '--business-key',
+  settings: '--settings',
+};
 
 function parseSettings(text: string): unknown {
   try {
@@ -578,6 +613,16 @@ program
     }
   });
 
+const REPLAY_FLAGS = {
+  status: '--status',
+  cap: '--cap',
+  app: '--app',
+  endpoint: '--endpoint',
+  since: '--since',
+  until: '--until',
+  messageIds: '--message',
+};
+
 program
   .command('replay')
   .description('start a new delivery cycle for the finished deliveries the filters select (try --dry-run)')
@@ -611,17 +656,19 @@ program
       json?: boolean;
     }) =>
       withHerald(async (herald) => {
-        const input = parseOrThrow(ReplayIn, {
-          status: options.status,
-          cap: options.cap,
-          dryRun: options.dryRun ?? false,
-          app: options.app,
-          endpoint: options.endpoint,
-          since: options.since,
-          until: options.until,
-          messageIds: options.message,
-          includeUnreviewed: options.includeUnreviewed ?? false,
-        });
+        const input = await namingFlags(REPLAY_FLAGS, () =>
+          parseOrThrow(ReplayIn, {
+            status: options.status,
+            cap: options.cap,
+            dryRun: options.dryRun ?? false,
+            app: options.app,
+            endpoint: options.endpoint,
+            since: options.since,
+            until: options.until,
+            messageIds: options.message,
+            includeUnreviewed: options.includeUnreviewed ?? false,
+          }),
+        );
         const { result, endpoints } = await herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input));
         await liftRests(herald.core.db, endpoints, herald.core.log);
         if (options.json) {

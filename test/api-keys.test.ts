@@ -284,7 +284,7 @@ describe('scopes, app restrictions and revocation', () => {
       testEnv(t.database.url),
     );
     assert.notEqual(missing.code, 0);
-    assert.match(missing.stderr, /application no-such-app not found/);
+    assert.equal(missing.stderr, 'herald: --app (0): application no-such-app not found\n');
   });
 });
 

@@ -1078,5 +1078,11 @@ describe('the command line', () => {
     const badSettings = await create('e', '--secret-file', file, '--settings', '{bad');
     assert.equal(badSettings.code, 1, badSettings.stderr);
     assert.match(badSettings.stderr, /^herald: --settings is not JSON: /);
+    // Every issue, each named by its flag as typed, not by the field it becomes.
+    const wrong = await create('bad type!', '--secret', 'short', '--uid', 'src_2a');
+    assert.equal(wrong.code, 1, wrong.stderr);
+    assert.match(wrong.stderr, /^herald: --uid: must not begin with src_, as ids do; /);
+    assert.match(wrong.stderr, /; --secret\/--secret-file \(0\): Too small: .+; /);
+    assert.match(wrong.stderr, /; --event-type: only letters, digits, - _ and \.\n$/);
   });
 });

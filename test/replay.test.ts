@@ -545,6 +545,14 @@ describe('replay', () => {
     const notACount = await runHerald(['replay', '--status', 'succeeded', '--cap', 'abc'], env);
     assert.notEqual(notACount.code, 0);
     assert.match(notACount.stderr, /--cap <n>' argument 'abc' is invalid\. expected a whole number/);
+    // What the options become is checked as the API checks it, and said with the flags' names;
+    // an id that is no message id selects nothing, and is refused rather than replayed as nothing.
+    const misnamed = await runHerald(
+      ['replay', '--status', 'failed', '--cap', '3', '--since', '2026-01-01', '--message', 'bogus'],
+      env,
+    );
+    assert.equal(misnamed.code, 1);
+    assert.match(misnamed.stderr, /^herald: --since: .+; --message \(0\): a message id: msg_…\n$/);
 
     const real = await runHerald(
       ['replay', '--status', 'succeeded', '--endpoint', epDown, '--cap', '3', '--json'],

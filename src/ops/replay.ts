@@ -24,6 +24,7 @@ import { isAppAllowed, requireApp } from '../engine/apps.ts';
 import type { Actor } from '../engine/core.ts';
 import { requireEndpoint } from '../engine/endpoints.ts';
 import { HeraldError, invalidField } from '../errors.ts';
+import { ID_PREFIX } from '../schemas/svix.ts';
 import { isoTime, UNTIL_AFTER_SINCE } from '../schemas/window.ts';
 
 /** How many message × endpoint pairs an answer lists; `count` is always the full number. */
@@ -46,7 +47,13 @@ export const ReplayIn = z
     endpoint: z.string().min(1).max(256).nullish(),
     since: isoTime().nullish(),
     until: isoTime().nullish(),
-    messageIds: z.array(z.string().min(1).max(256)).min(1).max(1000).nullish(),
+    // By id only (no app to find an eventId in): anything else selects nothing, and a replay of
+    // nothing is no answer to a mistyped id.
+    messageIds: z
+      .array(z.string().max(256).startsWith(ID_PREFIX.message, `a message id: ${ID_PREFIX.message}…`))
+      .min(1)
+      .max(1000)
+      .nullish(),
     includeUnreviewed: z.boolean().optional(),
   })
   .strict()
