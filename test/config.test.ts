@@ -2,13 +2,13 @@
 // and without echoing what may be a credential.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
 import { assertDoctorThresholds, loadConfig } from '../src/config.ts';
 import { ConfigError, createHerald } from '../src/herald.ts';
+import { selfSignedCertificate } from './support/certificates.ts';
 import { startTestHerald, testEnv } from './support/herald.ts';
 
 const base = testEnv('postgres://postgres@127.0.0.1:5432/test');
@@ -89,29 +89,7 @@ test('an extra CA file that cannot be read stops start-up naming the variable', 
 test('an extra CA file holding no PEM certificate, or an unreadable one, stops start-up naming the variable', async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'herald-ca-'));
   try {
-    const ca = path.join(dir, 'ca.pem');
-    execFileSync(
-      'openssl',
-      [
-        'req',
-        '-x509',
-        '-newkey',
-        'ec',
-        '-pkeyopt',
-        'ec_paramgen_curve:P-256',
-        '-nodes',
-        '-keyout',
-        path.join(dir, 'ca.key'),
-        '-out',
-        ca,
-        '-days',
-        '1',
-        '-subj',
-        '/CN=test CA',
-      ],
-      { stdio: 'pipe' },
-    );
-    const good = readFileSync(ca, 'utf8');
+    const { certFile: ca, pem: good } = selfSignedCertificate(dir, '/CN=test CA');
     const damaged = good.replace(/\n([A-Za-z0-9+/]{20})/, '\n!!!!$1');
     for (const [contents, why] of [
       ['hostname\n', 'no certificate in it'],

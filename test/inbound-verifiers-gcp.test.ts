@@ -3,7 +3,6 @@
 // createSafeFetchText. Tokens are minted with jose from RSA keys generated here.
 
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import https from 'node:https';
@@ -30,6 +29,7 @@ import {
   type Verdict,
 } from '../src/inbound/verifiers/index.ts';
 import type { Resolver } from '../src/sender/resolve.ts';
+import { selfSignedCertificate } from './support/certificates.ts';
 import { createApp } from './support/fixtures.ts';
 import { startTestHerald } from './support/herald.ts';
 import { withIngestor } from './support/inbound.ts';
@@ -63,31 +63,9 @@ let keyB: SigningKey;
 
 before(async () => {
   dir = mkdtempSync(join(tmpdir(), 'herald-gcp-'));
-  execFileSync(
-    'openssl',
-    [
-      'req',
-      '-x509',
-      '-newkey',
-      'ec',
-      '-pkeyopt',
-      'ec_paramgen_curve:prime256v1',
-      '-nodes',
-      '-keyout',
-      'key.pem',
-      '-out',
-      'cert.pem',
-      '-subj',
-      '/CN=localhost',
-      '-days',
-      '2',
-      '-addext',
-      'subjectAltName=DNS:localhost,IP:127.0.0.1',
-    ],
-    { cwd: dir, stdio: 'pipe' },
-  );
-  certPem = readFileSync(join(dir, 'cert.pem'), 'utf8');
-  server = https.createServer({ key: readFileSync(join(dir, 'key.pem')), cert: certPem }, (req, res) => {
+  const identity = selfSignedCertificate(dir, '/CN=localhost', 'DNS:localhost,IP:127.0.0.1');
+  certPem = identity.pem;
+  server = https.createServer({ key: readFileSync(identity.keyFile), cert: certPem }, (req, res) => {
     const path = req.url ?? '/';
     state.hits.set(path, (state.hits.get(path) ?? 0) + 1);
     if (path === '/certs' && state.certsDown) {
