@@ -84,14 +84,10 @@ export interface Herald {
  */
 function callerQueryable(client: ForeignQueryable | undefined, prepare: boolean): Queryable | null {
   // A pool lends each statement whichever connection is free, each its own transaction: the
-  // publish would commit at once, whatever the caller's transaction does after.
-  if (client !== undefined && (typeof client !== 'object' || client === null || !('query' in client))) {
-    throw new HeraldError(
-      'validation',
-      'db must be the client your transaction runs on (a pg client, or a transaction’s tx)',
-    );
-  }
-  if (client && isPool(client)) {
+  // publish would commit at once, whatever the caller's transaction does after. What is no client
+  // at all (a JavaScript caller's slip) is refused the same way, not met as a TypeError.
+  const notAClient = typeof client !== 'object' || client === null || !('query' in client);
+  if (client !== undefined && (notAClient || isPool(client))) {
     throw new HeraldError(
       'validation',
       'db must be the client your transaction runs on (await pool.connect(), or a transaction’s tx), not a pool',
@@ -322,13 +318,12 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
   return {
     core,
     async publish(app, message, publishOptions = {}) {
-      // In a caller's transaction it writes through their client, and the database's error stays
-      // itself (it tells whether that transaction was aborted). On herald's own pool: not once it
-      // closes, and what the API answers 503 is a HeraldError to retry.
-      const ownPool = !publishOptions.db;
-      // Closed, its caches no longer hear of changes (an app deleted): not in a caller's
-      // transaction either.
+      // Not once it closes, in a caller's transaction either: its caches no longer hear of changes
+      // (an app deleted). In a caller's transaction it writes through their client, and the
+      // database's error stays itself (it tells whether that transaction was aborted); on herald's
+      // own pool, what the API answers 503 is a HeraldError to retry.
       assertOpen();
+      const ownPool = !publishOptions.db;
       if (holdsPrototypeKey(message))
         throw new HeraldError('bad_request', `the message ${PROTOTYPE_KEY_REFUSED}`);
       const input = parseOrThrow(MessageIn, message);

@@ -76,14 +76,10 @@ const LIST_QUERIES = new Map(
 /** `event_types`, split at its commas: each a name an event type could have. */
 const EventTypeFilter = z.object({ event_types: z.array(ident(256)) });
 
-/** Svix's window of an endpoint's statistics. */
-// A window that ends where or before it starts counts nothing: refused, as recover's is.
+/** Svix's window of an endpoint's statistics: one that ends where it starts counts nothing. */
 export const StatsQuery = z
   .object({ since: date.nullish(), until: date.nullish() })
-  .refine((w) => !w.since || !w.until || w.until > w.since, {
-    path: ['until'],
-    message: UNTIL_AFTER_SINCE[1].message,
-  });
+  .refine(...UNTIL_AFTER_SINCE);
 
 export type ListQuery = z.infer<typeof ListQuery> & { page: PageRequest; eventTypes: string[] | null };
 

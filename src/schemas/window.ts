@@ -11,9 +11,10 @@ export const isoTime = () => z.iso.datetime({ offset: true });
  * `.refine(...UNTIL_AFTER_SINCE)`.
  */
 export const UNTIL_AFTER_SINCE: [
-  (window: { since?: string | null; until?: string | null }) => boolean,
+  (window: { since?: string | Date | null; until?: string | Date | null }) => boolean,
   { path: string[]; message: string },
 ] = [
-  (window) => !window.since || !window.until || Date.parse(window.until) > Date.parse(window.since),
+  // Times as given (ISO text) or as read into Dates (a query string's window, api/query.ts).
+  (window) => !window.since || !window.until || new Date(window.until) > new Date(window.since),
   { path: ['until'], message: 'must be later than since' },
 ];
