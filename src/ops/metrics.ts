@@ -69,6 +69,10 @@ export interface Metrics {
    * runs right after a commit, which a metric must not turn into a failure (and a retry).
    */
   batchWritten(write: BatchedWrite, items: number, seconds: number): void;
+  /** Reads of history waiting for their turn in this API process now (api/history-reads.ts). */
+  historyReadsWaiting(count: number): void;
+  /** A read of history was refused as `overloaded`: its caller's share, or the queue, was full. */
+  historyReadRefused(): void;
   /** The Prometheus text exposition, with the database gauges read now. */
   scrape(): Promise<string>;
   readonly contentType: string;
@@ -254,6 +258,16 @@ export function createMetrics(
     buckets: WRITE_BUCKETS,
     registers,
   });
+  const historyReadsWaiting = new Gauge({
+    name: 'herald_history_reads_waiting',
+    help: 'Reads of history (endpoint stats, lists of messages and attempts) waiting for one of the places this API process gives them in its pool.',
+    registers,
+  });
+  const historyReadsRefused = new Counter({
+    name: 'herald_history_reads_refused_total',
+    help: "Reads of history answered 503 overloaded: their caller's share of the places, or the queue, was full.",
+    registers,
+  });
   for (const write of BATCHED_WRITES) {
     batchItems.zero({ write });
     batchSeconds.zero({ write });
@@ -388,6 +402,8 @@ export function createMetrics(
       batchItems.observe({ write }, items);
       batchSeconds.observe({ write }, seconds);
     },
+    historyReadsWaiting: (count) => historyReadsWaiting.set(count),
+    historyReadRefused: () => historyReadsRefused.inc(),
     // prom-client writes NaN (a gauge the database did not answer) as `Nan`: Prometheus reads it
     // in any case, the exposition format and OpenMetrics parsers want `NaN`.
     scrape: async () => (await registry.metrics()).replace(/ Nan$/gm, ' NaN'),

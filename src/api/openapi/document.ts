@@ -68,7 +68,7 @@ const STATUS_TEXT: Record<number, string> = {
   415: 'Unsupported Media Type: JSON only',
   422: 'Validation Error',
   429: 'Too Many Requests (`HERALD_API_RATE_LIMIT`, or `HERALD_AUTH_FAILURE_LIMIT` failed authentications from this address), with `Retry-After`',
-  503: 'Service Unavailable: the database cannot be reached (`store_unavailable`), or more writes wait for it than herald holds (`overloaded`), or a secret is sealed under a master key this process does not hold (`secret_unavailable`); retry later (`Retry-After`)',
+  503: 'Service Unavailable: the database cannot be reached (`store_unavailable`), or more writes (or reads of history: stats, lists of messages and attempts) wait for it than herald holds (`overloaded`), or a secret is sealed under a master key this process does not hold (`secret_unavailable`); retry later (`Retry-After`)',
 };
 
 const MIN_SAFE = Number.MIN_SAFE_INTEGER;

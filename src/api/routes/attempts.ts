@@ -15,6 +15,7 @@ import { requireApp } from '../../engine/apps.ts';
 import type { Core } from '../../engine/core.ts';
 import { requireEndpoint } from '../../engine/endpoints.ts';
 import { notFound } from '../../errors.ts';
+import type { HistoryReads } from '../history-reads.ts';
 import { presentAttempt, presentAttemptedMessage, presentMessage, presentPage } from '../present.ts';
 import { type ListQuery, parseListQuery } from '../query.ts';
 
@@ -31,7 +32,7 @@ const filterOf = (q: ListQuery, endpointId: string | null = null) => ({
 });
 
 export const attemptRoutes =
-  (core: Core): FastifyPluginAsync =>
+  (core: Core, historyReads: HistoryReads): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
 
@@ -75,7 +76,9 @@ export const attemptRoutes =
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
         const q = parseListQuery(request.query, 'descending', 'atmpt', { byTime: true });
-        const page = await listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q));
+        const page = await historyReads.run(request.actor.id, () =>
+          listAttemptsByEndpoint(db, application.id, endpoint.id, q.page, filterOf(q)),
+        );
         return presentAttempts(application.id, page, q);
       },
     );
@@ -98,14 +101,16 @@ export const attemptRoutes =
         const application = await requireApp(db, request.actor, request.params.app_id);
         const endpoint = await requireEndpoint(db, application, request.params.endpoint_id);
         const q = parseListQuery(request.query, 'descending', 'msg', { byTime: true });
-        const page = await listAttemptedMessages(db, application.id, endpoint.id, q.page, {
-          state: q.status === undefined ? null : deliveryStateOf(q.status),
-          eventTypes: q.eventTypes,
-          channel: q.channel ?? null,
-          tag: q.tag ?? null,
-          before: q.before ?? null,
-          after: q.after ?? null,
-        });
+        const page = await historyReads.run(request.actor.id, () =>
+          listAttemptedMessages(db, application.id, endpoint.id, q.page, {
+            state: q.status === undefined ? null : deliveryStateOf(q.status),
+            eventTypes: q.eventTypes,
+            channel: q.channel ?? null,
+            tag: q.tag ?? null,
+            before: q.before ?? null,
+            after: q.after ?? null,
+          }),
+        );
         return presentPage(page, (m) => presentAttemptedMessage(m, endpoint, q.with_content ?? true));
       },
     );

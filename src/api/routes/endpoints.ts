@@ -38,6 +38,7 @@ import {
   ReplayMissingIn,
 } from '../../schemas/svix.ts';
 import { parseOrThrow, uidFromPath } from '../../schemas/validate.ts';
+import type { HistoryReads } from '../history-reads.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentEndpoint, presentMessage, presentPage } from '../present.ts';
 import { parseListQuery, StatsQuery } from '../query.ts';
@@ -76,7 +77,7 @@ const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the appl
 const STATS_DEFAULT_DAYS = 28;
 
 export const endpointRoutes =
-  (core: Core): FastifyPluginAsync =>
+  (core: Core, historyReads: HistoryReads): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
     const load = async (actor: Parameters<typeof requireApp>[1], params: EpParams) => {
@@ -334,7 +335,9 @@ export const endpointRoutes =
       // Svix's window: until now, since 28 days before `until`, unless given.
       const until = window.until ?? new Date();
       const since = window.since ?? new Date(until.getTime() - STATS_DEFAULT_DAYS * 86_400_000);
-      const stats = await endpointStats(db, endpoint.id, { since, until });
+      const stats = await historyReads.run(request.actor.id, () =>
+        endpointStats(db, endpoint.id, { since, until }),
+      );
       return { ...stats, canceled: 0 };
     });
   };

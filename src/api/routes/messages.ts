@@ -13,6 +13,7 @@ import { publish } from '../../engine/publish.ts';
 import { HeraldError, notFound } from '../../errors.ts';
 import { MessageIn } from '../../schemas/svix.ts';
 import { parseOrThrow } from '../../schemas/validate.ts';
+import type { HistoryReads } from '../history-reads.ts';
 import { answerOnce } from '../idempotency.ts';
 import { presentDestination, presentMessage, presentMessageJson, presentPage } from '../present.ts';
 import { parseListQuery, parseWithContent } from '../query.ts';
@@ -21,7 +22,7 @@ type AppParams = { app_id: string };
 type MsgParams = AppParams & { msg_id: string };
 
 export const messageRoutes =
-  (core: Core): FastifyPluginAsync =>
+  (core: Core, historyReads: HistoryReads): FastifyPluginAsync =>
   async (app) => {
     const { db } = core;
     const loadMessage = async (actor: Parameters<typeof requireApp>[1], params: MsgParams) => {
@@ -55,13 +56,15 @@ export const messageRoutes =
     app.get<{ Params: AppParams }>('/api/v1/app/:app_id/msg', async (request) => {
       const application = await requireApp(db, request.actor, request.params.app_id);
       const q = parseListQuery(request.query, 'descending', 'msg', { byTime: true });
-      const page = await listMessages(db, application.id, q.page, {
-        eventTypes: q.eventTypes,
-        channel: q.channel ?? null,
-        tag: q.tag ?? null,
-        before: q.before ?? null,
-        after: q.after ?? null,
-      });
+      const page = await historyReads.run(request.actor.id, () =>
+        listMessages(db, application.id, q.page, {
+          eventTypes: q.eventTypes,
+          channel: q.channel ?? null,
+          tag: q.tag ?? null,
+          before: q.before ?? null,
+          after: q.after ?? null,
+        }),
+      );
       return presentPage(page, (m) => presentMessage(m, q.with_content ?? true));
     });
 
