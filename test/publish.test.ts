@@ -1374,6 +1374,29 @@ describe('a message whose payload is gone', () => {
     assert.equal(other.body.id, first.body.id);
     assert.deepEqual(other.body.payload, { expired: true });
   });
+
+  test('past its retention, before the job that clears it has run, a repeat of its key answers as after it', async () => {
+    const app = await createApp(t, 'expired-keyed');
+    const body = { eventType: 'e', payload: { pin: '1234' } };
+    const key = { 'idempotency-key': 'expire-me' };
+    const first = await t.call('POST', `/api/v1/app/${app}/msg`, body, key);
+    assert.equal(first.status, 202, JSON.stringify(first.body));
+    // Its retention ends; the payload and its digest are still in the row, to be cleared.
+    await t.database.db.query(
+      `update message set payload_expires_at = now() - interval '1 second' where id = $1`,
+      [first.body.id],
+    );
+    const read = await t.call('GET', `/api/v1/app/${app}/msg/${first.body.id}`);
+    assert.deepEqual(read.body.payload, { expired: true });
+    // The same content does not bring the payload back, and other content is no conflict: the
+    // key names the message, as it does once the payload is cleared.
+    for (const payload of [body.payload, { pin: '0000' }]) {
+      const again = await t.call('POST', `/api/v1/app/${app}/msg`, { ...body, payload }, key);
+      assert.equal(again.status, 202, JSON.stringify(again.body));
+      assert.equal(again.body.id, first.body.id);
+      assert.deepEqual(again.body.payload, { expired: true });
+    }
+  });
 });
 
 describe('resending a delivery in flight', () => {

@@ -129,7 +129,9 @@ export async function publishMessages(
     actor: m.actor,
   }));
   // A new message's payload is the one just sent, so it does not come back over the wire (most of
-  // a publish's result); an earlier message's (a replay or a conflict) does.
+  // a publish's result); an earlier message's (a replay or a conflict) does while it is kept. Past
+  // its retention, before the job that clears it has run, it and its digest are as good as gone:
+  // the answer shows what a read shows, and the key names its message whatever the content.
   const rows = await db.query<
     MessageRow & {
       ord: number;
@@ -139,9 +141,10 @@ export async function publishMessages(
       eventIdTaken: boolean;
     }
   >(
-    `select ord, created, ${columns('case when created then null else payload end')},
-            request_hash as "requestHash", deliveries, event_id_taken as "eventIdTaken"
-       from ${heraldsOwn ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean)`,
+    `select ord, created, ${columns('case when kept then payload end')},
+            case when kept then request_hash end as "requestHash", deliveries, event_id_taken as "eventIdTaken"
+       from ${heraldsOwn ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean) f,
+            lateral (select not created and exists (select from message k where k.id = f.id and ${payloadKept('k.')}) as kept) g`,
     [JSON.stringify(items, wellFormed), wake],
     heraldsOwn ? 'publish_grouped' : 'publish_messages',
   );
