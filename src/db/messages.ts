@@ -132,6 +132,8 @@ export async function publishMessages(
   // a publish's result); an earlier message's (a replay or a conflict) does while it is kept. Past
   // its retention, before the job that clears it has run, it and its digest are as good as gone:
   // the answer shows what a read shows, and the key names its message whatever the content.
+  // Whether it is kept is a scalar subquery, looked up by key and only for a message not created
+  // now: an EXISTS there may be planned as a hash of every message (test/plan-shape.test.ts).
   const rows = await db.query<
     MessageRow & {
       ord: number;
@@ -144,7 +146,7 @@ export async function publishMessages(
     `select ord, created, ${columns('case when kept then payload end')},
             case when kept then request_hash end as "requestHash", deliveries, event_id_taken as "eventIdTaken"
        from ${heraldsOwn ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean) f,
-            lateral (select not created and exists (select from message k where k.id = f.id and ${payloadKept('k.')}) as kept) g`,
+            lateral (select not created and (select ${payloadKept('k.')} from message k where k.id = f.id) as kept) g`,
     [JSON.stringify(items, wellFormed), wake],
     heraldsOwn ? 'publish_grouped' : 'publish_messages',
   );
