@@ -15,6 +15,7 @@ import {
 } from '../src/db/deliveries.ts';
 import { migrate, readMigrations } from '../src/db/migrate.ts';
 import type { Queryable } from '../src/db/port.ts';
+import { runDoctor } from '../src/ops/doctor.ts';
 import { createMetrics } from '../src/ops/metrics.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { attemptResult, noWaits } from './support/outcomes.ts';
@@ -98,6 +99,39 @@ test('each parking counts the unknown attempts of every cycle; a resend takes th
   );
   assert.equal(await counted(db, failing.deliveryId), 0);
   assert.equal(await parkedGauge(db), 2);
+});
+
+test("an idempotent endpoint's failed delivery keeps its unknown attempts' count, but awaits no review", async () => {
+  const { db } = database;
+  const app = await seedApp(db, 'unknown_idempotent');
+  const safe = await seedEndpoint(db, app.id, 'http://127.0.0.1:9/safe');
+  await seedMessage(db, app.id);
+  // An unknown outcome is retried (the receiver dedupes a repeat); the retry fails and spends
+  // the budget.
+  const first = await claimOne(db);
+  assert.equal(first.endpointId, safe.id);
+  await recordOutcomes(db, [{ ...unknownParked(first), nextAttemptAt: new Date() }], 5);
+  const second = await claimOne(db);
+  await recordOutcomes(db, [attemptResult(second, 'failure')], 5);
+  assert.equal(await counted(db, second.deliveryId), 1);
+  const awaitingReview = async () => {
+    const findings = await runDoctor(db, {
+      settleSeconds: 0,
+      dueSeconds: 3600,
+      leaseGraceSeconds: 3600,
+      unknownReviewSeconds: 0,
+      lookbackSeconds: 86_400,
+    });
+    const unreviewed = findings.find((f) => f.check === 'unknown_outcomes_unreviewed')?.count ?? 0;
+    return { gauge: await parkedGauge(db), doctor: unreviewed };
+  };
+  const before = await awaitingReview();
+
+  // Replay and recover send it again, as nothing of it awaits review. Once its endpoint is no
+  // longer idempotent they leave it for review, and the gauge and doctor count it, as they
+  // count every delivery replay and recover leave.
+  await db.query('update endpoint set idempotent = false where id = $1', [safe.id]);
+  assert.deepEqual(await awaitingReview(), { gauge: before.gauge + 1, doctor: before.doctor + 1 });
 });
 
 test('a database upgraded with failed deliveries already parked counts their unknown attempts', async () => {

@@ -458,12 +458,17 @@ export async function liftEndpointPause(
 }
 
 /**
- * A failed delivery `d` parked for review: unknown outcomes not yet reviewed (`herald reconcile
- * --acknowledge`), to an endpoint that is not idempotent (one that is was retried through them,
- * and dedupes a request sent again). Recover and replay leave these, unless asked by name.
+ * Whether the row `f` of delivery_failed awaits review: unknown outcomes not yet reviewed
+ * (`herald reconcile --acknowledge`), to an endpoint that is not idempotent (one that is was
+ * retried through them, and dedupes a request sent again). Recover and replay leave these unless
+ * asked by name; `herald doctor` and herald_unknown_outcomes_parked count these, and only these.
  */
-export const PARKED_FOR_REVIEW = `exists (select 1 from delivery_failed f join endpoint e on e.id = f.endpoint_id
-  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and f.unknown_attempts > 0 and not e.idempotent)`;
+export const awaitsReview = (f: string) =>
+  `(${f}.unknown_attempts > 0 and not (select e.idempotent from endpoint e where e.id = ${f}.endpoint_id))`;
+
+/** A delivery `d` parked for review (awaitsReview). */
+export const PARKED_FOR_REVIEW = `exists (select 1 from delivery_failed f
+  where f.endpoint_id = d.endpoint_id and f.delivery_id = d.id and ${awaitsReview('f')})`;
 
 /**
  * Endpoint recovery: every failed delivery of the endpoint in the window starts a new cycle, but,

@@ -4,7 +4,7 @@
 // it is safe to run from cron or a probe against a live system. Every check is one query.
 
 import { SENT_AS_EXAMPLE } from '../db/audit.ts';
-import { ENDPOINT_MATCHES, UNSERVED_SINCE } from '../db/deliveries.ts';
+import { awaitsReview, ENDPOINT_MATCHES, UNSERVED_SINCE } from '../db/deliveries.ts';
 import { migrationState } from '../db/migrate.ts';
 import type { Queryable } from '../db/port.ts';
 import { firstIdAt } from '../db/time-ids.ts';
@@ -161,7 +161,7 @@ const CHECKS: Check[] = [
                  where a.delivery_id = f.delivery_id and a.outcome = 'unknown' and a.acknowledged_at is null
                 offset 0
               ) a
-              where f.unknown_attempts > 0
+              where ${awaitsReview('f')}
                 and greatest(a.finished_at, d.updated_at) < now() - make_interval(secs => $1)`,
       params: [t.unknownReviewSeconds],
     }),

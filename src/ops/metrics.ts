@@ -8,7 +8,7 @@
 
 import type { Logger } from 'pino';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { SLOT_RESTING, UNSERVED_SINCE } from '../db/deliveries.ts';
+import { awaitsReview, SLOT_RESTING, UNSERVED_SINCE } from '../db/deliveries.ts';
 import type { Queryable } from '../db/port.ts';
 
 export type PublishedVia = 'api' | 'library' | 'ingest';
@@ -152,7 +152,7 @@ const SNAPSHOT_SQL = `
     -- key.
     from (select coalesce(sum(unknown_attempts), 0) as unknown,
                  min((select d.updated_at from delivery d where d.id = u.delivery_id limit 1)) as parked_since
-            from delivery_failed u where u.unknown_attempts > 0) f,
+            from delivery_failed u where ${awaitsReview('u')}) f,
          (select count(*) filter (where s.delivery_id is not null) as sending,
                  count(*) filter (where ${SLOT_RESTING}) as resting,
                  min(s.lease_expires_at) filter (where s.delivery_id is not null and s.lease_expires_at < now())
