@@ -344,7 +344,7 @@ export function createMetrics(
   );
   fromDatabase(
     'herald_unknown_outcomes_parked',
-    'Attempts with an unknown outcome whose delivery is failed: parked, awaiting review.',
+    'Attempts with an unknown outcome whose delivery to an endpoint that is not idempotent failed: parked, awaiting review.',
     (s) => s.unknownParked,
   );
   fromDatabase(
