@@ -9,6 +9,7 @@ import { type HeraldConfig, loadConfig } from './config.ts';
 import { assertSecretsUnderKeys, loadMasterKeys, secretBoxWithoutKey } from './crypto/master-key.ts';
 import { createSecretBox } from './crypto/secret-box.ts';
 import { APP_CHANGED_CHANNEL, findApps } from './db/apps.ts';
+import { sealClearHeaders } from './db/clear-headers.ts';
 import { coalesced, createGroupCommit, MAX_BATCH_CHARS } from './db/group-commit.ts';
 import { wakeWorkers } from './db/messages.ts';
 import { type Migration, migrate, migrationState } from './db/migrate.ts';
@@ -237,7 +238,12 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     // The embedded database is one process's: its migrations run on the Db it opened.
     if (options.migrate !== false && embedded) await migrate(db);
     await warnIfDatabaseAhead(db, log);
-    if (keys) await assertSecretsUnderKeys(db, box, keys, embedded ? config.dataDir : null);
+    if (keys) {
+      await assertSecretsUnderKeys(db, box, keys, embedded ? config.dataDir : null);
+      const sealed = await sealClearHeaders(db, box);
+      if (sealed > 0)
+        log.info({ endpoints: sealed }, 'sealed the endpoint headers an earlier version kept in clear');
+    }
   } catch (error) {
     await db.close();
     throw error;

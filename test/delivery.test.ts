@@ -535,6 +535,27 @@ describe("failures of herald's own", () => {
     assert.deepEqual(endpoint.rows[0], { disabled: false, consecutive_failures: 0 });
     assert.equal(requestsTo('/unreadable').length, 0);
   });
+
+  test('headers that cannot be opened fail each attempt unsent, on the schedule, without disabling the endpoint', async () => {
+    const app = await createApp(t, 'unreadable-headers');
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/unreadable-headers` });
+    // Sent without them, the request would lack the receiver's credentials: it is not sent.
+    await t.database.db.query(`update endpoint set headers = to_jsonb('AQID'::text) where id = $1`, [ep]);
+    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
+    const delivery = await waitFor('the cycle to end', async () => {
+      const d = await deliveryOf(t, msg, ep);
+      return d?.state === 'failed' && d;
+    });
+    const attempts = await attemptsOf(t, delivery.id);
+    assert.equal(attempts.length, 8, 'every attempt of the cycle, on the schedule');
+    assert.ok(attempts.every((a) => a.outcome === 'failure' && a.response_class === 'headers_unreadable'));
+    const endpoint = await t.database.db.query<{ disabled: boolean; consecutive_failures: number }>(
+      'select disabled, consecutive_failures from endpoint where id = $1',
+      [ep],
+    );
+    assert.deepEqual(endpoint.rows[0], { disabled: false, consecutive_failures: 0 });
+    assert.equal(requestsTo('/unreadable-headers').length, 0);
+  });
 });
 
 describe('resend', () => {

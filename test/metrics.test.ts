@@ -268,7 +268,7 @@ test('with the database unreachable, counters are served and the gauges say "unk
     assert.match(text, /^herald_endpoints_disabled NaN$/m);
     assert.doesNotMatch(text, / Nan$/m);
     // The failures an alert watches are there at 0 before the first, so that increase() sees it.
-    for (const responseClass of ['no_signing_secret', 'payload_expired']) {
+    for (const responseClass of ['no_signing_secret', 'headers_unreadable', 'payload_expired']) {
       const series = key('herald_attempts_total', { outcome: 'failure', response_class: responseClass });
       assert.equal(samples.get(series), 0, series);
     }

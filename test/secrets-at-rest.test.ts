@@ -9,6 +9,7 @@ import { after, before, test } from 'node:test';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { assertSecretsUnderKeys, loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
+import { openHeaders } from '../src/crypto/sealed-headers.ts';
 import { createSecretBox, keyIdOf, type SecretBox } from '../src/crypto/secret-box.ts';
 import { insertCurrentSecret } from '../src/db/endpoint-secrets.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
@@ -67,9 +68,85 @@ test('the database holds no plaintext secret, and a ciphertext moved to another 
   await assert.rejects(revealSecret(t.herald.core, t.database.db, moved), /another row|tampered/);
 });
 
+test("an endpoint's headers are sealed: no value in the database, sent with every request, read and patched through the API", async () => {
+  const app = await createApp(t, 'sealed-headers');
+  const credential = 'Bearer receiver-credential-4f1c';
+  const created = await t.call('POST', `/api/v1/app/${app}/endpoint`, {
+    url: `${receiver.url}/sealed-headers`,
+    headers: { Authorization: credential, 'X-Region': 'eu' },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const ep = created.body.id;
+  const patched = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}/headers`, {
+    headers: { 'X-Tenant': 'acme' },
+    deleteHeaders: ['x-region'],
+  });
+  assert.equal(patched.status, 204, JSON.stringify(patched.body));
+
+  const dump = await t.database.db.query<{ row: string }>(
+    `select row_to_json(e)::text as row from endpoint e union all
+     select row_to_json(a)::text from audit_entry a`,
+  );
+  const text = dump.rows.map((r) => r.row).join('\n');
+  for (const value of ['receiver-credential-4f1c', 'acme']) {
+    assert.ok(!text.includes(value), `no header value (${value}) in the database`);
+  }
+  const read = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/headers`);
+  assert.deepEqual(read.body, { headers: { 'X-Tenant': 'acme' }, sensitive: ['Authorization'] });
+
+  await publishVia(t, app, { eventType: 'e', payload: { sealed: true } });
+  const request = await waitFor('the delivery', () =>
+    receiver.requests.find((r) => r.path === '/sealed-headers'),
+  );
+  assert.equal(request.headers['authorization'], credential);
+  assert.equal(request.headers['x-tenant'], 'acme');
+  assert.equal(request.headers['x-region'], undefined);
+
+  // Moved onto another endpoint's row, the sealed headers do not open there.
+  const other = await createEndpoint(t, app, { url: `${receiver.url}/other-headers` });
+  await t.database.db.query(
+    'update endpoint set headers = (select headers from endpoint where id = $1) where id = $2',
+    [ep, other],
+  );
+  const moved = await t.call('GET', `/api/v1/app/${app}/endpoint/${other}/headers`);
+  assert.equal(moved.status, 500);
+  assert.ok(!JSON.stringify(moved.body).includes('credential'));
+});
+
+test('headers an earlier version kept in clear are sealed when a process with the master key starts', async () => {
+  const database = await freshDatabase('clear_headers');
+  try {
+    const app = await seedApp(database.db, 'clear-headers');
+    const kept = await seedEndpoint(database.db, app.id, `${receiver.url}/clear-headers`);
+    const none = await seedEndpoint(database.db, app.id, `${receiver.url}/no-headers`);
+    await database.db.query(
+      `update endpoint set headers = '{"Authorization": "Basic b2xkOmNsZWFy"}' where id = $1`,
+      [kept.id],
+    );
+    const started = await startHeraldOn(database, { worker: false });
+    try {
+      const rows = await database.db.query<{ id: string; headers: unknown }>(
+        'select id, headers from endpoint',
+      );
+      const byId = new Map(rows.rows.map((r) => [r.id, r.headers]));
+      assert.equal(typeof byId.get(kept.id), 'string', 'sealed');
+      assert.ok(!String(byId.get(kept.id)).includes('b2xkOmNsZWFy'));
+      assert.deepEqual(byId.get(none.id), {}, 'no headers: nothing to seal');
+      const read = await started.call('GET', `/api/v1/app/${app.id}/endpoint/${kept.id}/headers`);
+      assert.deepEqual(read.body, { headers: {}, sensitive: ['Authorization'] });
+    } finally {
+      await started.close();
+    }
+  } finally {
+    await database.drop();
+  }
+});
+
 test('keys reencrypt moves every secret — endpoints’ and sources’ — to a new master key; the old key can then go', async () => {
   const app = await createApp(t, 'rekey');
   const ep = await createEndpoint(t, app, { url: `${receiver.url}/rekey`, secret: SECRET });
+  const headers = { 'X-Api-Key': 'rekey-header-value' };
+  assert.equal((await t.call('PUT', `/api/v1/app/${app}/endpoint/${ep}/headers`, { headers })).status, 204);
   const sourceSecret = 'whsec_c291cmNlLXNlY3JldC1mb3ItcmVrZXlpbmc=';
   const source = await t.call('POST', '/api/v1/source', {
     uid: 'rekey-source',
@@ -98,6 +175,7 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   const report = await reencryptSecrets(t.database.db, both, 'cli');
   const byTable = Object.fromEntries(report.tables.map((r) => [r.table, r]));
   assert.ok(byTable['endpoint_secret']!.reencrypted >= 1);
+  assert.ok(byTable['endpoint_headers']!.reencrypted >= 1, 'endpoint headers too');
   assert.equal(byTable['source_secret']!.reencrypted, 1, 'the source’s secret too');
   assert.equal(byTable['source_subscription_token']!.reencrypted, 1, 'and its kept subscription token');
   // The row the previous test tampered with, and the damaged one, are reported, not silently
@@ -111,7 +189,7 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   const again = await reencryptSecrets(t.database.db, both, 'cli');
   assert.deepEqual(
     again.tables.map((r) => r.reencrypted),
-    [0, 0, 0],
+    [0, 0, 0, 0],
     'a second run finds nothing left',
   );
   // Each run is on record, with what it did (counts, never secrets).
@@ -131,6 +209,12 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
       examined: byTable['endpoint_secret']!.examined,
       reencrypted: 0,
       unreadable: 2,
+    },
+    {
+      table: 'endpoint_headers',
+      examined: byTable['endpoint_headers']!.examined,
+      reencrypted: 0,
+      unreadable: byTable['endpoint_headers']!.unreadable.length,
     },
     { table: 'source_secret', examined: 1, reencrypted: 0, unreadable: 0 },
     { table: 'source_subscription_token', examined: 1, reencrypted: 0, unreadable: 0 },
@@ -153,6 +237,9 @@ test('keys reencrypt moves every secret — endpoints’ and sources’ — to a
   assert.equal(onlyNew.open(sealedSource, source.body.id), sourceSecret);
   assert.throws(() => onlyOld.open(sealedEndpoint, ep), /unknown key/);
   assert.throws(() => onlyOld.open(sealedSource, source.body.id), /unknown key/);
+  const endpointHeaders = (await findEndpoint(t.database.db, app, ep))!.headers;
+  assert.deepEqual(openHeaders(onlyNew, ep, endpointHeaders), headers);
+  assert.throws(() => openHeaders(onlyOld, ep, endpointHeaders), /unknown key/);
   const [kept] = await subscriptionTokens(t.database.db, source.body.id);
   assert.equal(onlyNew.open(kept!.sealed, source.body.id), token);
 });

@@ -497,7 +497,12 @@ describe('attempt: a request that waited for its origin is signed as it leaves',
       // Both claimed at once; the second waits HOLD ms for the one connection.
       const runs = await Promise.all(
         [0, 1].map((i) =>
-          runAttempt({ sender, policy, now: clockOf(i) }, claim(i), [key], new Date(steadyNow() + 30_000)),
+          runAttempt(
+            { sender, policy, now: clockOf(i) },
+            claim(i),
+            { keys: [key], headers: {} },
+            new Date(steadyNow() + 30_000),
+          ),
         ),
       );
       for (const run of runs) assert.equal(run.kind === 'finished' && run.outcome, 'success');

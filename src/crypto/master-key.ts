@@ -5,7 +5,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { Queryable } from '../db/port.ts';
-import { SEALED_TABLES } from '../db/sealed-secrets.ts';
+import { newestSealed } from '../db/sealed-secrets.ts';
 import { ConfigError } from '../errors.ts';
 import { keyIdOf, parseMasterKey, type SecretBox } from './secret-box.ts';
 
@@ -41,28 +41,14 @@ export async function assertSecretsUnderKeys(
   embeddedDir: string | null,
 ): Promise<void> {
   const known = new Set(keys.map(keyIdOf));
-  // Those there: a command opens a database behind its migrations to say which it lacks.
-  const present = await db.query<{ table: string }>(
-    'select t as "table" from unnest($1::text[]) as t where to_regclass(t) is not null',
-    [SEALED_TABLES.map(({ table }) => table)],
-  );
-  if (present.rows.length === 0) return;
-  // PGlite reads bytea as a Uint8Array, pg as a Buffer.
-  const sample = await db.query<{ sealed: Uint8Array }>(
-    present.rows
-      .map(({ table }) => `(select sealed from ${table} order by id desc limit 1)`)
-      .join(' union all '),
-  );
-  const keyIdUnder = (sealed: Uint8Array) => {
+  const keyIdUnder = (sealed: Buffer) => {
     try {
-      return box.keyIdOf(Buffer.from(sealed));
+      return box.keyIdOf(sealed);
     } catch {
       return null; // not a sealed value at all: a defect of its own, not the key's
     }
   };
-  const unknown = sample.rows
-    .map((row) => keyIdUnder(row.sealed))
-    .find((id) => id !== null && !known.has(id));
+  const unknown = (await newestSealed(db)).map(keyIdUnder).find((id) => id !== null && !known.has(id));
   if (unknown === undefined) return;
   throw new ConfigError(
     'HERALD_MASTER_KEY',

@@ -1,6 +1,7 @@
 // Deliveries: the state machine's transitions (see migrations/0002_delivery_functions.sql for
 // claim, outcome recording and lease recovery) and the manual ones: resend and recover.
 
+import type { StoredHeaders } from '../crypto/sealed-headers.ts';
 import type { DeliveryState } from '../domain/message-status.ts';
 import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
@@ -30,7 +31,8 @@ export interface ClaimedDelivery {
   attemptsInCycle: number;
   trigger: 'scheduled' | 'manual';
   url: string;
-  headers: Record<string, string>;
+  /** Sealed: the worker opens them (worker/endpoint-headers.ts). */
+  headers: StoredHeaders;
   secretVersion: number;
   /** The endpoint applies a repeated request once: unknown outcomes may be retried. */
   idempotent: boolean;

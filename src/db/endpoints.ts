@@ -1,5 +1,6 @@
 // Endpoints: where a tenant's messages go, and the state that guards them (disabled, failures).
 
+import type { StoredHeaders } from '../crypto/sealed-headers.ts';
 import { retriesDueNow, SLOT_RESTING } from './deliveries.ts';
 import { type PageRequest, pageQuery, toPage } from './pagination.ts';
 import type { Queryable } from './port.ts';
@@ -18,7 +19,8 @@ export interface EndpointRow {
   throttleRate: number | null;
   filterTypes: string[] | null;
   channels: string[] | null;
-  headers: Record<string, string>;
+  /** Sealed (crypto/sealed-headers.ts): openHeaders reads them. */
+  headers: StoredHeaders;
   metadata: Record<string, string>;
   disabled: boolean;
   disabledReason: DisabledReason | null;
@@ -55,16 +57,11 @@ const COLUMNS = `${OWN_COLUMNS},
   (select s.next_start_at from delivery_lease s where s.endpoint_id = endpoint.id and ${SLOT_RESTING})
     as "restingUntil"`;
 
-export async function insertEndpoint(
-  db: Queryable,
-  appId: string,
-  f: EndpointFields,
-  headers: Record<string, string> = {},
-): Promise<EndpointRow> {
+export async function insertEndpoint(db: Queryable, appId: string, f: EndpointFields): Promise<EndpointRow> {
   const result = await db.query<EndpointRow>(
     `insert into endpoint (app_id, uid, url, description, version, throttle_rate, filter_types, channels,
         metadata, headers, disabled, disabled_reason, idempotent, client_error_policy)
-     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, case when $11 then 'operator' end, $12, $13)
+     values ($1, $2, $3, $4, $5, $6, $7, $8, $9, '{}', $10, case when $10 then 'operator' end, $11, $12)
      -- A new endpoint has no slot yet, so no rest.
      returning ${OWN_COLUMNS}, null::timestamptz as "restingUntil"`,
     [
@@ -77,7 +74,6 @@ export async function insertEndpoint(
       f.filterTypes,
       f.channels,
       JSON.stringify(f.metadata),
-      JSON.stringify(headers),
       f.disabled,
       f.idempotent,
       f.clientErrorPolicy,
@@ -165,7 +161,8 @@ export async function updateEndpoint(db: Queryable, id: string, f: EndpointField
   return row;
 }
 
-export async function setEndpointHeaders(db: Queryable, id: string, headers: Record<string, string>) {
+/** Sets an endpoint's headers, sealed (sealHeaders). */
+export async function setEndpointHeaders(db: Queryable, id: string, headers: StoredHeaders) {
   await db.query('update endpoint set headers = $2, updated_at = now() where id = $1', [
     id,
     JSON.stringify(headers),

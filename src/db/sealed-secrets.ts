@@ -1,53 +1,117 @@
-// Every secret herald keeps sealed under the master key, table by table: endpoint signing secrets
-// (bound to their endpoint), inbound source secrets and the SNS subscription tokens kept for the
-// operator (bound to their source). Re-encryption
-// walks them all: a table it skipped would be unreadable once the old key is dropped.
+// Every secret herald keeps sealed under the master key, column by column: endpoint signing
+// secrets and endpoint headers (bound to their endpoint), inbound source secrets and the SNS
+// subscription tokens kept for the operator (bound to their source). Re-encryption walks them
+// all, and a start checks that its keys open the newest of each: a column left out would be
+// unreadable once the old key is dropped.
 
+import { headersBinding } from '../crypto/sealed-headers.ts';
 import type { Queryable } from './port.ts';
 
-/** A table of sealed secrets and the column holding the id each secret is bound to. */
-export const SEALED_TABLES = [
-  { table: 'endpoint_secret', owner: 'endpoint_id' },
-  { table: 'source_secret', owner: 'source_id' },
-  // The tokens of SNS subscription confirmations kept for the operator (migration 0043).
-  { table: 'source_subscription_token', owner: 'source_id' },
-] as const;
+/** Where one kind of sealed secret lives, and how a run reads and replaces it. */
+export interface SealedColumn {
+  /** How reports and the audit name it. */
+  name: string;
+  /** Its table: a database behind its migrations may not have it yet. */
+  table: string;
+  /** One page in key order after key $1, at most $2 rows: key, "ownerId", sealed. */
+  page: string;
+  /** Replaces row $1's sealed value by $3, only if it still holds $2 (a rotation may have won). */
+  reseal: string;
+  /** The newest sealed value (sealed), if any. */
+  newest: string;
+  /** Before every key. */
+  firstKey: string | number;
+  /** The additional data a secret of `ownerId` is sealed to. */
+  binding(ownerId: string): string;
+  /** The sealed bytes of what `page` and `newest` read. */
+  read(value: unknown): Buffer;
+  /** What `reseal` is given for sealed bytes. */
+  stored(sealed: Buffer): unknown;
+}
 
-export type SealedTable = (typeof SEALED_TABLES)[number];
+/** A table of its own, one sealed bytea per row, bound to the id in its `owner` column. */
+function sealedTable(table: string, owner: string): SealedColumn {
+  return {
+    name: table,
+    table,
+    page: `select id::int as key, ${owner} as "ownerId", sealed from ${table} where id > $1 order by id limit $2`,
+    reseal: `update ${table} set sealed = $3 where id = $1 and sealed = $2`,
+    newest: `select sealed from ${table} order by id desc limit 1`,
+    firstKey: 0,
+    binding: (ownerId) => ownerId,
+    // PGlite reads bytea as a Uint8Array, pg as a Buffer.
+    read: (value) => Buffer.from(value as Uint8Array),
+    stored: (sealed) => sealed,
+  };
+}
+
+/** Sealed headers are a base64 string in the endpoint's jsonb column (crypto/sealed-headers.ts). */
+const SEALED_HEADERS = `jsonb_typeof(headers) = 'string'`;
+
+export const SEALED_COLUMNS: readonly SealedColumn[] = [
+  sealedTable('endpoint_secret', 'endpoint_id'),
+  {
+    name: 'endpoint_headers',
+    table: 'endpoint',
+    page: `select id as key, id as "ownerId", headers #>> '{}' as sealed from endpoint
+            where id > $1 and ${SEALED_HEADERS} order by id limit $2`,
+    reseal: `update endpoint set headers = $3 where id = $1 and headers = $2`,
+    newest: `select headers #>> '{}' as sealed from endpoint where ${SEALED_HEADERS}
+              order by updated_at desc limit 1`,
+    firstKey: '',
+    binding: headersBinding,
+    read: (value) => Buffer.from(value as string, 'base64'),
+    stored: (sealed) => JSON.stringify(sealed.toString('base64')),
+  },
+  sealedTable('source_secret', 'source_id'),
+  // The tokens of SNS subscription confirmations kept for the operator (migration 0043).
+  sealedTable('source_subscription_token', 'source_id'),
+];
 
 export interface SealedRow {
-  id: number;
-  /** The id the secret is sealed to (its additional data): the endpoint's or the source's. */
+  key: string | number;
+  /** The id the secret is bound to (in its additional data): the endpoint's or the source's. */
   ownerId: string;
   sealed: Buffer;
 }
 
-/** One page of a table's sealed secrets in id order, for re-encryption. */
+/** One page of a column's sealed secrets in key order, for re-encryption. */
 export async function sealedSecretsAfter(
   db: Queryable,
-  { table, owner }: SealedTable,
-  afterId: number,
+  column: SealedColumn,
+  afterKey: string | number,
   limit: number,
 ): Promise<SealedRow[]> {
-  const result = await db.query<{ id: number; ownerId: string; sealed: Uint8Array }>(
-    `select id::int as id, ${owner} as "ownerId", sealed from ${table} where id > $1 order by id limit $2`,
-    [afterId, limit],
-  );
-  return result.rows.map((r) => ({ ...r, sealed: Buffer.from(r.sealed) }));
+  const result = await db.query<{ key: string | number; ownerId: string; sealed: unknown }>(column.page, [
+    afterKey,
+    limit,
+  ]);
+  return result.rows.map((r) => ({ key: r.key, ownerId: r.ownerId, sealed: column.read(r.sealed) }));
 }
 
 /** Replaces a ciphertext, only if it is still the one that was read (a rotation may have won). */
 export async function resealSecret(
   db: Queryable,
-  { table }: SealedTable,
-  id: number,
+  column: SealedColumn,
+  key: string | number,
   previous: Buffer,
   sealed: Buffer,
 ): Promise<boolean> {
-  const result = await db.query(`update ${table} set sealed = $3 where id = $1 and sealed = $2`, [
-    id,
-    previous,
-    sealed,
-  ]);
+  const result = await db.query(column.reseal, [key, column.stored(previous), column.stored(sealed)]);
   return result.rowCount > 0;
+}
+
+/** The newest sealed value of each column the database has (a start's sample of its keys). */
+export async function newestSealed(db: Queryable): Promise<Buffer[]> {
+  const present = await db.query<{ table: string }>(
+    'select t as "table" from unnest($1::text[]) as t where to_regclass(t) is not null',
+    [SEALED_COLUMNS.map(({ table }) => table)],
+  );
+  const tables = new Set(present.rows.map((r) => r.table));
+  const newest: Buffer[] = [];
+  for (const column of SEALED_COLUMNS.filter((c) => tables.has(c.table))) {
+    const row = (await db.query<{ sealed: unknown }>(column.newest)).rows[0];
+    if (row) newest.push(column.read(row.sealed));
+  }
+  return newest;
 }

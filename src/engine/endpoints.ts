@@ -2,6 +2,7 @@
 
 import type { z } from 'zod';
 import { urlOrigin } from '../config.ts';
+import { openHeaders, sealHeaders } from '../crypto/sealed-headers.ts';
 import type { AppRow } from '../db/apps.ts';
 import { recordAudit } from '../db/audit.ts';
 import { liftEndpointPause } from '../db/deliveries.ts';
@@ -26,7 +27,7 @@ import { emitEndpointEvent } from '../ops/operational-webhooks.ts';
 import type { EndpointIn, EndpointPatch, EndpointUpdate } from '../schemas/svix.ts';
 import { checkDestination } from '../sender/send.ts';
 import { generateEndpointSecret } from '../signing/standard-webhooks.ts';
-import { type Actor, type Core, openForCaller } from './core.ts';
+import { type Actor, type Core, forCaller, openForCaller } from './core.ts';
 
 /** Headers herald sets itself, or that would change how the request is framed. */
 const RESERVED_HEADER =
@@ -278,6 +279,14 @@ export function validateHeaders(headers: Record<string, string | null>): void {
 }
 
 /**
+ * An endpoint's headers, opened for a caller of the API: 503 `secret_unavailable` when they are
+ * sealed under a master key this process lacks.
+ */
+export function endpointHeaders(core: Core, endpoint: EndpointRow): Record<string, string> {
+  return forCaller(() => openHeaders(core.box, endpoint.id, endpoint.headers), "this endpoint's headers");
+}
+
+/**
  * An endpoint's headers with a PATCH's applied: a name set or removed replaces every spelling of
  * it (`authorization` replaces `Authorization`), as header names are case-insensitive on the wire.
  */
@@ -300,6 +309,7 @@ function mergeHeaders(
  * the transaction lost the first one's.
  */
 export async function patchHeaders(
+  core: Core,
   tx: Queryable,
   actor: Actor,
   endpointId: string,
@@ -308,17 +318,18 @@ export async function patchHeaders(
 ): Promise<void> {
   const current = await lockEndpoint(tx, endpointId);
   if (!current) throw notFound('endpoint');
-  await replaceHeaders(tx, actor, current, mergeHeaders(current.headers, set, remove));
+  await replaceHeaders(core, tx, actor, current, mergeHeaders(endpointHeaders(core, current), set, remove));
 }
 
 export async function replaceHeaders(
+  core: Core,
   tx: Queryable,
   actor: Actor,
   endpoint: EndpointRow,
   headers: Record<string, string>,
 ): Promise<void> {
   validateHeaders(headers);
-  await setEndpointHeaders(tx, endpoint.id, headers);
+  await setEndpointHeaders(tx, endpoint.id, sealHeaders(core.box, endpoint.id, headers));
   // Header values often carry credentials: the audit keeps their names only.
   await audit(tx, actor, 'endpoint.headers_updated', endpoint, { headers: Object.keys(headers) });
 }

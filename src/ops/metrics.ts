@@ -16,7 +16,7 @@ export type IntakeOutcome = 'claimed' | 'joined' | 'duplicate' | 'rejected';
 
 export interface AttemptSample {
   outcome: 'success' | 'failure' | 'unknown';
-  /** One of the sender's RESPONSE_CLASSES, or payload_expired / no_signing_secret: a bounded set. */
+  /** One of the sender's RESPONSE_CLASSES, or payload_expired / no_signing_secret / headers_unreadable: a bounded set. */
   responseClass: string;
   durationMs: number;
 }
@@ -212,7 +212,7 @@ export function createMetrics(
   });
   // The failures that are herald's own, which an alert watches (a worker with the wrong master
   // key), from the start: its first scrape may come after the first of them.
-  for (const response_class of ['no_signing_secret', 'payload_expired'] as const)
+  for (const response_class of ['no_signing_secret', 'headers_unreadable', 'payload_expired'] as const)
     attempts.inc({ outcome: 'failure', response_class }, 0);
   const duration = new Histogram({
     name: 'herald_attempt_duration_seconds',

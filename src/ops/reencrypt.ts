@@ -1,5 +1,5 @@
-// Re-encrypts every sealed secret — endpoint signing secrets and inbound source secrets — under the
-// current master key. Run it after deploying a new HERALD_MASTER_KEY with the old one in
+// Re-encrypts every sealed secret — endpoint signing secrets and headers, inbound source secrets —
+// under the current master key. Run it after deploying a new HERALD_MASTER_KEY with the old one in
 // HERALD_PREVIOUS_MASTER_KEYS; once a run re-encrypts nothing and finds nothing unreadable, the old
 // key can be dropped. Safe to run while herald serves: each row is swapped only if it still holds
 // the ciphertext that was read.
@@ -7,19 +7,19 @@
 import type { SecretBox } from '../crypto/secret-box.ts';
 import { recordAudit } from '../db/audit.ts';
 import type { Db } from '../db/port.ts';
-import { resealSecret, SEALED_TABLES, type SealedTable, sealedSecretsAfter } from '../db/sealed-secrets.ts';
+import { resealSecret, SEALED_COLUMNS, sealedSecretsAfter } from '../db/sealed-secrets.ts';
 
 export interface ReencryptReport {
-  /** Per table of sealed secrets. */
+  /** Per kind of sealed secret (SEALED_COLUMNS' names). */
   tables: {
-    table: SealedTable['table'];
+    table: string;
     examined: number;
     reencrypted: number;
     /**
      * Rows no known key opens (tampered, or sealed under a key no longer configured), each with
      * its owner (the endpoint's or source's id): what an operator looks up, not the row's id.
      */
-    unreadable: { id: number; owner: string }[];
+    unreadable: { key: string | number; owner: string }[];
   }[];
 }
 
@@ -35,18 +35,18 @@ export async function reencryptSecrets(
   batch = 500,
 ): Promise<ReencryptReport> {
   const report: ReencryptReport = { tables: [] };
-  for (const sealedTable of SEALED_TABLES) {
+  for (const column of SEALED_COLUMNS) {
     const counts = {
-      table: sealedTable.table,
+      table: column.name,
       examined: 0,
       reencrypted: 0,
-      unreadable: [] as { id: number; owner: string }[],
+      unreadable: [] as { key: string | number; owner: string }[],
     };
     report.tables.push(counts);
-    for (let after = 0; ; ) {
-      const rows = await sealedSecretsAfter(db, sealedTable, after, batch);
+    for (let after = column.firstKey; ; ) {
+      const rows = await sealedSecretsAfter(db, column, after, batch);
       if (rows.length === 0) break;
-      const resealed: { id: number; previous: Buffer; sealed: Buffer }[] = [];
+      const resealed: { key: string | number; previous: Buffer; sealed: Buffer }[] = [];
       for (const row of rows) {
         counts.examined++;
         let plaintext: string;
@@ -54,19 +54,23 @@ export async function reencryptSecrets(
           // A row too damaged to name its key is unreadable like one sealed with a key not given:
           // counted, and the run goes on to the others.
           if (box.keyIdOf(row.sealed) === box.currentKeyId) continue;
-          plaintext = box.open(row.sealed, row.ownerId);
+          plaintext = box.open(row.sealed, column.binding(row.ownerId));
         } catch {
-          counts.unreadable.push({ id: row.id, owner: row.ownerId });
+          counts.unreadable.push({ key: row.key, owner: row.ownerId });
           continue;
         }
-        resealed.push({ id: row.id, previous: row.sealed, sealed: box.seal(plaintext, row.ownerId) });
+        resealed.push({
+          key: row.key,
+          previous: row.sealed,
+          sealed: box.seal(plaintext, column.binding(row.ownerId)),
+        });
       }
       // A batch with nothing to reseal (the usual one, once a rotation is done) opens no transaction.
       if (resealed.length > 0)
         counts.reencrypted += await db.transaction(async (tx) => {
           let swapped = 0;
           for (const r of resealed)
-            if (await resealSecret(tx, sealedTable, r.id, r.previous, r.sealed)) swapped++;
+            if (await resealSecret(tx, column, r.key, r.previous, r.sealed)) swapped++;
           if (swapped > 0) {
             await recordAudit(tx, {
               actor: actorId,
@@ -75,16 +79,16 @@ export async function reencryptSecrets(
               targetType: 'master_key',
               targetId: box.currentKeyId,
               details: {
-                table: sealedTable.table,
+                table: column.name,
                 reencrypted: swapped,
-                fromId: rows[0]!.id,
-                toId: rows.at(-1)!.id,
+                fromId: rows[0]!.key,
+                toId: rows.at(-1)!.key,
               },
             });
           }
           return swapped;
         });
-      after = rows.at(-1)!.id;
+      after = rows.at(-1)!.key;
     }
   }
   await recordAudit(db, {

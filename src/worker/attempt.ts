@@ -25,10 +25,14 @@ export interface AttemptContext {
  * What an attempt's request carries whenever it leaves: the endpoint's headers, then herald's. The
  * signature's go over all of these (the sender spreads `headersAtSend` last).
  */
-function requestHeaders(claim: ClaimedDelivery, svixHeaders: boolean): Record<string, string> {
+function requestHeaders(
+  claim: ClaimedDelivery,
+  endpointHeaders: Readonly<Record<string, string>>,
+  svixHeaders: boolean,
+): Record<string, string> {
   return {
     // Endpoint headers first, so that herald's own headers always win.
-    ...claim.headers,
+    ...endpointHeaders,
     'content-type': 'application/json',
     'webhook-id': claim.messageId,
     ...(svixHeaders ? { 'svix-id': claim.messageId } : {}),
@@ -117,10 +121,18 @@ export type AttemptRun = FinishedAttempt | UnstartedAttempt;
  * `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease.
  * `stillWanted`: asked right before the request leaves (see OutboundRequest.stillWanted).
  */
+/** What a request needs of the endpoint's secrets, opened: its signing keys and its headers. */
+export interface EndpointSecrets {
+  /** Current first; none: none could be opened. */
+  keys: readonly Buffer[];
+  /** null: sealed under a master key this worker lacks (or damaged). */
+  headers: Readonly<Record<string, string>> | null;
+}
+
 export async function runAttempt(
   ctx: AttemptContext,
   claim: ClaimedDelivery,
-  keys: readonly Buffer[],
+  { keys, headers }: EndpointSecrets,
   startBy: Date,
   stillWanted?: () => boolean,
 ): Promise<AttemptRun> {
@@ -133,18 +145,23 @@ export async function runAttempt(
       random: (ctx.random ?? Math.random)(),
       retryAfterSeconds,
     });
-  if (claim.payload === null || keys.length === 0) {
+  if (claim.payload === null || keys.length === 0 || headers === null) {
     // Nothing can be sent, and it is herald's doing, not the endpoint's: the attempt fails without
     // counting towards the endpoint's auto-disable. A payload past its retention (or expunged) is
-    // gone for good: the cycle ends. An unreadable secret (a worker with another master key) may
-    // be readable by another worker, or once it is fixed: the attempt is retried on the schedule.
+    // gone for good: the cycle ends. An unreadable secret or set of headers (a worker with another
+    // master key) may be readable by another worker, or once it is fixed: the attempt is retried
+    // on the schedule.
     const expired = claim.payload === null;
     return {
       kind: 'finished',
       ...base,
       outcome: 'failure',
       statusCode: null,
-      responseClass: expired ? 'payload_expired' : 'no_signing_secret',
+      responseClass: expired
+        ? 'payload_expired'
+        : keys.length === 0
+          ? 'no_signing_secret'
+          : 'headers_unreadable',
       responseBody: '',
       durationMs: 0,
       nextAttemptAt: expired ? null : onSchedule(null),
@@ -157,7 +174,7 @@ export async function runAttempt(
   const svixHeaders = ctx.svixHeaders === true;
   const sent = await ctx.sender.send({
     url: claim.url,
-    headers: requestHeaders(claim, svixHeaders),
+    headers: requestHeaders(claim, headers, svixHeaders),
     headersAtSend: () =>
       signatureHeaders(claim.messageId, body, keys, Math.floor(now().getTime() / 1000), svixHeaders),
     body,

@@ -31,6 +31,7 @@ import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
 import { runAttempt } from './attempt.ts';
 import { createEndpointChanges, ENDPOINT_CHANGED_CHANNEL } from './endpoint-changes.ts';
+import { createEndpointHeaderCache } from './endpoint-headers.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
 import { createSigningKeyCache } from './signing-keys.ts';
 
@@ -102,6 +103,9 @@ export function createWorker(options: WorkerOptions): Worker {
   const { db, log } = options;
   const keyCache = createSigningKeyCache(db, options.box, (endpointId, error) =>
     log.error({ endpointId, err: error.message }, 'an endpoint signing secret cannot be opened'),
+  );
+  const headerCache = createEndpointHeaderCache(options.box, (endpointId, error) =>
+    log.error({ endpointId, err: error.message }, "an endpoint's headers cannot be opened"),
   );
   const { metrics } = options;
   // What a request's start limit keeps of the lease after its deadline, to record its outcome —
@@ -327,7 +331,11 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
-  async function deliver(claim: ClaimedDelivery, keys: readonly Buffer[]): Promise<void> {
+  async function deliver(
+    claim: ClaimedDelivery,
+    keys: readonly Buffer[],
+    headers: Readonly<Record<string, string>> | null,
+  ): Promise<void> {
     // The slot is for the request: it is given back as soon as the response is in, and the
     // outcome is written meanwhile (group commit). The endpoint stays busy until then — its
     // delivery is `sending` — so the freed slot goes to another endpoint.
@@ -363,7 +371,7 @@ export function createWorker(options: WorkerOptions): Worker {
           operatorEndpointId,
         },
         claim,
-        keys,
+        { keys, headers },
         startBy,
         () => !endpointChanges.changedSince(claim.endpointId, claimSentAt(claim)),
       );
@@ -666,7 +674,11 @@ export function createWorker(options: WorkerOptions): Worker {
       track(givingBack, giveBackClaim(claimId, 'keys_unavailable'));
       throw error;
     }
-    for (const claim of claimed) track(attempts, deliver(claim, keys.get(claim.endpointId) ?? []));
+    for (const claim of claimed)
+      track(
+        attempts,
+        deliver(claim, keys.get(claim.endpointId) ?? [], headerCache.open(claim.endpointId, claim.headers)),
+      );
   }
 
   async function run(): Promise<void> {

@@ -12,6 +12,7 @@ import {
   audit,
   checkNewUrl,
   createEndpoint,
+  endpointHeaders,
   keepHeraldOwn,
   patchHeaders,
   patchToUpdate,
@@ -102,7 +103,8 @@ export const endpointRoutes =
         reply,
         async (tx, checkedUrl) => {
           const endpoint = await createEndpoint(core, tx, request.actor, application, input, checkedUrl);
-          if (Object.keys(headers).length > 0) await replaceHeaders(tx, request.actor, endpoint, headers);
+          if (Object.keys(headers).length > 0)
+            await replaceHeaders(core, tx, request.actor, endpoint, headers);
           return { status: 201, body: presentEndpoint(endpoint) };
         },
         // Its name looked up: a repeat is answered even while the name does not resolve.
@@ -215,7 +217,7 @@ export const endpointRoutes =
       const { endpoint } = await load(request.actor, request.params);
       const headers: Record<string, string> = {};
       const sensitive: string[] = [];
-      for (const [name, value] of Object.entries(endpoint.headers)) {
+      for (const [name, value] of Object.entries(endpointHeaders(core, endpoint))) {
         if (SENSITIVE_HEADER.test(name)) sensitive.push(name);
         else headers[name] = value;
       }
@@ -227,7 +229,7 @@ export const endpointRoutes =
       async (request, reply) => {
         const input = parseOrThrow(EndpointHeadersIn, request.body);
         const { endpoint } = await load(request.actor, request.params);
-        await db.transaction((tx) => replaceHeaders(tx, request.actor, endpoint, input.headers));
+        await db.transaction((tx) => replaceHeaders(core, tx, request.actor, endpoint, input.headers));
         return reply.status(204).send();
       },
     );
@@ -239,7 +241,7 @@ export const endpointRoutes =
         validateHeaders(input.headers);
         const { endpoint } = await load(request.actor, request.params);
         await db.transaction((tx) =>
-          patchHeaders(tx, request.actor, endpoint.id, input.headers, input.deleteHeaders ?? []),
+          patchHeaders(core, tx, request.actor, endpoint.id, input.headers, input.deleteHeaders ?? []),
         );
         return reply.status(204).send();
       },
