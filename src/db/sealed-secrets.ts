@@ -103,6 +103,7 @@ export async function resealSecret(
 
 /** The newest sealed value of each column the database has (a start's sample of its keys). */
 export async function newestSealed(db: Queryable): Promise<Buffer[]> {
+  // Those there: a command opens a database behind its migrations to say which it lacks.
   const present = await db.query<{ table: string }>(
     'select t as "table" from unnest($1::text[]) as t where to_regclass(t) is not null',
     [SEALED_COLUMNS.map(({ table }) => table)],

@@ -117,10 +117,6 @@ export interface UnstartedAttempt {
 
 export type AttemptRun = FinishedAttempt | UnstartedAttempt;
 
-/**
- * `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease.
- * `stillWanted`: asked right before the request leaves (see OutboundRequest.stillWanted).
- */
 /** What a request needs of the endpoint's secrets, opened: its signing keys and its headers. */
 export interface EndpointSecrets {
   /** Current first; none: none could be opened. */
@@ -128,6 +124,11 @@ export interface EndpointSecrets {
   /** null: sealed under a master key this worker lacks (or damaged). */
   headers: Readonly<Record<string, string>> | null;
 }
+
+/**
+ * `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease.
+ * `stillWanted`: asked right before the request leaves (see OutboundRequest.stillWanted).
+ */
 
 export async function runAttempt(
   ctx: AttemptContext,
