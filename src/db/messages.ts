@@ -133,7 +133,9 @@ export async function publishMessages(
   // its retention, before the job that clears it has run, it and its digest are as good as gone:
   // the answer shows what a read shows, and the key names its message whatever the content.
   // Whether it is kept is a scalar subquery, looked up by key and only for a message not created
-  // now: an EXISTS there may be planned as a hash of every message (test/plan-shape.test.ts).
+  // now: an EXISTS there may be planned as a hash of every message (test/plan-shape.test.ts). It
+  // reads with the statement's snapshot, taken before the call: a message it does not see was
+  // made by this call (a key twice in one batch) or committed during it, and is new, so kept.
   const rows = await db.query<
     MessageRow & {
       ord: number;
@@ -146,7 +148,7 @@ export async function publishMessages(
     `select ord, created, ${columns('case when kept then payload end')},
             case when kept then request_hash end as "requestHash", deliveries, event_id_taken as "eventIdTaken"
        from ${heraldsOwn ? 'herald_publish_grouped' : 'herald_publish_messages'}($1::jsonb, $2::boolean) f,
-            lateral (select not created and (select ${payloadKept('k.')} from message k where k.id = f.id) as kept) g`,
+            lateral (select not created and coalesce((select ${payloadKept('k.')} from message k where k.id = f.id), true) as kept) g`,
     [JSON.stringify(items, wellFormed), wake],
     heraldsOwn ? 'publish_grouped' : 'publish_messages',
   );
