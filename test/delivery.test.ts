@@ -513,13 +513,15 @@ describe("failures of herald's own", () => {
     assert.equal(requestsTo('/expired').length, 1);
   });
 
-  test('an unreadable signing secret fails each attempt on the retry schedule without disabling the endpoint', async () => {
-    const app = await createApp(t, 'unreadable');
-    const ep = await createEndpoint(t, app, { url: `${receiver.url}/unreadable` });
-    // As a worker with another HERALD_MASTER_KEY would find it.
-    await t.database.db.query(`update endpoint_secret set sealed = '\\x00'::bytea where endpoint_id = $1`, [
-      ep,
-    ]);
+  /**
+   * A delivery to an endpoint whose secrets `spoil` made unreadable, as a worker with another
+   * HERALD_MASTER_KEY finds them: every attempt of the cycle fails unsent as `responseClass`, on
+   * the schedule, and the endpoint is neither disabled nor counted as failing.
+   */
+  async function failsUnsent(name: string, responseClass: string, spoil: (ep: string) => Promise<unknown>) {
+    const app = await createApp(t, name);
+    const ep = await createEndpoint(t, app, { url: `${receiver.url}/${name}` });
+    await spoil(ep);
     const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
     const delivery = await waitFor('the cycle to end', async () => {
       const d = await deliveryOf(t, msg, ep);
@@ -527,35 +529,25 @@ describe("failures of herald's own", () => {
     });
     const attempts = await attemptsOf(t, delivery.id);
     assert.equal(attempts.length, 8, 'every attempt of the cycle, on the schedule');
-    assert.ok(attempts.every((a) => a.outcome === 'failure' && a.response_class === 'no_signing_secret'));
+    assert.ok(attempts.every((a) => a.outcome === 'failure' && a.response_class === responseClass));
     const endpoint = await t.database.db.query<{ disabled: boolean; consecutive_failures: number }>(
       'select disabled, consecutive_failures from endpoint where id = $1',
       [ep],
     );
     assert.deepEqual(endpoint.rows[0], { disabled: false, consecutive_failures: 0 });
-    assert.equal(requestsTo('/unreadable').length, 0);
-  });
+    assert.equal(requestsTo(`/${name}`).length, 0);
+  }
 
-  test('headers that cannot be opened fail each attempt unsent, on the schedule, without disabling the endpoint', async () => {
-    const app = await createApp(t, 'unreadable-headers');
-    const ep = await createEndpoint(t, app, { url: `${receiver.url}/unreadable-headers` });
-    // Sent without them, the request would lack the receiver's credentials: it is not sent.
-    await t.database.db.query(`update endpoint set headers = to_jsonb('AQID'::text) where id = $1`, [ep]);
-    const msg = await publishVia(t, app, { eventType: 'e', payload: {} });
-    const delivery = await waitFor('the cycle to end', async () => {
-      const d = await deliveryOf(t, msg, ep);
-      return d?.state === 'failed' && d;
-    });
-    const attempts = await attemptsOf(t, delivery.id);
-    assert.equal(attempts.length, 8, 'every attempt of the cycle, on the schedule');
-    assert.ok(attempts.every((a) => a.outcome === 'failure' && a.response_class === 'headers_unreadable'));
-    const endpoint = await t.database.db.query<{ disabled: boolean; consecutive_failures: number }>(
-      'select disabled, consecutive_failures from endpoint where id = $1',
-      [ep],
-    );
-    assert.deepEqual(endpoint.rows[0], { disabled: false, consecutive_failures: 0 });
-    assert.equal(requestsTo('/unreadable-headers').length, 0);
-  });
+  test('an unreadable signing secret fails each attempt on the retry schedule without disabling the endpoint', () =>
+    failsUnsent('unreadable', 'no_signing_secret', (ep) =>
+      t.database.db.query(`update endpoint_secret set sealed = '\\x00'::bytea where endpoint_id = $1`, [ep]),
+    ));
+
+  // Sent without them, the request would lack the receiver's credentials: it is not sent.
+  test('headers that cannot be opened fail each attempt unsent, on the schedule, without disabling the endpoint', () =>
+    failsUnsent('unreadable-headers', 'headers_unreadable', (ep) =>
+      t.database.db.query(`update endpoint set headers = to_jsonb('AQID'::text) where id = $1`, [ep]),
+    ));
 });
 
 describe('resend', () => {
