@@ -48,8 +48,9 @@ export interface HeraldOptions {
   config?: Readonly<HeraldConfig>;
   logger?: Logger;
   /**
-   * Apply pending migrations on open (default true). Without, herald opens a database that exists:
-   * an embedded data directory without one is refused, not made.
+   * Apply pending migrations on open (default true), and seal the endpoint headers an earlier
+   * version kept in clear. Without, herald opens a database that exists and writes nothing as it
+   * opens: an embedded data directory without one is refused, not made.
    */
   migrate?: boolean;
 }
@@ -238,8 +239,11 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
     // The embedded database is one process's: its migrations run on the Db it opened.
     if (options.migrate !== false && embedded) await migrate(db);
     await warnIfDatabaseAhead(db, log);
-    if (keys) {
-      await assertSecretsUnderKeys(db, box, keys, embedded ? config.dataDir : null);
+    if (keys) await assertSecretsUnderKeys(db, box, keys, embedded ? config.dataDir : null);
+    // What the migrations could not do without the key: headers an earlier version kept in clear
+    // are sealed by a process that migrates (a server, the library), never by a command, which
+    // a probe or a read-only standby may run.
+    if (keys && options.migrate !== false) {
       const sealed = await sealClearHeaders(db, box);
       if (sealed > 0)
         log.info({ endpoints: sealed }, 'sealed the endpoint headers an earlier version kept in clear');

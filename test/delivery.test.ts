@@ -546,7 +546,7 @@ describe("failures of herald's own", () => {
   // Sent without them, the request would lack the receiver's credentials: it is not sent.
   test('headers that cannot be opened fail each attempt unsent, on the schedule, without disabling the endpoint', () =>
     failsUnsent('unreadable-headers', 'headers_unreadable', (ep) =>
-      t.database.db.query(`update endpoint set headers = to_jsonb('AQID'::text) where id = $1`, [ep]),
+      t.database.db.query(`update endpoint set sealed_headers = to_jsonb('AQID'::text) where id = $1`, [ep]),
     ));
 });
 

@@ -9,10 +9,11 @@ import { after, before, test } from 'node:test';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
 import { assertSecretsUnderKeys, loadMasterKey, loadMasterKeys } from '../src/crypto/master-key.ts';
-import { openHeaders } from '../src/crypto/sealed-headers.ts';
+import { openHeaders, type StoredHeaders } from '../src/crypto/sealed-headers.ts';
 import { createSecretBox, keyIdOf, type SecretBox } from '../src/crypto/secret-box.ts';
 import { insertCurrentSecret } from '../src/db/endpoint-secrets.ts';
 import { findEndpoint } from '../src/db/endpoints.ts';
+import { migrate } from '../src/db/migrate.ts';
 import type { Db } from '../src/db/port.ts';
 import { keepSubscriptionToken, subscriptionTokens } from '../src/db/sources.ts';
 import { revealSecret } from '../src/engine/endpoints.ts';
@@ -93,6 +94,17 @@ test("an endpoint's headers are sealed: no value in the database, sent with ever
   }
   const read = await t.call('GET', `/api/v1/app/${app}/endpoint/${ep}/headers`);
   assert.deepEqual(read.body, { headers: { 'X-Tenant': 'acme' }, sensitive: ['Authorization'] });
+  // The same headers again are not sealed anew: a new value would tell workers the endpoint changed.
+  const stored = async () =>
+    (await t.database.db.query('select sealed_headers from endpoint where id = $1', [ep])).rows[0]!
+      .sealed_headers;
+  const before = await stored();
+  const same = { Authorization: credential, 'X-Tenant': 'acme' };
+  assert.equal(
+    (await t.call('PUT', `/api/v1/app/${app}/endpoint/${ep}/headers`, { headers: same })).status,
+    204,
+  );
+  assert.equal(await stored(), before);
 
   await publishVia(t, app, { eventType: 'e', payload: { sealed: true } });
   const request = await waitFor('the delivery', () =>
@@ -105,7 +117,7 @@ test("an endpoint's headers are sealed: no value in the database, sent with ever
   // Moved onto another endpoint's row, the sealed headers do not open there.
   const other = await createEndpoint(t, app, { url: `${receiver.url}/other-headers` });
   await t.database.db.query(
-    'update endpoint set headers = (select headers from endpoint where id = $1) where id = $2',
+    'update endpoint set sealed_headers = (select sealed_headers from endpoint where id = $1) where id = $2',
     [ep, other],
   );
   const moved = await t.call('GET', `/api/v1/app/${app}/endpoint/${other}/headers`);
@@ -113,27 +125,50 @@ test("an endpoint's headers are sealed: no value in the database, sent with ever
   assert.ok(!JSON.stringify(moved.body).includes('credential'));
 });
 
-test('headers an earlier version kept in clear are sealed when a process with the master key starts', async () => {
-  const database = await freshDatabase('clear_headers');
+test('headers an earlier version kept in clear are sealed when a process with the master key starts; that version can no longer read them', async () => {
+  // A database as the version before sealing left it, its headers in clear.
+  const database = await freshDatabase('clear_headers', { upTo: 45 });
   try {
     const app = await seedApp(database.db, 'clear-headers');
-    const kept = await seedEndpoint(database.db, app.id, `${receiver.url}/clear-headers`);
-    const none = await seedEndpoint(database.db, app.id, `${receiver.url}/no-headers`);
-    await database.db.query(
-      `update endpoint set headers = '{"Authorization": "Basic b2xkOmNsZWFy"}' where id = $1`,
-      [kept.id],
+    const clear = { Authorization: 'Basic b2xkOmNsZWFy', 'X-Region': 'eu' };
+    const inserted = await database.db.query<{ id: string }>(
+      `insert into endpoint (app_id, url, headers) values ($1, $2, $3), ($1, $4, '{}') returning id`,
+      [app.id, `${receiver.url}/clear-headers`, JSON.stringify(clear), `${receiver.url}/no-headers`],
     );
-    const started = await startHeraldOn(database, { worker: false });
+    const [kept, none] = inserted.rows.map((r) => r.id) as [string, string];
+    await migrate(database.db);
+    // A command (doctor, say, which a probe or a read-only standby runs) writes nothing as it opens.
+    const command = await startHeraldOn(database, { worker: false });
+    await command.close();
+    const untouched = await database.db.query<{ headers: StoredHeaders }>(
+      'select sealed_headers as headers from endpoint where id = $1',
+      [kept],
+    );
+    assert.deepEqual(untouched.rows[0]!.headers, clear);
+    // A server starting seals them.
+    const started = await startHeraldOn(database, { worker: false, migrate: true });
     try {
-      const rows = await database.db.query<{ id: string; headers: unknown }>(
-        'select id, headers from endpoint',
+      const rows = await database.db.query<{ id: string; headers: StoredHeaders }>(
+        'select id, sealed_headers as headers from endpoint',
       );
       const byId = new Map(rows.rows.map((r) => [r.id, r.headers]));
-      assert.equal(typeof byId.get(kept.id), 'string', 'sealed');
-      assert.ok(!String(byId.get(kept.id)).includes('b2xkOmNsZWFy'));
-      assert.deepEqual(byId.get(none.id), {}, 'no headers: nothing to seal');
-      const read = await started.call('GET', `/api/v1/app/${app.id}/endpoint/${kept.id}/headers`);
-      assert.deepEqual(read.body, { headers: {}, sensitive: ['Authorization'] });
+      const sealed = byId.get(kept)!;
+      assert.equal(typeof sealed, 'string', 'sealed');
+      assert.ok(!String(sealed).includes('b2xkOmNsZWFy'));
+      assert.deepEqual(openHeaders(started.herald.core.box, kept, sealed), clear);
+      assert.deepEqual(byId.get(none), {}, 'no headers: nothing to seal');
+      const read = await started.call('GET', `/api/v1/app/${app.id}/endpoint/${kept}/headers`);
+      assert.deepEqual(read.body, { headers: { 'X-Region': 'eu' }, sensitive: ['Authorization'] });
+      // A process of that version reads the column it knew, and its claims the result column: both
+      // are gone, so it fails, where it would have sent the sealed text's characters as headers.
+      await assert.rejects(
+        database.db.query('select headers from endpoint'),
+        /column "headers" does not exist/,
+      );
+      await assert.rejects(
+        database.db.query(`select headers from herald_claim(1, interval '1 minute', '')`),
+        /column "headers" does not exist/,
+      );
     } finally {
       await started.close();
     }

@@ -12,17 +12,16 @@ export async function sealClearHeaders(db: Queryable, box: SecretBox, batch = 50
   let sealed = 0;
   for (let after = ''; ; ) {
     const { rows } = await db.query<{ id: string; headers: Record<string, string> }>(
-      `select id, headers from endpoint
-        where id > $1 and jsonb_typeof(headers) = 'object' and headers <> '{}' order by id limit $2`,
+      `select id, sealed_headers as headers from endpoint
+        where id > $1 and jsonb_typeof(sealed_headers) = 'object' and sealed_headers <> '{}' order by id limit $2`,
       [after, batch],
     );
     if (rows.length === 0) return sealed;
     for (const { id, headers } of rows) {
-      const result = await db.query('update endpoint set headers = $2 where id = $1 and headers = $3', [
-        id,
-        JSON.stringify(sealHeaders(box, id, headers)),
-        JSON.stringify(headers),
-      ]);
+      const result = await db.query(
+        'update endpoint set sealed_headers = $2 where id = $1 and sealed_headers = $3',
+        [id, JSON.stringify(sealHeaders(box, id, headers)), JSON.stringify(headers)],
+      );
       sealed += result.rowCount;
     }
     after = rows.at(-1)!.id;

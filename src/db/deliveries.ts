@@ -54,7 +54,7 @@ export interface ClaimedDelivery {
 
 const CLAIM_COLUMNS = `delivery_id as "deliveryId", attempt_id as "attemptId", lease_token as "leaseToken",
   lease_expires_at as "leaseExpiresAt", app_id as "appId", message_id as "messageId",
-  endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, headers,
+  endpoint_id as "endpointId", cycle, attempts_in_cycle as "attemptsInCycle", trigger, url, sealed_headers as headers,
   secret_version as "secretVersion", idempotent, client_error_policy as "clientErrorPolicy",
   event_type as "eventType", payload, message_created_at as "messageCreatedAt", business_key as "businessKey",
   payload_shared as "payloadShared", next_start_at as "nextStartAt"`;

@@ -49,7 +49,7 @@ export interface EndpointFields {
 }
 
 const OWN_COLUMNS = `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
-  filter_types as "filterTypes", channels, headers, metadata, disabled, disabled_reason as "disabledReason",
+  filter_types as "filterTypes", channels, sealed_headers as headers, metadata, disabled, disabled_reason as "disabledReason",
   consecutive_failures as "consecutiveFailures", idempotent, client_error_policy as "clientErrorPolicy",
   credentials_rejected_at as "credentialsRejectedAt", created_at as "createdAt", updated_at as "updatedAt"`;
 
@@ -60,7 +60,7 @@ const COLUMNS = `${OWN_COLUMNS},
 export async function insertEndpoint(db: Queryable, appId: string, f: EndpointFields): Promise<EndpointRow> {
   const result = await db.query<EndpointRow>(
     `insert into endpoint (app_id, uid, url, description, version, throttle_rate, filter_types, channels,
-        metadata, headers, disabled, disabled_reason, idempotent, client_error_policy)
+        metadata, sealed_headers, disabled, disabled_reason, idempotent, client_error_policy)
      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, '{}', $10, case when $10 then 'operator' end, $11, $12)
      -- A new endpoint has no slot yet, so no rest.
      returning ${OWN_COLUMNS}, null::timestamptz as "restingUntil"`,
@@ -163,7 +163,7 @@ export async function updateEndpoint(db: Queryable, id: string, f: EndpointField
 
 /** Sets an endpoint's headers, sealed (sealHeaders). */
 export async function setEndpointHeaders(db: Queryable, id: string, headers: StoredHeaders) {
-  await db.query('update endpoint set headers = $2, updated_at = now() where id = $1', [
+  await db.query('update endpoint set sealed_headers = $2, updated_at = now() where id = $1', [
     id,
     JSON.stringify(headers),
   ]);

@@ -11,8 +11,9 @@ import type { Queryable } from './port.ts';
 export interface SealedColumn {
   /** How reports and the audit name it. */
   name: string;
-  /** Its table: a database behind its migrations may not have it yet. */
+  /** Its table and column: a database behind its migrations may not have them yet. */
   table: string;
+  column: string;
   /** One page in key order after key $1, at most $2 rows: key, "ownerId", sealed. */
   page: string;
   /** Replaces row $1's sealed value by $3, only if it still holds $2 (a rotation may have won). */
@@ -34,6 +35,7 @@ function sealedTable(table: string, owner: string): SealedColumn {
   return {
     name: table,
     table,
+    column: 'sealed',
     page: `select id::int as key, ${owner} as "ownerId", sealed from ${table} where id > $1 order by id limit $2`,
     reseal: `update ${table} set sealed = $3 where id = $1 and sealed = $2`,
     newest: `select sealed from ${table} order by id desc limit 1`,
@@ -46,17 +48,18 @@ function sealedTable(table: string, owner: string): SealedColumn {
 }
 
 /** Sealed headers are a base64 string in the endpoint's jsonb column (crypto/sealed-headers.ts). */
-const SEALED_HEADERS = `jsonb_typeof(headers) = 'string'`;
+const SEALED_HEADERS = `jsonb_typeof(sealed_headers) = 'string'`;
 
 export const SEALED_COLUMNS: readonly SealedColumn[] = [
   sealedTable('endpoint_secret', 'endpoint_id'),
   {
     name: 'endpoint_headers',
     table: 'endpoint',
-    page: `select id as key, id as "ownerId", headers #>> '{}' as sealed from endpoint
+    column: 'sealed_headers',
+    page: `select id as key, id as "ownerId", sealed_headers #>> '{}' as sealed from endpoint
             where id > $1 and ${SEALED_HEADERS} order by id limit $2`,
-    reseal: `update endpoint set headers = $3 where id = $1 and headers = $2`,
-    newest: `select headers #>> '{}' as sealed from endpoint where ${SEALED_HEADERS}
+    reseal: `update endpoint set sealed_headers = $3 where id = $1 and sealed_headers = $2`,
+    newest: `select sealed_headers #>> '{}' as sealed from endpoint where ${SEALED_HEADERS}
               order by updated_at desc limit 1`,
     firstKey: '',
     binding: headersBinding,
@@ -104,13 +107,19 @@ export async function resealSecret(
 /** The newest sealed value of each column the database has (a start's sample of its keys). */
 export async function newestSealed(db: Queryable): Promise<Buffer[]> {
   // Those there: a command opens a database behind its migrations to say which it lacks.
-  const present = await db.query<{ table: string }>(
-    'select t as "table" from unnest($1::text[]) as t where to_regclass(t) is not null',
-    [SEALED_COLUMNS.map(({ table }) => table)],
+  const present = await db.query<{ name: string }>(
+    `select x.name from unnest($1::text[], $2::text[], $3::text[]) as x(name, t, c)
+      where exists (select from pg_attribute a
+                     where a.attrelid = to_regclass(x.t) and a.attname = x.c and not a.attisdropped)`,
+    [
+      SEALED_COLUMNS.map((c) => c.name),
+      SEALED_COLUMNS.map((c) => c.table),
+      SEALED_COLUMNS.map((c) => c.column),
+    ],
   );
-  const tables = new Set(present.rows.map((r) => r.table));
+  const there = new Set(present.rows.map((r) => r.name));
   const newest: Buffer[] = [];
-  for (const column of SEALED_COLUMNS.filter((c) => tables.has(c.table))) {
+  for (const column of SEALED_COLUMNS.filter((c) => there.has(c.name))) {
     const row = (await db.query<{ sealed: unknown }>(column.newest)).rows[0];
     if (row) newest.push(column.read(row.sealed));
   }

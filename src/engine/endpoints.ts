@@ -318,7 +318,7 @@ export async function patchHeaders(
 ): Promise<void> {
   const current = await lockEndpoint(tx, endpointId);
   if (!current) throw notFound('endpoint');
-  await replaceHeaders(core, tx, actor, current, mergeHeaders(endpointHeaders(core, current), set, remove));
+  await writeHeaders(core, tx, actor, current, mergeHeaders(endpointHeaders(core, current), set, remove));
 }
 
 export async function replaceHeaders(
@@ -328,10 +328,38 @@ export async function replaceHeaders(
   endpoint: EndpointRow,
   headers: Record<string, string>,
 ): Promise<void> {
+  const current = await lockEndpoint(tx, endpoint.id);
+  if (!current) throw notFound('endpoint');
+  await writeHeaders(core, tx, actor, current, headers);
+}
+
+/**
+ * Sets the headers of an endpoint whose row the transaction has locked (`current`). Sealed anew,
+ * the same headers are another value, which workers hear of as a change of the endpoint (they
+ * withdraw its requests waiting to leave): so headers the row holds already are not written again.
+ */
+async function writeHeaders(
+  core: Core,
+  tx: Queryable,
+  actor: Actor,
+  current: EndpointRow,
+  headers: Record<string, string>,
+): Promise<void> {
   validateHeaders(headers);
-  await setEndpointHeaders(tx, endpoint.id, sealHeaders(core.box, endpoint.id, headers));
+  if (!holdsHeaders(core, current, headers)) {
+    await setEndpointHeaders(tx, current.id, sealHeaders(core.box, current.id, headers));
+  }
   // Header values often carry credentials: the audit keeps their names only.
-  await audit(tx, actor, 'endpoint.headers_updated', endpoint, { headers: Object.keys(headers) });
+  await audit(tx, actor, 'endpoint.headers_updated', current, { headers: Object.keys(headers) });
+}
+
+/** Whether the endpoint holds these headers already; a set this process cannot open does not. */
+function holdsHeaders(core: Core, endpoint: EndpointRow, headers: Record<string, string>): boolean {
+  try {
+    return JSON.stringify(openHeaders(core.box, endpoint.id, endpoint.headers)) === JSON.stringify(headers);
+  } catch {
+    return false;
+  }
 }
 
 export async function audit(

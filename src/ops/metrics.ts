@@ -349,7 +349,7 @@ export function createMetrics(
   );
   fromDatabase(
     'herald_unknown_outcomes_oldest_seconds',
-    'How long the oldest failed delivery with unknown attempts has awaited review, since it was parked (0: none).',
+    'How long the oldest failed delivery with unknown attempts to an endpoint that is not idempotent has awaited review, since it was parked (0: none).',
     (s) => s.oldestUnknownSeconds,
   );
   fromDatabase('herald_endpoints_disabled', 'Endpoints currently disabled.', (s) => s.endpointsDisabled);

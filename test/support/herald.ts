@@ -46,6 +46,8 @@ export interface TestHerald {
 
 export interface HeraldOptions {
   worker?: boolean;
+  /** Migrate, and seal headers kept in clear, as a server starting does (createHerald's default). */
+  migrate?: boolean;
   /** Variables over testEnv's; a function of the test database's URL when they name it. */
   env?: Record<string, string> | ((databaseUrl: string) => Record<string, string>);
 }
@@ -75,7 +77,11 @@ export async function startHeraldOn(
 ): Promise<TestHerald> {
   const env = typeof options.env === 'function' ? options.env(database.url) : options.env;
   const config = loadConfig(testEnv(database.url, env));
-  const herald = await createHerald({ config, logger: createLogger(config.logLevel), migrate: false });
+  const herald = await createHerald({
+    config,
+    logger: createLogger(config.logLevel),
+    migrate: options.migrate ?? false,
+  });
   const api = await buildApi(herald.core);
   await api.listen({ port: 0, host: '127.0.0.1' });
   const url = `http://127.0.0.1:${(api.server.address() as { port: number }).port}`;
