@@ -57,6 +57,7 @@ const RELEASED: Record<number, string> = {
   43: '74bc32f47963103e9a1054bed4925d33bb2fbbf735f3be91194f67d36a561d67',
   44: 'dc948637d6c62d50b252bdd720d4fa4e804f95c4e863809a5ba251e4384a6579',
   45: '5b47130c6ae693bac189914bd884a6ea78aa8107ae5512d386d7c41b24e76e5a',
+  46: '4b4039d6a4890ba0b9f1f2fbdda99e842918b5bdeff182f56a44032e8c130d4e',
 };
 
 test('released migrations are never edited', () => {
