@@ -105,6 +105,12 @@ test("an endpoint's headers are sealed: no value in the database, sent with ever
     204,
   );
   assert.equal(await stored(), before);
+  // Nor when a PATCH sets a header to the value it has, which moves it to the end of the set.
+  const again = await t.call('PATCH', `/api/v1/app/${app}/endpoint/${ep}/headers`, {
+    headers: { Authorization: credential },
+  });
+  assert.equal(again.status, 204, JSON.stringify(again.body));
+  assert.equal(await stored(), before);
 
   await publishVia(t, app, { eventType: 'e', payload: { sealed: true } });
   const request = await waitFor('the delivery', () =>

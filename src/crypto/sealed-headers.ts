@@ -2,10 +2,10 @@
 // key), so they are sealed under the master key as signing and source secrets are, bound to
 // their endpoint: a dump or a backup of the database does not hand them out.
 //
-// The endpoint's `headers` column holds `{}` when it has none, which is most endpoints and is
-// opened for nothing, or else the sealed JSON of its headers as a base64 string. An object with
-// names in it is a row written before headers were sealed: it reads as it is, and the first
-// process holding the master key to start seals it (db/clear-headers.ts).
+// The endpoint's `sealed_headers` column (migration 0046) holds `{}` when it has none, which is
+// most endpoints and is opened for nothing, or else the sealed JSON of its headers as a base64
+// string. An object with names in it is a row written before headers were sealed: it reads as it
+// is, and the first process that migrates, holding the master key, seals it (db/clear-headers.ts).
 
 import type { SecretBox } from './secret-box.ts';
 

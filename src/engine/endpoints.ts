@@ -353,10 +353,17 @@ async function writeHeaders(
   await audit(tx, actor, 'endpoint.headers_updated', current, { headers: Object.keys(headers) });
 }
 
-/** Whether the endpoint holds these headers already; a set this process cannot open does not. */
+/**
+ * Whether the endpoint holds these headers already, sealed, in whatever order (a PATCH setting a
+ * header to its value moves it to the end). Headers still in clear, or sealed under a key this
+ * process lacks, are written again.
+ */
 function holdsHeaders(core: Core, endpoint: EndpointRow, headers: Record<string, string>): boolean {
+  const inOrder = (set: Record<string, string>) => JSON.stringify(Object.entries(set).sort());
+  if (typeof endpoint.headers !== 'string')
+    return Object.keys(headers).length === 0 && Object.keys(endpoint.headers).length === 0;
   try {
-    return JSON.stringify(openHeaders(core.box, endpoint.id, endpoint.headers)) === JSON.stringify(headers);
+    return inOrder(openHeaders(core.box, endpoint.id, endpoint.headers)) === inOrder(headers);
   } catch {
     return false;
   }
