@@ -9,8 +9,11 @@
 
 import type { SecretBox } from './secret-box.ts';
 
+/** An endpoint's own headers, by name. */
+export type HeaderSet = Record<string, string>;
+
 /** What the column holds: headers sealed (a string), or none / not sealed yet (an object). */
-export type StoredHeaders = Readonly<Record<string, string>> | string;
+export type StoredHeaders = Readonly<HeaderSet> | string;
 
 /**
  * The additional data a sealed set is bound to: its endpoint, and what it is, so that it opens
@@ -18,11 +21,7 @@ export type StoredHeaders = Readonly<Record<string, string>> | string;
  */
 export const headersBinding = (endpointId: string) => `endpoint-headers:${endpointId}`;
 
-export function sealHeaders(
-  box: SecretBox,
-  endpointId: string,
-  headers: Record<string, string>,
-): StoredHeaders {
+export function sealHeaders(box: SecretBox, endpointId: string, headers: HeaderSet): StoredHeaders {
   if (Object.keys(headers).length === 0) return {};
   return box.seal(JSON.stringify(headers), headersBinding(endpointId)).toString('base64');
 }
@@ -31,14 +30,8 @@ export function sealHeaders(
  * The headers a stored value holds. Throws UnknownMasterKeyError for a set sealed under a master
  * key the box lacks, and an Error for one that does not open (moved to another row, damaged).
  */
-export function openHeaders(
-  box: SecretBox,
-  endpointId: string,
-  stored: StoredHeaders,
-): Record<string, string> {
+export function openHeaders(box: SecretBox, endpointId: string, stored: StoredHeaders): HeaderSet {
   if (typeof stored !== 'string') return { ...stored };
-  return JSON.parse(box.open(Buffer.from(stored, 'base64'), headersBinding(endpointId))) as Record<
-    string,
-    string
-  >;
+  const opened = box.open(Buffer.from(stored, 'base64'), headersBinding(endpointId));
+  return JSON.parse(opened) as HeaderSet;
 }

@@ -1,7 +1,8 @@
 // Endpoint headers written before herald sealed them (crypto/sealed-headers.ts) are in clear in
-// their row. A process holding the master key seals them as it starts: one pass in id order, each
-// row only if it still holds what was read (a change through the API meanwhile has sealed its
-// own). Every later start finds none, for one read of the endpoint table.
+// their row. A process that migrates (a server, the library), holding the master key, seals them
+// as it starts: one pass in id order, each row only if it still holds what was read (a change
+// through the API meanwhile has sealed its own). Every later start finds none, for one read of
+// the endpoint table.
 
 import { sealHeaders } from '../crypto/sealed-headers.ts';
 import type { SecretBox } from '../crypto/secret-box.ts';

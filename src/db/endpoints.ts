@@ -48,7 +48,7 @@ export interface EndpointFields {
   clientErrorPolicy: ClientErrorPolicy;
 }
 
-/** An endpoint's own columns, its headers read from `headers`. */
+/** An endpoint's own columns, its headers (as stored: StoredHeaders) read from the SQL `headers`. */
 const ownColumns = (
   headers: string,
 ) => `id, app_id as "appId", uid, url, description, version, throttle_rate as "throttleRate",
@@ -65,8 +65,8 @@ export async function insertEndpoint(db: Queryable, appId: string, f: EndpointFi
     `insert into endpoint (app_id, uid, url, description, version, throttle_rate, filter_types, channels,
         metadata, disabled, disabled_reason, idempotent, client_error_policy)
      values ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, case when $10 then 'operator' end, $11, $12)
-     -- A new endpoint has no slot yet, so no rest; no headers either (the column's default, which
-     -- the insert leaves unnamed, as a test seeding a database of an earlier migration does).
+     -- A new endpoint has no slot yet, so no rest; no headers either: the column keeps its default,
+     -- unnamed, so that an endpoint can be made in a database of any migration (an upgrade's).
      returning ${ownColumns(`'{}'::jsonb`)}, null::timestamptz as "restingUntil"`,
     [
       appId,

@@ -129,7 +129,6 @@ export interface EndpointSecrets {
  * `startBy`: the latest moment the request may start, so that its whole deadline fits in the lease.
  * `stillWanted`: asked right before the request leaves (see OutboundRequest.stillWanted).
  */
-
 export async function runAttempt(
   ctx: AttemptContext,
   claim: ClaimedDelivery,

@@ -29,7 +29,7 @@ import type { RetryPolicy } from '../domain/retry-policy.ts';
 import { steadyNow } from '../domain/steady-clock.ts';
 import type { Metrics, NotSentReason } from '../ops/metrics.ts';
 import type { Sender } from '../sender/send.ts';
-import { runAttempt } from './attempt.ts';
+import { type EndpointSecrets, runAttempt } from './attempt.ts';
 import { createEndpointChanges, ENDPOINT_CHANGED_CHANNEL } from './endpoint-changes.ts';
 import { createEndpointHeaderCache } from './endpoint-headers.ts';
 import { createFinalizer, FIRST_BACKOFF_MS, type FinalizerOptions, MAX_BACKOFF_MS } from './finalizer.ts';
@@ -331,11 +331,7 @@ export function createWorker(options: WorkerOptions): Worker {
     }
   }
 
-  async function deliver(
-    claim: ClaimedDelivery,
-    keys: readonly Buffer[],
-    headers: Readonly<Record<string, string>> | null,
-  ): Promise<void> {
+  async function deliver(claim: ClaimedDelivery, secrets: EndpointSecrets): Promise<void> {
     // The slot is for the request: it is given back as soon as the response is in, and the
     // outcome is written meanwhile (group commit). The endpoint stays busy until then — its
     // delivery is `sending` — so the freed slot goes to another endpoint.
@@ -371,7 +367,7 @@ export function createWorker(options: WorkerOptions): Worker {
           operatorEndpointId,
         },
         claim,
-        { keys, headers },
+        secrets,
         startBy,
         () => !endpointChanges.changedSince(claim.endpointId, claimSentAt(claim)),
       );
@@ -674,11 +670,13 @@ export function createWorker(options: WorkerOptions): Worker {
       track(givingBack, giveBackClaim(claimId, 'keys_unavailable'));
       throw error;
     }
-    for (const claim of claimed)
-      track(
-        attempts,
-        deliver(claim, keys.get(claim.endpointId) ?? [], headerCache.open(claim.endpointId, claim.headers)),
-      );
+    for (const claim of claimed) {
+      const secrets = {
+        keys: keys.get(claim.endpointId) ?? [],
+        headers: headerCache.open(claim.endpointId, claim.headers),
+      };
+      track(attempts, deliver(claim, secrets));
+    }
   }
 
   async function run(): Promise<void> {
