@@ -156,9 +156,11 @@ describe('verification happens before anything is stored', () => {
   test('unknown source 404, wrong method 405, body over HERALD_INGEST_MAX_BODY_BYTES 413 — and a missing business-key field 400', async () => {
     const body = '{"ticket":1,"action":"opened"}';
     assert.equal((await deliver(signed('x', body), body, 'nope')).status, 404);
-    const get = await fetch(`${t.url}/ingest/helpdesk`);
-    assert.equal(get.status, 405);
-    assert.equal(get.headers.get('allow'), 'POST');
+    for (const method of ['GET', 'HEAD', 'PUT', 'PATCH', 'DELETE', 'OPTIONS']) {
+      const other = await fetch(`${t.url}/ingest/helpdesk`, { method });
+      assert.equal(other.status, 405, method);
+      assert.equal(other.headers.get('allow'), 'POST', method);
+    }
     // Over the API's limit, within intake's: taken.
     const large = `{"ticket":"large","action":"opened","blob":"${'a'.repeat(2 * 1024 * 1024)}"}`;
     assert.equal((await deliver(signed('large', large), large)).status, 204);

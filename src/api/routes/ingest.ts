@@ -70,7 +70,7 @@ export const ingestRoutes =
     });
 
     app.route<{ Params: Params }>({
-      method: ['GET', 'PUT', 'PATCH', 'DELETE'],
+      method: ['GET', 'PUT', 'PATCH', 'DELETE', 'OPTIONS'],
       url: '/ingest/:source',
       handler: async (_request, reply) => {
         const error = new HeraldError('method_not_allowed', 'ingest accepts POST only');
