@@ -184,7 +184,8 @@ const MIN_LEASE_MARGIN_MS = 500;
 /**
  * What the caller will do with the configuration. `masterKey: 'unused'`: a command that never
  * seals or opens a secret (migrate, doctor, reconcile, replay, API keys) runs against
- * `DATABASE_URL` without HERALD_MASTER_KEY, so a probe or a migration job need not carry it.
+ * `DATABASE_URL` without HERALD_MASTER_KEY, so a probe or a migration job need not carry it, and
+ * ignores the master keys it is given.
  */
 export interface ConfigUse {
   masterKey?: 'required' | 'unused';
@@ -209,8 +210,11 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
   if (!['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'].includes(logLevel)) {
     throw new ConfigError('LOG_LEVEL', 'one of fatal, error, warn, info, debug, trace, silent', logLevel);
   }
-  const masterKey = env['HERALD_MASTER_KEY'] || undefined;
   const databaseUrl = postgresUrl(env, 'DATABASE_URL');
+  // A command that opens no secret on a server leaves the keys alone, whatever they are: a probe
+  // still given the key of before a rotation must not fail for a key it never uses.
+  const keysUnused = databaseUrl !== undefined && use.masterKey === 'unused';
+  const masterKey = keysUnused ? undefined : env['HERALD_MASTER_KEY'] || undefined;
   const listenDatabaseUrl = postgresUrl(env, 'HERALD_LISTEN_DATABASE_URL');
   if (listenDatabaseUrl && !databaseUrl) {
     throw new ConfigError(
@@ -218,7 +222,7 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
       'set only with DATABASE_URL (the embedded database has no server)',
     );
   }
-  if (databaseUrl && !masterKey && use.masterKey !== 'unused') {
+  if (databaseUrl && !masterKey && !keysUnused) {
     throw new ConfigError(
       'HERALD_MASTER_KEY',
       'a base64 32-byte key when DATABASE_URL is set (generate one with `herald keys master`)',
@@ -236,7 +240,7 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
     adminKey: adminKey(env),
     masterKey,
     previousMasterKeys: Object.freeze(
-      (env['HERALD_PREVIOUS_MASTER_KEYS'] ?? '')
+      (keysUnused ? '' : (env['HERALD_PREVIOUS_MASTER_KEYS'] ?? ''))
         .split(',')
         .map((k) => k.trim())
         .filter(Boolean),

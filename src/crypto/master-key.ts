@@ -53,7 +53,7 @@ export async function assertSecretsUnderKeys(
   throw new ConfigError(
     'HERALD_MASTER_KEY',
     embeddedDir === null
-      ? `the key (id ${unknown}) that sealed this database's newest secrets: neither HERALD_MASTER_KEY nor HERALD_PREVIOUS_MASTER_KEYS holds it (give every process the same keys; see "Rotating the master key")`
+      ? `the key (id ${unknown}) that sealed this database's newest secrets: neither HERALD_MASTER_KEY nor HERALD_PREVIOUS_MASTER_KEYS holds it (give every process the same keys; see the README's "Keys and scopes", on changing the master key)`
       : `the key the secrets of the embedded database in ${embeddedDir} are sealed with: ${path.join(embeddedDir, MASTER_KEY_FILE)} is not it (restore the file the database was made with, or set HERALD_MASTER_KEY to that key)`,
   );
 }
