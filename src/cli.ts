@@ -669,7 +669,10 @@ program
             includeUnreviewed: options.includeUnreviewed ?? false,
           }),
         );
-        const { result, endpoints } = await herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input));
+        // What the filters name is looked up in the replay itself: one it does not find is a flag's.
+        const { result, endpoints } = await namingFlags(REPLAY_FLAGS, () =>
+          herald.core.db.transaction((tx) => replay(tx, CLI_ACTOR, input)),
+        );
         await liftRests(herald.core.db, endpoints, herald.core.log);
         if (options.json) {
           console.log(JSON.stringify(result, null, 2));

@@ -553,6 +553,15 @@ describe('replay', () => {
     );
     assert.equal(misnamed.code, 1);
     assert.match(misnamed.stderr, /^herald: --since: .+; --message \(0\): a message id: msg_…\n$/);
+    // So is what the filters name and the database does not hold.
+    for (const [flag, value] of [
+      ['--app', 'nosuch'],
+      ['--endpoint', 'ep_nosuch'],
+    ] as const) {
+      const unknown = await runHerald(['replay', '--status', 'failed', '--cap', '3', flag, value], env);
+      assert.equal(unknown.code, 1);
+      assert.match(unknown.stderr, new RegExp(`^herald: ${flag}: \\w+ ${value} not found`));
+    }
 
     const real = await runHerald(
       ['replay', '--status', 'succeeded', '--endpoint', epDown, '--cap', '3', '--json'],

@@ -157,11 +157,10 @@ export async function replay(tx: Queryable, actor: Actor, input: ReplayIn): Prom
       if (locked.length === 0) break;
       if (pairs.length + locked.length > input.cap) {
         const total = pairs.length + (await countReplay(tx, selection));
-        throw new HeraldError(
-          'validation',
-          `cap: the selection has ${total} deliveries, more than the cap of ${input.cap}; narrow the filters or raise the cap`,
-          [{ loc: ['body', 'cap'], msg: `the selection has ${total} deliveries`, type: 'value_error' }],
-        );
+        const said = `the selection has ${total} deliveries, more than the cap of ${input.cap}; narrow the filters or raise the cap`;
+        throw new HeraldError('validation', `cap: ${said}`, [
+          { loc: ['body', 'cap'], msg: said, type: 'value_error' },
+        ]);
       }
       const restarted = await restartDeliveries(
         tx,
