@@ -11,6 +11,7 @@ import { generateMasterKey } from './crypto/master-key.ts';
 import { listApiKeys, type Scope } from './db/api-keys.ts';
 import { findApp, findApps } from './db/apps.ts';
 import { migrationState } from './db/migrate.ts';
+import { isConnectFailure } from './db/server-error.ts';
 import { listSources } from './db/sources.ts';
 import { steadyNow } from './domain/steady-clock.ts';
 import { createApiKey, ensureLocalAdminKey, resolveAppIds, revokeKey } from './engine/api-keys.ts';
@@ -703,7 +704,11 @@ program
 try {
   await program.parseAsync();
 } catch (error) {
-  // One clear line, no stack: configuration errors and a busy data dir are the usual causes.
-  console.error(`herald: ${(error as Error).message}`);
+  // One clear line, no stack: configuration errors and a busy data dir are the usual causes. A
+  // database that cannot be reached is said with the setting that names it.
+  const { message } = error as Error;
+  console.error(
+    `herald: ${isConnectFailure(error) ? `DATABASE_URL: could not connect (${message})` : message}`,
+  );
   process.exit(1);
 }

@@ -3,7 +3,9 @@
 // that do something in them.
 
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import fs from 'node:fs';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -92,31 +94,68 @@ test('commands that open no secret run without HERALD_MASTER_KEY; one that does,
 
     // Sealing a source's secret needs the key: refused before anything is stored.
     await fresh.db.query(`insert into app (uid, name) values ('shop', 'Shop')`);
-    const source = await runHerald(
-      [
-        'sources',
-        'create',
-        '--scheme',
-        'github',
-        '--app',
-        'shop',
-        '--event-type',
-        'push',
-        '--secret',
-        'gh-secret',
-      ],
-      env,
-    );
-    assert.notEqual(source.code, 0, source.stdout);
-    assert.match(source.stderr, /HERALD_MASTER_KEY/);
+    const createSource = [
+      ...['sources', 'create', '--scheme', 'github', '--app', 'shop'],
+      ...['--event-type', 'push', '--secret', 'gh-secret'],
+    ];
+    const refusedSource = await runHerald(createSource, env);
+    assert.notEqual(refusedSource.code, 0, refusedSource.stdout);
+    assert.match(refusedSource.stderr, /HERALD_MASTER_KEY/);
     const { rows } = await fresh.db.query<{ n: number }>('select count(*)::int as n from source');
     assert.equal(rows[0]!.n, 0);
     // A server signs and verifies: it does not start without the key.
     const worker = await runHerald(['worker'], env);
     assert.notEqual(worker.code, 0, worker.stdout);
     assert.match(worker.stderr, /HERALD_MASTER_KEY/);
+
+    // Secrets sealed under the key; then a probe left with another one (the key of before a
+    // rotation) still runs, as it would without any: it never opens a secret.
+    const sealed = await runHerald(createSource, testEnv(fresh.url));
+    assert.equal(sealed.code, 0, sealed.stderr);
+    const stale = { ...env, HERALD_MASTER_KEY: crypto.randomBytes(32).toString('base64') };
+    for (const args of [
+      ['doctor'],
+      ['keys', 'list'],
+      ['sources', 'list'],
+      ['reconcile', '--since', '2026-01-01T00:00:00Z'],
+      ['replay', '--status', 'failed', '--cap', '10', '--dry-run'],
+    ]) {
+      const ran = await runHerald(args, stale);
+      assert.equal(ran.code, 0, `herald ${args.join(' ')} with another key: ${ran.stderr}`);
+    }
+    // What does open secrets refuses that key, naming it.
+    const refusedWorker = await runHerald(['worker'], stale);
+    assert.notEqual(refusedWorker.code, 0, refusedWorker.stdout);
+    assert.match(refusedWorker.stderr, /HERALD_MASTER_KEY: expected the key \(id [0-9a-f]{8}\)/);
   } finally {
     await fresh.drop();
+  }
+});
+
+test('a database that cannot be reached is said with the setting that names it, and no password', async () => {
+  // A port nothing listens on: bound, then closed.
+  const closed = await new Promise<number>((resolve) => {
+    const server = net.createServer().listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
+  const elsewhere = new URL(SERVER_URL);
+  elsewhere.password = 'a-secret-password';
+  elsewhere.port = String(closed);
+  const missing = new URL(SERVER_URL);
+  missing.pathname = '/herald_no_such_database';
+  for (const [url, why] of [
+    [elsewhere, /ECONNREFUSED/],
+    [missing, /database "herald_no_such_database" does not exist/],
+  ] as const) {
+    for (const args of [['doctor'], ['keys', 'list'], ['migrate'], ['worker']]) {
+      const ran = await runHerald(args, testEnv(url.href));
+      assert.equal(ran.code, 1, `herald ${args.join(' ')}: ${ran.stdout}`);
+      assert.match(ran.stderr, /^herald: DATABASE_URL: could not connect \(/, `herald ${args.join(' ')}`);
+      assert.match(ran.stderr, why);
+      assert.doesNotMatch(ran.stderr, /a-secret-password|\n\s+at /);
+    }
   }
 });
 

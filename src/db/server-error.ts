@@ -25,3 +25,26 @@ export function refusedStatementCode(error: unknown): string | null {
 export function namedStatementsStale(error: unknown): boolean {
   return ['26000', '42P05', '0A000'].includes(refusedStatementCode(error) ?? '');
 }
+
+/** What a server says at connect when it will not take the session (FATAL, before any statement). */
+const REFUSED_AT_CONNECT = new Set([
+  '3D000', // the database does not exist
+  '28000', // no pg_hba.conf entry, or another authorization failure
+  '28P01', // a wrong password
+  '42501', // no CONNECT privilege on the database
+  '53300', // too many connections
+  '57P03', // starting up or shutting down
+]);
+
+/**
+ * An error that says no connection to the database could be made: its address refused or never
+ * answered, its name did not resolve, or the server refused the session. Told apart from a failure
+ * of a session that was open, so that a command can say which setting to look at.
+ */
+export function isConnectFailure(error: unknown): boolean {
+  const { syscall, severity, code, message } = (error ?? {}) as Record<string, unknown>;
+  if (syscall === 'connect' || syscall === 'getaddrinfo') return true;
+  if (severity === 'FATAL' && typeof code === 'string' && REFUSED_AT_CONNECT.has(code)) return true;
+  // node-postgres's own, told by its words only: no connection within its connect timeout.
+  return typeof message === 'string' && /^timeout expired$|due to connection timeout/.test(message);
+}
