@@ -538,6 +538,34 @@ describe('application changes made anywhere', () => {
     );
   });
 
+  test('a publish creating an app that another transaction is creating uncommitted is answered 503 within the lock timeout', async () => {
+    // As a library caller's transaction that published to this new app and has not committed.
+    const creator = new pg.Client({ connectionString: t.database.url });
+    await creator.connect();
+    const creating = { eventType: 'e', payload: {}, application: { name: 'Pending', uid: 'pending-app' } };
+    try {
+      await creator.query('begin');
+      await creator.query(`insert into app (uid, name) values ('pending-app', 'Pending')`);
+      const started = Date.now();
+      const answer = await fetch(`${t.url}/api/v1/app/pending-app/msg`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
+        body: JSON.stringify(creating),
+        signal: AbortSignal.timeout(15_000),
+      });
+      assert.equal(answer.status, 503);
+      assert.equal(((await answer.json()) as { code: string }).code, 'store_unavailable');
+      assert.ok(Date.now() - started < 10_000, `answered after ${Date.now() - started} ms`);
+      // The library on herald's own pool: the same verdict.
+      await assert.rejects(t.herald.publish('pending-app', creating), { code: 'store_unavailable' });
+    } finally {
+      await creator.query('rollback');
+      await creator.end();
+    }
+    // The other creator gone, the publish makes the app.
+    assert.equal((await t.call('POST', '/api/v1/app/pending-app/msg', creating)).status, 202);
+  });
+
   test('an app a publish creates (`application`) commits with its message and its audit entry, or not at all', async () => {
     // The message of this event type is refused by the database, after the app was made.
     await t.database.db.query(

@@ -86,6 +86,13 @@ export interface WakeOption {
   wake?: boolean;
 }
 
+/**
+ * How long a write of herald's own waits for a lock: as long as the publish functions do
+ * (migration 0038), so that one held lock answers its publish `store_unavailable` and holds up no
+ * other publish for longer.
+ */
+export const OWN_WRITE_LOCK_TIMEOUT = '2s';
+
 export interface PublishOptions extends WakeOption {
   /**
    * A write of herald's own (a group commit's batch, or a publish in a transaction of herald's):

@@ -9,6 +9,7 @@ import { INTAKE_KEY_PREFIX } from '../db/intake.ts';
 import {
   type MessageRow,
   type NewMessage,
+  OWN_WRITE_LOCK_TIMEOUT,
   type PublishResult,
   publishMessage,
   publishMessages,
@@ -95,8 +96,12 @@ export async function publish(
     : (!input.application
         ? core.publishGrouped({ appRef: appIdOrUid, actor, messageFor, size: payload.length })
         : // The app it creates, its audit entry and the message commit together, or none of them;
-          // herald's own write, it waits for a lock no longer than a group commit's publishes.
-          core.db.transaction((tx) => publishAlone(tx, true))
+          // herald's own write, it waits for a lock no longer than a group commit's publishes —
+          // the app's uid too, which another transaction creating that app holds until it ends.
+          core.db.transaction(async (tx) => {
+            await tx.query(`set local lock_timeout = '${OWN_WRITE_LOCK_TIMEOUT}'`);
+            return publishAlone(tx, true);
+          })
       ).catch(rethrowAppGone));
   if (result.kind === 'conflict') {
     throw new HeraldError(
