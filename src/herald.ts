@@ -28,7 +28,7 @@ import { holdsPrototypeKey, PROTOTYPE_KEY_REFUSED } from './domain/prototype-key
 import { RETRY_JITTER } from './domain/retry-policy.ts';
 import { type Core, LIBRARY_ACTOR } from './engine/core.ts';
 import { type GroupedPublish, type Published, publish, publishGroup } from './engine/publish.ts';
-import { ConfigError, HeraldError } from './errors.ts';
+import { ConfigError, HeraldError, invalidField } from './errors.ts';
 import { createMetrics } from './ops/metrics.ts';
 import { emitOutcomeEvents, emitRecoveryEvents } from './ops/operational-webhooks.ts';
 import { ensureOperatorWebhooks, findOperatorWebhooks } from './ops/operator-app.ts';
@@ -336,6 +336,7 @@ export async function createHerald(options: HeraldOptions = {}): Promise<Herald>
       const ownPool = !publishOptions.db;
       if (holdsPrototypeKey(message))
         throw new HeraldError('bad_request', `the message ${PROTOTYPE_KEY_REFUSED}`);
+      assertMessageFields(message);
       const input = parseOrThrow(MessageIn, message);
       const target = callerQueryable(publishOptions.db, publishOptions.prepare ?? false) ?? db;
       const publishing = publish(core, target, LIBRARY_ACTOR, app, input, {
@@ -491,3 +492,20 @@ function readExtraCa(path: string): string {
 }
 
 const PEM_CERTIFICATE = /-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g;
+
+/**
+ * The API ignores a body's unknown fields, as Svix does; a library caller's message is code, where
+ * an unknown field is a mistake that would pass unseen: an `idempotencyKey` put in the message
+ * instead of the options would publish every retry anew.
+ */
+function assertMessageFields(message: unknown): void {
+  if (typeof message !== 'object' || message === null) return; // parsing says what it is not
+  const unknown = Object.keys(message).find((field) => !Object.hasOwn(MessageIn.shape, field));
+  if (unknown === undefined) return;
+  throw invalidField(
+    [unknown],
+    unknown === 'idempotencyKey'
+      ? "not a field of a message: publish's options take it (its third argument)"
+      : 'not a field of a message',
+  );
+}

@@ -8,6 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import pg from 'pg';
 import { Webhook } from 'svix';
 import { loadConfig } from '../src/config.ts';
+import type { HeraldError } from '../src/errors.ts';
 import { createHerald, createLogger } from '../src/herald.ts';
 import { createApp, createEndpoint, publishVia } from './support/fixtures.ts';
 import { ADMIN_KEY, startTestHerald, type TestHerald, testEnv } from './support/herald.ts';
@@ -303,6 +304,32 @@ describe('the library face', () => {
       payload: { constructor: 'kept', proto: 1, nested: { constructor: { name: 'x' } } },
     });
     assert.equal(fine.created, true);
+  });
+
+  test("the library refuses a message field it does not know, naming it (an idempotencyKey belongs in publish's options); the API ignores one, as Svix does", async () => {
+    const published = () => count(`from message m join app a on a.id = m.app_id where a.uid = 'library'`, []);
+    const before = await published();
+    for (const [field, said] of [
+      ['idempotencyKey', /idempotencyKey: not a field of a message: publish's options take it/],
+      ['eventID', /^eventID: not a field of a message$/],
+    ] as const) {
+      await assert.rejects(
+        t.herald.publish('library', { eventType: 'e', payload: { n: 1 }, [field]: 'k-1' }),
+        (error: HeraldError) => {
+          assert.equal(error.code, 'validation');
+          assert.match(error.message, said);
+          assert.deepEqual(error.issues?.[0]?.loc, ['body', field]);
+          return true;
+        },
+      );
+    }
+    assert.equal(await published(), before);
+    const viaApi = await t.call('POST', '/api/v1/app/library/msg', {
+      eventType: 'e',
+      payload: {},
+      eventID: 'x',
+    });
+    assert.equal(viaApi.status, 202, JSON.stringify(viaApi.body));
   });
 
   test('close() may be called more than once, at once or after: the first closes, the others wait for it', async () => {
