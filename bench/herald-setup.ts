@@ -72,7 +72,7 @@ export async function startInProcess(
           authorization: `Bearer ${ADMIN_KEY}`,
           ...(body === undefined ? {} : { 'content-type': 'application/json' }),
         },
-        body: body === undefined ? undefined : JSON.stringify(body),
+        body: body === undefined ? null : JSON.stringify(body),
       });
       const text = await response.body.text();
       return { status: response.statusCode, body: text ? JSON.parse(text) : null };

@@ -10,6 +10,8 @@ import { Agent, request } from 'undici';
 import { PEER_LOCAL_QUEUE } from './config.ts';
 
 const [connectionString, receiverUrl, concurrencyText] = process.argv.slice(2);
+if (!connectionString || !receiverUrl)
+  throw new Error('usage: peer-process.ts <connectionString> <receiverUrl> <concurrency>');
 const concurrency = Number(concurrencyText);
 
 // Keep-alive connections to the receiver, as many as jobs in flight.

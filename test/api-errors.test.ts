@@ -55,7 +55,7 @@ async function send(
   const response = await fetch(t.url + path, {
     method,
     headers: all,
-    body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    body: body === undefined ? null : typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await response.text();
   let parsed: unknown = null;

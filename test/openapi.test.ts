@@ -273,7 +273,7 @@ describe('every answer matches the schema documented for its status', () => {
     const response = await fetch(t.url + path + query, {
       method: op.method,
       headers,
-      body: options.raw ?? (options.body === undefined ? undefined : JSON.stringify(options.body)),
+      body: options.raw ?? (options.body === undefined ? null : JSON.stringify(options.body)),
     });
     const text = await response.text();
     const documented = doc.paths[op.path][op.method.toLowerCase()].responses[String(response.status)];

@@ -576,7 +576,7 @@ test('no function whose plan is pinned, nor lease recovery, is compiled by JIT a
 /** The plans of every statement `run` makes on the test's connection, nested ones included. */
 async function explained(run: () => Promise<unknown>): Promise<string[]> {
   const plans: string[] = [];
-  const collect = (notice: { message?: string }) => {
+  const collect = (notice: { message?: string | undefined }) => {
     if (notice.message?.includes('plan:')) plans.push(notice.message);
   };
   client.on('notice', collect);

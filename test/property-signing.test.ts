@@ -404,7 +404,7 @@ interface SignedCase {
   hexHeaders: string[];
   tolerance: number;
   /** The provider library's own verdict on the request (text bodies only), when one exists. */
-  libraryAccepts?: (now: Date) => Promise<boolean>;
+  libraryAccepts?: ((now: Date) => Promise<boolean>) | undefined;
 }
 
 interface SchemeDef {

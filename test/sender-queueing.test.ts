@@ -575,7 +575,7 @@ describe('worker: many endpoints on one origin, more claims than connections', (
     const response = await fetch(apiUrl + path, {
       method,
       headers: { authorization: `Bearer ${ADMIN_KEY}`, 'content-type': 'application/json' },
-      body: body === undefined ? undefined : JSON.stringify(body),
+      body: body === undefined ? null : JSON.stringify(body),
     });
     const text = await response.text();
     return { status: response.status, body: text ? JSON.parse(text) : null };

@@ -151,7 +151,7 @@ describe('svix SDK against herald', () => {
     const made: string[] = [];
     for (let i = 0; i < 5; i++) made.push((await svix.application.create({ name: `page-${i}` })).id);
     const seen: string[] = [];
-    let iterator: string | null | undefined;
+    let iterator: string | null = null;
     for (let pages = 0; ; pages++) {
       assert.ok(pages < 20, 'pagination terminates');
       const page = await svix.application.list({ limit: 2, iterator });
@@ -227,7 +227,7 @@ describe('svix SDK against herald', () => {
     await svix.eventType.create({ name: '--dash.twice', description: 'Sorts before it' });
     const names = (await svix.eventType.list({ limit: 250 })).data.map((e) => e.name);
     const paged: string[] = [];
-    let iterator: string | null | undefined;
+    let iterator: string | null = null;
     for (let pages = 0; pages <= names.length; pages++) {
       const page = await svix.eventType.list({ limit: 1, iterator });
       paged.push(...page.data.map((e) => e.name));
@@ -592,9 +592,9 @@ describe('svix SDK against herald', () => {
         created.push((await svix.message.create('paging', { eventType: 'page.test', payload: { i } })).id);
       }
       const seen: string[] = [];
-      let iterator: string | null | undefined;
+      let iterator: string | null = null;
       let pages = 0;
-      let prevIterator: string | null | undefined;
+      let prevIterator: string | null = null;
       for (;;) {
         pages++;
         assert.ok(pages <= 10, 'pagination terminates');
@@ -602,7 +602,7 @@ describe('svix SDK against herald', () => {
         assert.ok(page.data.length <= 3);
         for (const m of page.data) assertDate(m.timestamp, 'timestamp');
         seen.push(...page.data.map((m) => m.id));
-        prevIterator = page.prevIterator;
+        prevIterator = page.prevIterator ?? null;
         if (page.done) break;
         iterator = page.iterator;
       }
@@ -618,7 +618,7 @@ describe('svix SDK against herald', () => {
         const page = await svix.message.list('paging', { limit: 3, iterator: prevIterator });
         back.unshift(...page.data.map((m) => m.id));
         if (page.done) break;
-        prevIterator = page.prevIterator;
+        prevIterator = page.prevIterator ?? null;
       }
       assert.deepEqual([...back, ...seen.slice(-1)], seen, 'every page before the last, once, in order');
       // Before the first page there is nothing: an empty page, done, with nothing to go on from.
@@ -917,7 +917,7 @@ describe('edges of the contract the SDKs reach', () => {
     // application.list({ excludeAppsWithNoEndpoints }).
     const listed = async (options: Parameters<typeof svix.application.list>[0]) => {
       const uids: string[] = [];
-      let iterator: string | null | undefined;
+      let iterator: string | null = null;
       for (;;) {
         const page = await svix.application.list({ ...options, limit: 250, iterator });
         uids.push(...page.data.map((a) => a.uid ?? ''));

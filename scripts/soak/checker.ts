@@ -76,7 +76,7 @@ export interface Violation {
   title: string;
   detail: string;
   messageIds?: string[];
-  endpointId?: string;
+  endpointId?: string | undefined;
   keys?: string[];
   window?: [number, number];
 }

@@ -105,7 +105,7 @@ export function createClient(apiUrls: readonly string[], adminKey: string, outDi
             ...(body === undefined ? {} : { 'content-type': 'application/json' }),
             ...headers,
           },
-          body,
+          body: body ?? null,
           signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS),
         });
         const text = await response.text();

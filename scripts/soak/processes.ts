@@ -26,9 +26,9 @@ export interface ProcessEvent {
   generation: number;
   pid: number;
   event: 'started' | 'start-failed' | 'signal' | 'exited' | 'crashed';
-  signal?: string;
+  signal?: string | undefined;
   code?: number | null;
-  detail?: string;
+  detail?: string | undefined;
 }
 
 export interface Fleet {

@@ -83,7 +83,7 @@ export interface WakeOption {
    * NOTIFY the workers when the transaction commits (default). false leaves the wake-up to the
    * caller (`wakeWorkers` after its COMMIT) or to the workers' polling: see publishMessages.
    */
-  wake?: boolean;
+  wake?: boolean | undefined;
 }
 
 /**
@@ -99,7 +99,7 @@ export interface PublishOptions extends WakeOption {
    * it waits at most 2 s for a lock (herald_publish_grouped, migration 0038), where a publish in a
    * caller's transaction waits as that transaction does.
    */
-  heraldsOwn?: boolean;
+  heraldsOwn?: boolean | undefined;
 }
 
 /**

@@ -14,7 +14,7 @@ import { namedStatementsStale } from './server-error.ts';
 export interface PgDbOptions {
   connectionString: string;
   /** Where LISTEN connects, when not `connectionString` (which a transaction pooler may serve). */
-  listenConnectionString?: string;
+  listenConnectionString?: string | undefined;
   max?: number;
   applicationName?: string;
   /** false: no named statements (behind a pooler that cannot keep them). */

@@ -85,7 +85,7 @@ export function isNodePostgresClient(client: ForeignQueryable): client is Foreig
 
 /** A client that takes a query as a config object, with a name to prepare it under (node-postgres). */
 interface NamingClient {
-  query(config: { text: string; values?: unknown[]; name?: string }): Promise<{
+  query(config: { text: string; values?: unknown[] | undefined; name?: string | undefined }): Promise<{
     rows: unknown[];
     rowCount: number | null;
   }>;

@@ -19,7 +19,7 @@ export interface RetryInput {
   /** A uniform draw in [0, 1). */
   random: number;
   /** What the receiver asked for, if anything (429/503 Retry-After). */
-  retryAfterSeconds?: number | null;
+  retryAfterSeconds?: number | null | undefined;
 }
 
 /**

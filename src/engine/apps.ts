@@ -67,12 +67,12 @@ export function assertPublishAllowed(actor: Actor, app: AppRow): void {
 
 /** Svix's application input → stored fields (`rateLimit` is the SDK's name for throttleRate). */
 export function appFieldsFrom(input: {
-  uid?: string | null;
+  uid?: string | null | undefined;
   name: string;
-  throttleRate?: number | null;
-  rateLimit?: number | null;
-  metadata?: Record<string, string>;
-  retentionDays?: number | null;
+  throttleRate?: number | null | undefined;
+  rateLimit?: number | null | undefined;
+  metadata?: Record<string, string> | undefined;
+  retentionDays?: number | null | undefined;
 }): AppFields {
   return {
     uid: input.uid ?? null,

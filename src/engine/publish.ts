@@ -40,7 +40,7 @@ export const DEFAULT_RETENTION_DAYS = 90;
 export interface PublishOptions {
   idempotencyKey?: string | null;
   /** In a caller's transaction: NOTIFY the workers at its commit (default), or leave it to them. */
-  wake?: boolean;
+  wake?: boolean | undefined;
 }
 
 export interface Published {

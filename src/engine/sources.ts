@@ -22,7 +22,7 @@ import {
   compileBusinessKey,
 } from '../inbound/business-key.ts';
 import { createVerifier, SchemeConfig } from '../inbound/verifiers/index.ts';
-import type { SourceIn } from '../schemas/sources.ts';
+import type { SourceIn, SourcePatch } from '../schemas/sources.ts';
 import { assertAppAllowed, requireApp } from './apps.ts';
 import { type Actor, type Core, openForCaller } from './core.ts';
 
@@ -92,7 +92,7 @@ function assertVerifiable(fields: SourceFields, secrets: readonly string[]): voi
   }
 }
 
-const secretsOf = (input: { secret?: string | string[] | null }): string[] =>
+const secretsOf = (input: { secret?: string | string[] | null | undefined }): string[] =>
   input.secret === undefined || input.secret === null ? [] : [input.secret].flat();
 
 export async function createSource(
@@ -118,7 +118,7 @@ export async function changeSource(
   tx: Queryable,
   actor: Actor,
   sourceId: string,
-  patch: Partial<SourceIn> & { secretOverlapSeconds?: number },
+  patch: SourcePatch,
 ): Promise<SourceRow> {
   // Read again under its lock: the row the caller read may be stale, and a merge onto it would
   // silently undo a change that committed since.

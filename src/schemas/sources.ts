@@ -45,3 +45,4 @@ export const SourcePatch = SourceIn.partial()
     path: ['secretOverlapSeconds'],
     message: 'only with a new secret: it is how long the secrets it replaces keep verifying',
   });
+export type SourcePatch = z.infer<typeof SourcePatch>;

@@ -45,7 +45,7 @@ const notSupported = (why: string) =>
  * with different rates would leave one silently unused, where the caller may have meant either.
  * Refused, naming it, as two different filters are.
  */
-const oneRate = (o: { throttleRate?: number | null; rateLimit?: number | null }) =>
+const oneRate = (o: { throttleRate?: number | null | undefined; rateLimit?: number | null | undefined }) =>
   o.throttleRate === undefined || o.rateLimit === undefined || o.throttleRate === o.rateLimit;
 const ONE_RATE = {
   path: ['rateLimit'],
@@ -100,7 +100,10 @@ const eventTypes = z.array(ident(256)).min(1).transform(unique);
  * `filterTypes` and `eventTypes` are one field under two names: both sent with different types
  * would leave one silently unused, where the caller may have meant either. Refused, naming it.
  */
-const oneFilter = (endpoint: { filterTypes?: string[] | null; eventTypes?: string[] | null }) =>
+const oneFilter = (endpoint: {
+  filterTypes?: string[] | null | undefined;
+  eventTypes?: string[] | null | undefined;
+}) =>
   endpoint.filterTypes === undefined ||
   endpoint.eventTypes === undefined ||
   JSON.stringify(endpoint.filterTypes?.toSorted() ?? null) ===

@@ -11,7 +11,7 @@ export const isoTime = () => z.iso.datetime({ offset: true });
  * `.refine(...UNTIL_AFTER_SINCE)`.
  */
 export const UNTIL_AFTER_SINCE: [
-  (window: { since?: string | Date | null; until?: string | Date | null }) => boolean,
+  (window: { since?: string | Date | null | undefined; until?: string | Date | null | undefined }) => boolean,
   { path: string[]; message: string },
 ] = [
   // Times as given (ISO text) or as read into Dates (a query string's window, api/query.ts).

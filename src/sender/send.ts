@@ -70,12 +70,12 @@ export interface OutboundRequest {
    * `headers`: a signature's timestamp then says when the request was sent, not when it began to
    * wait (for as long as its lease allows) behind other requests to the same origin.
    */
-  headersAtSend?: () => Record<string, string>;
+  headersAtSend?: (() => Record<string, string>) | undefined;
   /**
    * Asked once the request has its place at its origin, right before it leaves: false withdraws
    * it, unsent (`not_started`, `withdrawn`) — what it was made from has changed while it waited.
    */
-  stillWanted?: () => boolean;
+  stillWanted?: (() => boolean) | undefined;
   body: string | Buffer;
 }
 
@@ -97,7 +97,7 @@ export interface SenderOptions {
   /** Keep this much of it in the result (default 4096). */
   storedResponseBytes?: number;
   /** Extra trusted CA certificates (PEM), added to Node's default trust. */
-  extraCaPem?: string;
+  extraCaPem?: string | undefined;
   resolve?: Resolver;
   userAgent?: string;
   /**
@@ -186,7 +186,7 @@ export function createSender(opts: SenderOptions): Sender {
   };
   function send(req: OutboundRequestBy): Promise<SendResult>;
   function send(req: OutboundRequest & { startBy?: undefined }): Promise<SendAttempt>;
-  function send(req: OutboundRequest & { startBy?: Date }): Promise<SendResult> {
+  function send(req: OutboundRequest & { startBy?: Date | undefined }): Promise<SendResult> {
     return sendOnce(settings, req);
   }
   return {
@@ -247,7 +247,10 @@ function hasHeader(headers: Record<string, string>, name: string): boolean {
   return Object.keys(headers).some((key) => key.toLowerCase() === name);
 }
 
-async function sendOnce(settings: Settings, req: OutboundRequest & { startBy?: Date }): Promise<SendResult> {
+async function sendOnce(
+  settings: Settings,
+  req: OutboundRequest & { startBy?: Date | undefined },
+): Promise<SendResult> {
   let startedAt = performance.now();
   let queuedMs = 0;
   const elapsedMs = () => Math.round(performance.now() - startedAt);

@@ -13,7 +13,7 @@ export interface AttemptContext {
   sender: Sender;
   policy: RetryPolicy;
   /** Whether the id, timestamp and signature go under Svix's names too (Config.svixHeaders). */
-  svixHeaders?: boolean;
+  svixHeaders?: boolean | undefined;
   /** An endpoint whose failures never count towards auto-disable (WorkerOptions). */
   operatorEndpointId?: string | null;
   /** The clock retries are scheduled and signatures timestamped by; the database's by default. */

@@ -32,7 +32,7 @@ export interface FinalizerOptions {
   disableAfter: number;
   log: Logger;
   maxBatch?: number;
-  onRetry?: () => void;
+  onRetry?: (() => void) | undefined;
   /**
    * The longest a try of a write is given before the next goes (default 10 s): results queued
    * behind it wait for it, with what is left of their leases (the worker's recording reserve).
@@ -44,12 +44,14 @@ export interface FinalizerOptions {
    * waits between them are not in it: they are counted by `onRetry`. It runs once the outcomes are
    * handed back, and must not throw (Metrics.batchWritten never throws).
    */
-  written?: (items: number, seconds: number) => void;
+  written?: ((items: number, seconds: number) => void) | undefined;
   /**
    * Runs in the transaction that records the outcomes (operational webhooks): what it writes
    * commits with them or not at all. Without it the write stays one autocommit statement.
    */
-  afterRecord?: (tx: Queryable, results: AttemptResult[], recorded: RecordedOutcome[]) => Promise<void>;
+  afterRecord?:
+    | ((tx: Queryable, results: AttemptResult[], recorded: RecordedOutcome[]) => Promise<void>)
+    | undefined;
   /**
    * Claims with each outcome write (not with `afterRecord`): the write that frees endpoints claims
    * their next deliveries in the same call and commit.

@@ -49,12 +49,12 @@ export interface WorkerOptions {
   /** The sender's deadline; an attempt starts only with at least this much lease left. */
   attemptTimeoutMs: number;
   /** Days to keep finished messages with their deliveries and attempts; undefined: forever. */
-  historyRetentionDays?: number;
+  historyRetentionDays?: number | undefined;
   box: SecretBox;
   sender: Sender;
   policy: RetryPolicy;
   /** Sign under Svix's header names too (Config.svixHeaders). */
-  svixHeaders?: boolean;
+  svixHeaders?: boolean | undefined;
   log: Logger;
   leaseSeconds: number;
   disableAfterFailures: number;
@@ -75,7 +75,7 @@ export interface WorkerOptions {
    * every worker reports, whichever processes carry HERALD_OPERATOR_WEBHOOK_URL. Without either,
    * outcome writes stay single statements that claim along.
    */
-  afterRecord?: FinalizerOptions['afterRecord'];
+  afterRecord?: FinalizerOptions['afterRecord'] | undefined;
   afterRecover?: (tx: Queryable, recovered: RecoveredLease[]) => Promise<void>;
   operatorWebhooksConfigured?: boolean;
 }

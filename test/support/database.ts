@@ -70,7 +70,7 @@ export interface TestDatabase {
  */
 export async function freshDatabase(
   label: string,
-  options: { upTo?: number; settings?: Record<string, string> } = {},
+  options: { upTo?: number | undefined; settings?: Record<string, string> | undefined } = {},
 ): Promise<TestDatabase> {
   const name = `herald_t_${label.replace(/[^a-z0-9]/gi, '_').toLowerCase()}_${crypto.randomBytes(4).toString('hex')}`;
   const url = urlFor(name);

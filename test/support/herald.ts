@@ -99,7 +99,7 @@ export async function startHeraldOn(
           ...(body === undefined ? {} : { 'content-type': 'application/json' }),
           ...headers,
         },
-        body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+        body: body === undefined ? null : typeof body === 'string' ? body : JSON.stringify(body),
       });
       const text = await response.text();
       return { status: response.status, body: text ? JSON.parse(text) : null };

@@ -160,7 +160,7 @@ export interface StartedHerald {
 export async function startHerald(
   role: 'serve' | 'api' | 'worker',
   env: Record<string, string>,
-  options: { name?: string; timeoutMs?: number } = {},
+  options: { name?: string | undefined; timeoutMs?: number | undefined } = {},
 ): Promise<StartedHerald> {
   const proc = spawnHerald([role], { LOG_LEVEL: 'info', ...env }, options.name ?? role);
   // A process that never said it started is killed, not left running past its test.

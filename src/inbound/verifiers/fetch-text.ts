@@ -19,7 +19,7 @@ export interface SafeFetchTextOptions {
   maxBytes?: number;
   resolve?: Resolver;
   /** Extra trusted CA certificates (PEM), added to Node's default trust. */
-  extraCaPem?: string;
+  extraCaPem?: string | undefined;
 }
 
 export interface SafeFetchText {
