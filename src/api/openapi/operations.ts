@@ -797,4 +797,5 @@ export const UNDOCUMENTED_ROUTES: Record<string, string> = {
   'PUT /ingest/{source}': 'answers 405 with Allow: POST',
   'PATCH /ingest/{source}': 'answers 405 with Allow: POST',
   'DELETE /ingest/{source}': 'answers 405 with Allow: POST',
+  'OPTIONS /ingest/{source}': 'answers 405 with Allow: POST',
 };
