@@ -2,7 +2,7 @@
 
 import { z } from 'zod';
 import { ID_PREFIX, ident, uidBeside } from './svix.ts';
-import { NUL_REFUSED, text, withoutNul } from './text.ts';
+import { storable, text, UNSTORABLE_REFUSED } from './text.ts';
 
 const secret = text().min(8).max(4096);
 
@@ -19,7 +19,7 @@ export const SourceIn = z.object({
     'aws-sns',
   ]),
   /** Scheme settings (see the README); validated per scheme. */
-  settings: z.record(z.string(), z.unknown()).refine(withoutNul, NUL_REFUSED).optional(),
+  settings: z.record(z.string(), z.unknown()).refine(storable, UNSTORABLE_REFUSED).optional(),
   /** One secret, or several that all verify (a provider's rotation overlap). */
   secret: z.union([secret, z.array(secret).min(1).max(5)]).nullish(),
   app: text().min(1).max(256),

@@ -3,7 +3,7 @@
 
 import { z } from 'zod';
 import { isValidEndpointSecret, withSecretPrefix } from '../signing/standard-webhooks.ts';
-import { NUL_REFUSED, text, withoutNul } from './text.ts';
+import { storable, text, UNSTORABLE_REFUSED } from './text.ts';
 import { isoTime, UNTIL_AFTER_SINCE } from './window.ts';
 
 const IDENT = /^[a-zA-Z0-9\-_.]+$/;
@@ -86,7 +86,10 @@ export const EventTypeIn = z.object({
   // Newer SDKs' fields, refused by name rather than dropped.
   featureFlags: notSupported('herald keeps one featureFlag per event type'),
   groupName: notSupported('herald does not group event types'),
-  schemas: z.record(z.string(), z.record(z.string(), z.unknown())).refine(withoutNul, NUL_REFUSED).nullish(),
+  schemas: z
+    .record(z.string(), z.record(z.string(), z.unknown()))
+    .refine(storable, UNSTORABLE_REFUSED)
+    .nullish(),
 });
 export const EventTypeUpdate = EventTypeIn.omit({ name: true });
 export const EventTypePatch = EventTypeUpdate.partial();
