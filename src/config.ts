@@ -63,6 +63,8 @@ export interface HeraldConfig {
   maxBodyBytes: number;
   /** Largest accepted inbound delivery through /ingest, in bytes: providers send larger ones. */
   ingestMaxBodyBytes: number;
+  /** How long a client has to send a request whole, headers and body (api/request-deadline.ts). */
+  requestTimeoutMs: number;
   /** Requests per second one API key may make (429 above it); 0: unlimited. */
   apiRateLimit: number;
   /**
@@ -264,6 +266,7 @@ export function loadConfig(env: Env = process.env, use: ConfigUse = {}): Readonl
     listenDatabaseUrl,
     maxBodyBytes: integer(env, 'HERALD_MAX_BODY_BYTES', 1024 * 1024, 1024, 64 * 1024 * 1024),
     ingestMaxBodyBytes: integer(env, 'HERALD_INGEST_MAX_BODY_BYTES', 8 * 1024 * 1024, 1024, 64 * 1024 * 1024),
+    requestTimeoutMs: integer(env, 'HERALD_REQUEST_TIMEOUT_MS', 30_000, 1_000, 600_000),
     apiRateLimit: integer(env, 'HERALD_API_RATE_LIMIT', 200, 0, 1_000_000),
     authFailureLimit: integer(env, 'HERALD_AUTH_FAILURE_LIMIT', 0, 0, 1_000_000),
     extraCaFile: env['HERALD_EXTRA_CA_FILE'] || undefined,

@@ -24,6 +24,7 @@ import { createAuthFailureLimiter } from './auth-failures.ts';
 import { createHistoryReads, historyReadLimits } from './history-reads.ts';
 import { useApiJsonParser } from './json-body.ts';
 import { openApiRoutes } from './openapi/routes.ts';
+import { requestDeadline } from './request-deadline.ts';
 import { apiKeyRoutes } from './routes/api-keys.ts';
 import { appRoutes } from './routes/apps.ts';
 import { attemptRoutes } from './routes/attempts.ts';
@@ -178,6 +179,7 @@ export async function buildApi(core: Core): Promise<FastifyInstance> {
     },
   });
   app.decorateRequest('actor', null as unknown as Actor);
+  requestDeadline(app, core.config.requestTimeoutMs);
   // The API speaks JSON only: anything else is 415, not a string that fails validation later.
   app.removeContentTypeParser('text/plain');
   useApiJsonParser(app);

@@ -73,6 +73,10 @@ export interface Metrics {
   historyReadsWaiting(count: number): void;
   /** A read of history was refused as `overloaded`: its caller's share, or the queue, was full. */
   historyReadRefused(): void;
+  /** An inbound body was refused as `overloaded` before it was read: the bodies in flight were at their bound. */
+  ingestBodiesRefused(): void;
+  /** Bytes the inbound bodies being received and answered hold now (by their declared length). */
+  ingestBodiesHeld(bytes: number): void;
   /** The Prometheus text exposition, with the database gauges read now. */
   scrape(): Promise<string>;
   readonly contentType: string;
@@ -268,6 +272,16 @@ export function createMetrics(
     help: "Reads of history answered 503 overloaded: their caller's share of the places, or the queue, was full.",
     registers,
   });
+  const ingestBodiesRefused = new Counter({
+    name: 'herald_ingest_bodies_refused_total',
+    help: 'Inbound requests answered 503 overloaded before their body was read: the bytes of bodies being received were at their bound.',
+    registers,
+  });
+  const ingestBodiesHeld = new Gauge({
+    name: 'herald_ingest_bodies_bytes',
+    help: 'Bytes the inbound bodies being received and answered hold now, by their declared length (a chunked one: the limit).',
+    registers,
+  });
   for (const write of BATCHED_WRITES) {
     batchItems.zero({ write });
     batchSeconds.zero({ write });
@@ -404,6 +418,8 @@ export function createMetrics(
     },
     historyReadsWaiting: (count) => historyReadsWaiting.set(count),
     historyReadRefused: () => historyReadsRefused.inc(),
+    ingestBodiesRefused: () => ingestBodiesRefused.inc(),
+    ingestBodiesHeld: (bytes) => ingestBodiesHeld.set(bytes),
     // prom-client writes NaN (a gauge the database did not answer) as `Nan`: Prometheus reads it
     // in any case, the exposition format and OpenMetrics parsers want `NaN`.
     scrape: async () => (await registry.metrics()).replace(/ Nan$/gm, ' NaN'),

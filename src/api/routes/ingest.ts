@@ -7,6 +7,7 @@ import type { FastifyPluginAsync, FastifyRequest } from 'fastify';
 import type { SourceRow } from '../../db/sources.ts';
 import type { Core } from '../../engine/core.ts';
 import { HeraldError, notFound } from '../../errors.ts';
+import { createBodiesInFlight, MAX_BODIES_IN_FLIGHT } from '../../inbound/bodies-in-flight.ts';
 import type { Ingestor, IngestResult } from '../../inbound/ingest.ts';
 
 type Params = { source: string };
@@ -22,6 +23,8 @@ const SOURCE_NAME = /^[A-Za-z0-9._-]{1,256}$/;
 export const ingestRoutes =
   (core: Core, ingestor: Ingestor): FastifyPluginAsync =>
   async (app) => {
+    const maxBody = core.config.ingestMaxBodyBytes;
+    const bodies = createBodiesInFlight(MAX_BODIES_IN_FLIGHT * maxBody, core.metrics.ingestBodiesHeld);
     // Encapsulated: inside this plugin every content type arrives as the bytes that were sent,
     // a malformed one too (`json`, or none at all): the signature is over the body, and a
     // sender's odd header must not turn a genuine delivery into a 415 it will not send again.
@@ -29,10 +32,10 @@ export const ingestRoutes =
     app.removeAllContentTypeParsers();
     app.addContentTypeParser(
       'application/octet-stream',
-      { parseAs: 'buffer', bodyLimit: core.config.ingestMaxBodyBytes },
+      { parseAs: 'buffer', bodyLimit: maxBody },
       (_request, body, done) => done(null, body),
     );
-    app.addHook('onRequest', async (request) => {
+    app.addHook('onRequest', async (request, reply) => {
       sentContentType.set(request, request.headers['content-type']);
       request.headers['content-type'] = 'application/octet-stream';
       if (request.method !== 'POST') return;
@@ -43,6 +46,18 @@ export const ingestRoutes =
       const source = SOURCE_NAME.test(name) ? await ingestor.find(name) : null;
       if (source === null) throw notFound('source');
       sourceOf.set(request, source);
+      // What the body may take, held until the answer has gone (or the connection): a chunked
+      // body, which says no length, may take the limit. One declared past it is refused anyway.
+      const declared = Number(request.headers['content-length']);
+      const bytes = Number.isSafeInteger(declared) && declared >= 0 ? Math.min(declared, maxBody) : maxBody;
+      if (!bodies.take(bytes)) {
+        core.metrics.ingestBodiesRefused();
+        throw new HeraldError(
+          'overloaded',
+          'too many inbound bodies are being received now; retry in a second',
+        );
+      }
+      reply.raw.once('close', () => bodies.give(bytes));
     });
 
     app.post<{ Params: Params }>('/ingest/:source', async (request, reply) => {
