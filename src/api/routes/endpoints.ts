@@ -66,11 +66,12 @@ interface WindowTaskDone {
  * name with a credential's word anywhere in it is withheld: a harmless header withheld too
  * (`X-Author`) costs a look with the value at hand, a credential shown to every `read` key costs
  * the credential. The short words that end or hide inside others — `key` (`X-Monkey`), `sig`
- * (`X-Design`), `pass` (`X-Passenger`) — count as words of their own (split at `-`, `_`, `.`), and
+ * (`X-Design`), `pass` (`X-Passenger`), and `pwd`, `passcode`, `pin`, `otp`, `code` (an Azure
+ * Function's key travels as `code`) — count as words of their own (split at `-`, `_`, `.`), and
  * `key` after api, access, private or client (`apikey`).
  */
 const SENSITIVE_HEADER =
-  /auth|token|secret|passw|passphrase|jwt|bearer|credential|signature|cookie|session|bypass|hmac|(api|access|private|client)keys?|(^|[-_.])(keys?|sig|pass)([-_.]|$)/i;
+  /auth|token|secret|passw|passphrase|jwt|bearer|credential|signature|cookie|session|bypass|hmac|(api|access|private|client)keys?|(^|[-_.])(keys?|sig|pass|pwd|passcode|pin|otp|code)([-_.]|$)/i;
 
 const ENDPOINT_UID_TAKEN = 'an endpoint with this uid already exists in the application';
 
