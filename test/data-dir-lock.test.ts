@@ -12,7 +12,10 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
-import { DataDirBusyError, lockDataDir } from '../src/db/pglite.ts';
+import { DataDirBusyError, lockDataDir, openEmbeddedDb, startMarkOf } from '../src/db/pglite.ts';
+
+/** What this process writes in its lock. */
+const OWN_LOCK = `${process.pid} ${os.hostname()} ${startMarkOf(process.pid)}`;
 
 const withDir = (run: (dir: string, lockFile: string) => void) => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-lock-'));
@@ -38,8 +41,35 @@ test("a live process's lock refuses; a dead one's, and one with this process's o
     // This process's own pid, left by a process that had it before (a container's pid 1).
     fs.writeFileSync(lockFile, String(process.pid));
     const unlock = lockDataDir(dir);
-    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} ${os.hostname()}`);
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), OWN_LOCK);
     unlock();
+  });
+});
+
+test("a live process's lock whose start mark is not that process's is a dead holder's: its pid was given again", () => {
+  withDir((dir, lockFile) => {
+    const live = process.ppid;
+    const mark = startMarkOf(live);
+    assert.ok(mark, 'this host tells processes apart by their start (/proc)');
+    // The holder that wrote this mark is the live process: refused, naming the file to remove.
+    fs.writeFileSync(lockFile, `${live} ${os.hostname()} ${mark}`);
+    assert.throws(
+      () => lockDataDir(dir),
+      (error: Error) => {
+        assert.ok(error instanceof DataDirBusyError);
+        assert.match(error.message, new RegExp(`pid ${live}\\); if that process is not herald, remove`));
+        assert.ok(error.message.includes(lockFile));
+        return true;
+      },
+    );
+    // The same pid with another start (before a reboot, or before the pids wrapped): taken over.
+    const [boot, startedAt] = mark.split('/');
+    for (const stale of [`${boot}/${Number(startedAt) - 1}`, `another-boot/${startedAt}`]) {
+      fs.writeFileSync(lockFile, `${live} ${os.hostname()} ${stale}`);
+      const unlock = lockDataDir(dir);
+      assert.equal(fs.readFileSync(lockFile, 'utf8'), OWN_LOCK);
+      unlock();
+    }
   });
 });
 
@@ -63,7 +93,7 @@ test('a lock taken on another host refuses, whatever its pid, and says how to cl
 test('the lock names its host; one written without a host is taken as this host’s', () => {
   withDir((dir, lockFile) => {
     const unlock = lockDataDir(dir);
-    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} ${os.hostname()}`);
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), OWN_LOCK);
     unlock();
     fs.writeFileSync(lockFile, String(process.ppid));
     assert.throws(() => lockDataDir(dir), DataDirBusyError);
@@ -102,7 +132,7 @@ test('a stale lock is removed by one opener at a time: while another takes it ov
 
     fs.rmSync(takeover);
     const unlock = lockDataDir(dir);
-    assert.equal(fs.readFileSync(lockFile, 'utf8'), `${process.pid} ${os.hostname()}`);
+    assert.equal(fs.readFileSync(lockFile, 'utf8'), OWN_LOCK);
     assert.equal(fs.existsSync(takeover), false, 'the takeover is let go once the stale lock is removed');
     unlock();
   });
@@ -121,4 +151,24 @@ test('a takeover left by an opener that died refuses, and says which file to rem
     assert.equal(fs.readFileSync(lockFile, 'utf8'), String(dead), 'left as it was');
     assert.ok(fs.existsSync(takeover), 'left for whoever knows no other herald is starting');
   });
+});
+
+test('an embedded database that cannot start says where it is and what to look at, and leaves the directory unlocked', async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'herald-damaged-'));
+  try {
+    await (await openEmbeddedDb(dir)).close();
+    // Its control file lost (a disk that filled, a copy cut short): PGlite only says "Aborted()".
+    fs.writeFileSync(path.join(dir, 'pgdata', 'global', 'pg_control'), '');
+    await assert.rejects(openEmbeddedDb(dir), (error: Error) => {
+      assert.ok(
+        error.message.startsWith(`the embedded database in ${dir} could not start (Aborted(`),
+        error.message,
+      );
+      assert.match(error.message, /free space .* intact, readable and writable$/);
+      return true;
+    });
+    lockDataDir(dir)();
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });

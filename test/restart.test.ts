@@ -11,6 +11,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { Webhook } from 'standardwebhooks';
+import { startMarkOf } from '../src/db/pglite.ts';
 import { freshDatabase, type TestDatabase } from './support/database.ts';
 import { ADMIN_KEY, testEnv } from './support/herald.ts';
 import { freePort, type HeraldProcess, killAll, runHerald, startHerald } from './support/processes.ts';
@@ -275,7 +276,7 @@ test('embedded mode: the data dir survives a restart and is never opened twice',
   assert.deepEqual(printed(busy.stdout), [], 'no key was printed');
   assert.equal(
     fs.readFileSync(path.join(dataDir, 'herald.lock'), 'utf8'),
-    `${first.proc.pid} ${os.hostname()}`,
+    `${first.proc.pid} ${os.hostname()} ${startMarkOf(first.proc.pid!)}`,
   );
   assert.equal(fs.readFileSync(path.join(dataDir, 'master.key'), 'utf8'), masterKey);
   // The running server is unharmed.

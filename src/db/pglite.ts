@@ -46,7 +46,10 @@ export function lockDataDir(dataDir: string): () => void {
   if (heldHere.has(held)) throw busy(dataDir, 'this process already (a herald opened on it and not closed)');
   const lockPath = path.join(dataDir, LOCK_FILE);
   const staging = `${lockPath}.${process.pid}`;
-  fs.writeFileSync(staging, `${process.pid} ${os.hostname()}`, { mode: 0o600 });
+  const mark = startMarkOf(process.pid);
+  fs.writeFileSync(staging, `${process.pid} ${os.hostname()}${mark === null ? '' : ` ${mark}`}`, {
+    mode: 0o600,
+  });
   try {
     for (let tries = 0; tries < 3; tries++) {
       try {
@@ -73,7 +76,12 @@ export function lockDataDir(dataDir: string): () => void {
           `herald on host ${holder.host} (pid ${holder.pid}); if that process is gone, remove ${lockPath}`,
         );
       }
-      if (!diedHere(holder)) throw busy(dataDir, `another herald process (pid ${holder.pid})`);
+      if (!diedHere(holder)) {
+        throw busy(
+          dataDir,
+          `another herald process (pid ${holder.pid}); if that process is not herald, remove ${lockPath}`,
+        );
+      }
       // The holder died without cleaning up: remove its lock, then try again.
       removeStaleLock(dataDir, lockPath, holder.text, staging);
     }
@@ -127,13 +135,24 @@ const busy = (dataDir: string, holder: string) =>
       'PostgreSQL server.',
   );
 
-/** The lock's owner: `pid host` (a lock written before host names were, `pid`, is this host's). */
-function readHolder(lockPath: string): { pid: number; host: string; text: string } | null {
+interface Holder {
+  pid: number;
+  host: string;
+  /** startMarkOf the holder as it took the lock; absent where there is none (or an older lock). */
+  mark: string | undefined;
+  text: string;
+}
+
+/**
+ * The lock's owner: `pid host [mark]` (a lock written before host names were, `pid`, is this
+ * host's; one written before marks were, or where there are none, has none).
+ */
+function readHolder(lockPath: string): Holder | null {
   try {
     const text = fs.readFileSync(lockPath, 'utf8');
-    const [pidText, host = os.hostname()] = text.split(' ');
+    const [pidText, host = os.hostname(), mark] = text.split(' ');
     const pid = Number(pidText);
-    return Number.isInteger(pid) && pid > 0 ? { pid, host, text } : null;
+    return Number.isInteger(pid) && pid > 0 ? { pid, host, mark, text } : null;
   } catch {
     return null;
   }
@@ -142,9 +161,31 @@ function readHolder(lockPath: string): { pid: number; host: string; text: string
 /**
  * Whether a holder on this host is gone. One with this process's pid is a dead process's: in a
  * container herald is often pid 1 again after a crash, and that pid is alive — it is this one.
+ * So is one whose pid another process has now (after a reboot, or the pids wrapped around): its
+ * mark says when the holder started, and the live process started at another time.
  */
-const diedHere = (holder: { pid: number; host: string }): boolean =>
-  holder.host === os.hostname() && (holder.pid === process.pid || !isAlive(holder.pid));
+const diedHere = (holder: Holder): boolean =>
+  holder.host === os.hostname() &&
+  (holder.pid === process.pid ||
+    !isAlive(holder.pid) ||
+    (holder.mark !== undefined && startMarkOf(holder.pid) !== holder.mark));
+
+/**
+ * What tells a process from another that has its pid later: on Linux, the boot it runs in and the
+ * clock tick it started at (/proc); null elsewhere, where a live pid counts as its holder's.
+ */
+export function startMarkOf(pid: number): string | null {
+  try {
+    const boot = fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Field 22 (starttime), counted after the command name, which is in parentheses and may hold
+    // spaces: the fields after it begin with field 3.
+    const startedAt = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[22 - 3];
+    return startedAt ? `${boot}/${startedAt}` : null;
+  } catch {
+    return null;
+  }
+}
 
 function isAlive(pid: number): boolean {
   try {
@@ -162,6 +203,13 @@ export async function openEmbeddedDb(dataDir: string): Promise<Db> {
     pglite = await PGlite.create(path.join(dataDir, PGDATA));
   } catch (error) {
     unlock();
+    // PGlite's WebAssembly stops with no more than this when its PostgreSQL cannot start.
+    if (/^Aborted\(/.test((error as Error).message ?? '')) {
+      throw new Error(
+        `the embedded database in ${dataDir} could not start (${(error as Error).message}): ` +
+          'check that its disk has free space and that its files are intact, readable and writable',
+      );
+    }
     throw error;
   }
   const queryable = asQueryable(pglite);
