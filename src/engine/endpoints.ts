@@ -318,7 +318,8 @@ export async function patchHeaders(
 ): Promise<void> {
   const current = await lockEndpoint(tx, endpointId);
   if (!current) throw notFound('endpoint');
-  await writeHeaders(core, tx, actor, current, mergeHeaders(endpointHeaders(core, current), set, remove));
+  const held = endpointHeaders(core, current);
+  await writeHeaders(core, tx, actor, current, held, mergeHeaders(held, set, remove));
 }
 
 export async function replaceHeaders(
@@ -330,23 +331,32 @@ export async function replaceHeaders(
 ): Promise<void> {
   const current = await lockEndpoint(tx, endpoint.id);
   if (!current) throw notFound('endpoint');
-  await writeHeaders(core, tx, actor, current, headers);
+  // Replaced whatever they are: headers that do not open (a key this process lacks) are written.
+  let held: Record<string, string> | null;
+  try {
+    held = openHeaders(core.box, current.id, current.headers);
+  } catch {
+    held = null;
+  }
+  await writeHeaders(core, tx, actor, current, held, headers);
 }
 
 /**
- * Sets the headers of an endpoint whose row the transaction has locked (`current`). Sealed anew,
- * the same headers are another value, which workers hear of as a change of the endpoint (they
- * withdraw its requests waiting to leave): so headers the row holds already are not written again.
+ * Sets the headers of an endpoint whose row the transaction has locked (`current`), which holds
+ * `held` (opened by the caller; null: they do not open). Sealed anew, the same headers are another
+ * value, which workers hear of as a change of the endpoint (they withdraw its requests waiting to
+ * leave): so headers the row holds already are not written again.
  */
 async function writeHeaders(
   core: Core,
   tx: Queryable,
   actor: Actor,
   current: EndpointRow,
+  held: Record<string, string> | null,
   headers: Record<string, string>,
 ): Promise<void> {
   validateHeaders(headers);
-  if (!holdsHeaders(core, current, headers)) {
+  if (!holdsHeaders(current, held, headers)) {
     await setEndpointHeaders(tx, current.id, sealHeaders(core.box, current.id, headers));
   }
   // Header values often carry credentials: the audit keeps their names only.
@@ -354,19 +364,18 @@ async function writeHeaders(
 }
 
 /**
- * Whether the endpoint holds these headers already, sealed, in whatever order (a PATCH setting a
- * header to its value moves it to the end). Headers still in clear, or sealed under a key this
- * process lacks, are written again.
+ * Whether the endpoint holds these headers already (`held`), sealed, in whatever order (a PATCH
+ * setting a header to its value moves it to the end). Headers still in clear (but none, which
+ * needs no sealing), or that do not open, are written again.
  */
-function holdsHeaders(core: Core, endpoint: EndpointRow, headers: Record<string, string>): boolean {
+function holdsHeaders(
+  endpoint: EndpointRow,
+  held: Record<string, string> | null,
+  headers: Record<string, string>,
+): boolean {
+  const sealed = typeof endpoint.headers === 'string' || Object.keys(endpoint.headers).length === 0;
   const inOrder = (set: Record<string, string>) => JSON.stringify(Object.entries(set).sort());
-  if (typeof endpoint.headers !== 'string')
-    return Object.keys(headers).length === 0 && Object.keys(endpoint.headers).length === 0;
-  try {
-    return inOrder(openHeaders(core.box, endpoint.id, endpoint.headers)) === inOrder(headers);
-  } catch {
-    return false;
-  }
+  return sealed && held !== null && inOrder(held) === inOrder(headers);
 }
 
 export async function audit(
