@@ -6,11 +6,13 @@
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+import pg from 'pg';
 import { Webhook } from 'standardwebhooks';
 import { createApp } from './support/fixtures.ts';
 import { ADMIN_KEY, startTestHerald, type TestHerald } from './support/herald.ts';
 import { signedHeaders } from './support/inbound.ts';
-import { waitFor } from './support/wait.ts';
+import { waitFor, waitForLockWaiter } from './support/wait.ts';
 
 const SOURCE_SECRET = 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw';
 const signer = new Webhook(SOURCE_SECRET.slice('whsec_'.length));
@@ -96,6 +98,25 @@ describe('a body that never arrives whole', () => {
     }
     // A request sent whole is answered as ever.
     assert.equal((await ingested('whole-1')).status, 204);
+  });
+
+  test('a body received whole is answered after its commit, however long that takes past the deadline', async () => {
+    // The source's row locked: the receipt's write waits for it (its foreign key's check).
+    const locker = new pg.Client({ connectionString: t.database.url });
+    await locker.connect();
+    try {
+      await locker.query('begin');
+      await locker.query(`select 1 from source where uid = 'trickled' for update`);
+      const answer = ingested('slow-commit-1');
+      await waitForLockWaiter(t.database.db, 'herald_record_receipts');
+      // Past the request deadline (1 s) with the receipt still uncommitted: no deadline may cut
+      // an answer that only its commit can give (ACK after commit).
+      await sleep(1500);
+      await locker.query('rollback');
+      assert.equal((await answer).status, 204);
+    } finally {
+      await locker.end();
+    }
   });
 });
 
