@@ -45,7 +45,9 @@ test('an idle worker exits at once on SIGTERM, not at its next lease-recovery ti
   worker.proc.signal('SIGTERM');
   assert.deepEqual(await worker.proc.waitForExit(20_000), { code: 0, signal: null });
   const tookMs = Date.now() - signalled;
-  assert.ok(tookMs < 2500, `the worker took ${tookMs} ms to stop`);
+  // Its tick is 5 s away (it has just started): one that waited for it would take 4.5–5 s. A
+  // loaded machine has taken 2.6 s to stop one that does not.
+  assert.ok(tookMs < 3500, `the worker took ${tookMs} ms to stop`);
 });
 
 /** A receiver that answers each request `delayMs` after it arrives, and counts them. */
